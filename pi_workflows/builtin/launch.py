@@ -1,0 +1,52 @@
+"""Built-in worker launch: the run command rules of SPEC §7.3 and the worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from ..hookspecs import hookimpl
+from ..records import RunRecord, WorkerProcessSpec, WorkerRunCommand, WorkerSettings
+
+LAUNCH_ENV = "PI_WORKFLOWS_WORKER_LAUNCH"
+
+
+@hookimpl(trylast=True)
+def piw_worker_run_command(
+    record: RunRecord, resume_interaction_attempt_id: str | None
+) -> WorkerRunCommand:
+    if record.is_initialized:
+        return WorkerRunCommand(
+            "resume", resume_interaction_attempt_id=resume_interaction_attempt_id
+        )
+    if record.lineage_kind == "restart":
+        return WorkerRunCommand("restart", input=record.input)
+    if record.lineage_kind == "continuation":
+        if record.parent_run_id is None:
+            raise ValueError(f"Workflow continuation {record.run_id} has no parent run")
+        return WorkerRunCommand(
+            "continue",
+            input=record.input,
+            parent_run_id=record.parent_run_id,
+            human_decision=record.launch_options.get("humanDecision"),
+        )
+    if record.parent_run_id is not None:
+        raise ValueError(f"Workflow run {record.run_id} has a parent without a lineage kind")
+    return WorkerRunCommand("start", input=record.input)
+
+
+@hookimpl(trylast=True)
+def piw_worker_process(envelope: dict[str, Any], settings: WorkerSettings) -> WorkerProcessSpec:
+    env = {LAUNCH_ENV: json.dumps(envelope)}
+    # The worker must import the same pi_workflows as the host, even from a source tree.
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p
+    )
+    return WorkerProcessSpec(
+        argv=[settings.python or sys.executable, "-m", "pi_workflows.worker"],
+        env=env,
+        cwd=envelope.get("projectPath"),
+    )

@@ -1,0 +1,47 @@
+"""Built-in `piw_open_database`: SQLite in the home, or PostgreSQL by URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import peewee
+from playhouse.db_url import connect
+
+from ..errors import DatabaseUrlError
+from ..hookspecs import hookimpl
+
+
+@hookimpl(trylast=True)
+def piw_open_database(url: str | None, home: Path) -> peewee.Database:
+    if url is None:
+        return _sqlite(home / "state.sqlite")
+    if url.startswith("sqlite:///"):
+        return _sqlite(Path(url[len("sqlite:///") :]))
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            return connect(url, autoconnect=False, autorollback=True)
+        except (ImportError, peewee.ImproperlyConfigured) as exc:
+            raise DatabaseUrlError(
+                f"Cannot open {url.split('@')[-1]!r}: {exc}; install the extra with "
+                "pip install 'pi-workflows[postgres]'."
+            ) from exc
+    if "://" in url:
+        raise DatabaseUrlError(
+            f"Unsupported database URL scheme {url.split('://')[0]!r}; use a SQLite path, "
+            "sqlite:///PATH or postgresql://USER@HOST/DB."
+        )
+    return _sqlite(Path(url).expanduser())
+
+
+def _sqlite(path: Path) -> peewee.SqliteDatabase:
+    return peewee.SqliteDatabase(
+        str(path.resolve()),
+        autoconnect=False,
+        pragmas={
+            "journal_mode": "wal",
+            "synchronous": "full",
+            "foreign_keys": 1,
+            "busy_timeout": 5000,
+        },
+        check_same_thread=False,
+    )

@@ -1,0 +1,1 @@
+"""The `pi-workflows` command line (click)."""

@@ -1,0 +1,50 @@
+"""What every command shares: global options, the lazily opened store, output helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from ..home import DATABASE_ENV, Home, resolve_home
+from ..storage import StateStore, open_state
+
+
+@dataclass
+class CliContext:
+    home_option: str | None
+    database_url: str | None
+    _home: Home | None = field(default=None, init=False)
+    _store: StateStore | None = field(default=None, init=False)
+
+    @property
+    def home(self) -> Home:
+        if self._home is None:
+            self._home = resolve_home(self.home_option)
+        return self._home
+
+    def store(self) -> StateStore:
+        """Open the state database on first use (commands that need no state never do)."""
+        if self._store is None:
+            self._store = open_state(self.home, self.database_url)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def database_url_from(option: str | None) -> str | None:
+    return option or os.environ.get(DATABASE_ENV) or None
+
+
+pass_cli = click.make_pass_decorator(CliContext)
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))

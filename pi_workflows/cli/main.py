@@ -1,0 +1,56 @@
+"""The `pi-workflows` entry point: the root group, global options and error handling."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .. import __version__, plugins
+from ..errors import PiWorkflowsError
+from ..home import HOME_ENV
+from .context import CliContext, database_url_from
+from .plugins_command import plugins_command
+from .state_commands import state_group
+
+
+class PiWorkflowsGroup(click.Group):
+    """Turns the project's errors into one-line messages with exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PiWorkflowsError as error:
+            raise click.ClickException(str(error)) from error
+
+
+@click.group(cls=PiWorkflowsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pi-workflows")
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    default=None,
+    help=f"State directory (default: the platform data dir; env {HOME_ENV}).",
+)
+@click.option(
+    "--database",
+    default=None,
+    help="SQLite path or postgresql:// URL (env PI_WORKFLOWS_DATABASE).",
+)
+@click.pass_context
+def cli(ctx: click.Context, home: str | None, database: str | None) -> None:
+    """pi-workflows: a durable host for multi-step agent workflows."""
+    state = CliContext(home, database_url_from(database))
+    ctx.obj = state
+    ctx.call_on_close(state.close)
+
+
+cli.add_command(plugins_command)
+cli.add_command(state_group)
+
+
+def main(argv: list[str] | None = None) -> None:
+    for failure in plugins.register_commands(cli):
+        print(f"pi-workflows: warning: {failure}", file=sys.stderr)
+    cli.main(args=argv, prog_name="pi-workflows")

@@ -1,0 +1,72 @@
+"""Exception types, one per failure class of SPEC §15.
+
+Every message is the sentence the user reads: one line, what was wrong, what to do.
+"""
+
+from __future__ import annotations
+
+
+class PiWorkflowsError(Exception):
+    """Base class; `str(error)` is a one-line, user-facing message."""
+
+
+class UnsafeHomeError(PiWorkflowsError):
+    """The state home is owned by another user or writable by others."""
+
+
+class SchemaMismatchError(PiWorkflowsError):
+    """The database belongs to another schema or schema version."""
+
+
+class DatabaseUrlError(PiWorkflowsError):
+    """A `--database` value that no storage plugin can open."""
+
+
+class BlobConflictError(PiWorkflowsError):
+    """Stored bytes under a content address do not match the content."""
+
+
+class TransactionAborted(PiWorkflowsError):
+    """An inner transaction failed, so the outer one must not commit."""
+
+
+class PluginError(PiWorkflowsError):
+    """A plugin raised inside a hook; the message names the plugin and the hook."""
+
+
+class PluginLoadError(PiWorkflowsError):
+    """A plugin could not be imported or registered; the message names it."""
+
+    plugin_name: str = "unknown"
+
+
+class InvalidInputError(PiWorkflowsError):
+    """Input JSON, ids or options that cannot be accepted."""
+
+
+class WorkflowDefinitionError(PiWorkflowsError):
+    """A workflow definition or file that cannot be used."""
+
+
+class NotFoundError(PiWorkflowsError):
+    """A run, workflow, decision or other record that does not exist."""
+
+
+class ConflictError(PiWorkflowsError):
+    """A repeated request whose payload differs from the first one."""
+
+
+class RevisionConflictError(PiWorkflowsError):
+    """A write that expected another revision of the run."""
+
+
+class ClaimLostError(PiWorkflowsError):
+    """A write by an owner whose claim is gone or belongs to a newer generation."""
+
+
+class HostAlreadyRunningError(PiWorkflowsError):
+    """A second host on the same home."""
+
+
+class HostUnavailableError(PiWorkflowsError):
+    """No host answers on the socket and none may be started."""

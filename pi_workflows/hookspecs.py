@@ -1,0 +1,289 @@
+"""The pi-workflows plugin API: every hook specification, documented.
+
+This module is the reference for extension authors. A plugin is any module or object
+with functions decorated by :data:`hookimpl` whose names match the specifications below.
+Ship one with an entry point in the group ``pi_workflows``::
+
+    [project.entry-points.pi_workflows]
+    my_plugin = "my_package.plugin"
+
+or name a module in ``PI_WORKFLOWS_PLUGINS`` for a local one-off. Built-in behaviour is
+registered first through the same hooks (``pi_workflows.builtin``), so every default can
+be replaced: for a ``firstresult`` hook the most recently registered implementation runs
+first, and the first one to return something other than ``None`` decides. Return
+``None`` to let the next implementation decide.
+
+Hooks are called outside database transactions unless a docstring says otherwise, and
+must be fast: slow work (network, agents) belongs in channel adapters and executors.
+The invariants — claim fencing, receipts, message ids, one winner per decision — are
+enforced by the core; hooks choose policy and presentation only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import peewee
+import pluggy
+
+from .records import (
+    Claim,
+    HostInfo,
+    MessageContent,
+    RunRecord,
+    TurnReceipt,
+    TurnReport,
+    WorkerProcessSpec,
+    WorkerRunCommand,
+    WorkerSettings,
+)
+
+PROJECT_NAME = "pi_workflows"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+# --- storage ---------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def piw_open_database(url: str | None, home: Path) -> peewee.Database | None:
+    """Open the state database.
+
+    :param url: the ``--database`` / ``PI_WORKFLOWS_DATABASE`` value, or ``None``.
+    :param home: the resolved state home directory.
+    :returns: an unconnected ``peewee.Database``, or ``None`` for "not mine".
+
+    Called once per process that touches state (CLI command, host, worker-side tools)
+    before any query. ``firstresult``. The built-in (``pi_workflows.builtin.storage``)
+    opens ``<home>/state.sqlite`` when ``url`` is ``None``, a ``sqlite:///path`` URL or a
+    plain path, and ``postgresql://…`` URLs through ``playhouse.db_url``. Schema checks
+    and pragmas are applied by the core afterwards, whatever the plugin returns.
+    """
+
+
+# --- claiming --------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def piw_select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunRecord | None:
+    """Pick the next run this host should claim.
+
+    :param candidates: claimable runs (not terminal, available, lease free or expired,
+        not paused, not blocked); never empty.
+    :param host: the host asking, with its current worker count.
+    :returns: one element of ``candidates``, or ``None`` to defer to the next plugin.
+
+    Called by the host's claim pass (every poll, 2 s, and after a run is queued).
+    ``firstresult``. The built-in (``pi_workflows.builtin.claiming``) returns the
+    candidate with the oldest ``available_at``, then the oldest ``created_at``. The core
+    still takes the claim by compare-and-set, so a stale choice is harmless.
+    """
+
+
+@hookspec
+def piw_may_claim(run: RunRecord, host: HostInfo) -> bool | None:
+    """Veto claiming one run now.
+
+    :param run: the run about to be claimed.
+    :param host: the host that would claim it.
+    :returns: ``False`` to veto; ``True`` or ``None`` to allow.
+
+    Called for the selected candidate before the claim is taken; every implementation
+    runs and any ``False`` vetoes (the run stays queued for a later pass). The built-in
+    (``pi_workflows.builtin.claiming``) refuses once the host runs ``max_workers``
+    workers (default 4; ``PI_WORKFLOWS_MAX_WORKERS``).
+    """
+
+
+@hookspec
+def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
+    """Notification: the host claimed ``run`` with ``claim`` and will launch a worker.
+
+    Called after the claim transaction committed; return values are ignored and an
+    exception is logged with the plugin's name, never propagated. No built-in.
+    """
+
+
+# --- worker launch ---------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def piw_worker_run_command(
+    record: RunRecord, resume_interaction_attempt_id: str | None
+) -> WorkerRunCommand | None:
+    """Choose what a freshly started worker does with its run (SPEC §7.3).
+
+    :param record: the run's **current** queue record, read when the worker said ready.
+    :param resume_interaction_attempt_id: the attempt of an accepted or validating
+        submission or timed-out interaction, when the run has one.
+    :returns: a :class:`~pi_workflows.records.WorkerRunCommand`, or ``None``.
+
+    Called by the host when a worker reports ``worker.ready``. ``firstresult``. A
+    ``ValueError`` raised here fails the launch with its message. The built-in
+    (``pi_workflows.builtin.launch``) applies, in order: initialized run → ``resume``;
+    ``restart`` lineage → ``restart``; ``continuation`` lineage → ``continue`` (error when
+    the parent is missing); a parent without lineage → error; else ``start``.
+    """
+
+
+@hookspec(firstresult=True)
+def piw_worker_process(
+    envelope: dict[str, Any], settings: WorkerSettings
+) -> WorkerProcessSpec | None:
+    """Describe the process that executes one worker launch.
+
+    :param envelope: the launch envelope (``pi-workflows.worker-launch.v1``).
+    :param settings: host settings (home, database URL, Python executable).
+    :returns: a :class:`~pi_workflows.records.WorkerProcessSpec`, or ``None``.
+
+    Called by the host right before spawning a worker. ``firstresult``. The host always
+    puts the worker in its own process group and speaks the worker protocol on its
+    stdin/stdout, whatever the spec says. The built-in (``pi_workflows.builtin.launch``)
+    returns ``[sys.executable, "-m", "pi_workflows.worker"]`` with the envelope in the
+    ``PI_WORKFLOWS_WORKER_LAUNCH`` environment variable and cwd = the project path.
+    """
+
+
+# --- turns -----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | None:
+    """Decide which workflow turn a session's model turn belongs to (SPEC §9.4).
+
+    :param report: the ``workflowTurn.report`` payload.
+    :param ctx: the adjudication context: the open transaction's store access, the
+        session's coordinator state and the clock.
+    :returns: a :class:`~pi_workflows.records.TurnReceipt`, or ``None``.
+
+    Called by the host **inside** the report's transaction; it must only use ``ctx`` to
+    read and write. ``firstresult``. The built-in (``pi_workflows.builtin.turns``)
+    implements the 0.16.2 rules: ownership ``absent``/``active``/``settled``, adoption of
+    late and duplicate reports, rejection of conflicting ends.
+    """
+
+
+@hookspec(firstresult=True)
+def piw_unproductive_turn_limit(run: RunRecord, node_id: str) -> int | None:
+    """How many agent turns may end without a valid submission before the run fails.
+
+    Called when a step turn ends unproductively. ``firstresult``. The built-in
+    (``pi_workflows.builtin.turns``) returns 3.
+    """
+
+
+# --- terminal messages -----------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def piw_presentation_instructions(run: RunRecord, facts: dict[str, Any]) -> str | None:
+    """The instruction line of a terminal workflow message.
+
+    :param run: the terminal run.
+    :param facts: the terminal facts (``pi-workflows.terminal-result.v1``).
+    :returns: one or more sentences telling the model how to present the result.
+
+    Called after a run ended, before rendering. ``firstresult``. The built-in
+    (``pi_workflows.builtin.terminal``) returns the run's ``presentation_prompt`` for a
+    completed run, else "Explain the final workflow result to the user in a normal
+    response."
+    """
+
+
+@hookspec(firstresult=True)
+def piw_render_terminal_message(facts: dict[str, Any], instructions: str) -> MessageContent | None:
+    """Render the terminal workflow message for the origin session.
+
+    :param facts: terminal facts including ``terminalFingerprint``.
+    :param instructions: the result of :func:`piw_presentation_instructions`.
+    :returns: :class:`~pi_workflows.records.MessageContent` (text and details).
+
+    Called once per terminal run (again only if an earlier attempt failed).
+    ``firstresult``. An exception leaves the run terminal and schedules a retry. The
+    built-in (``pi_workflows.builtin.terminal``) produces the reference layout of SPEC §10.
+    """
+
+
+# --- decisions -------------------------------------------------------------------------
+
+
+@hookspec
+def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register decision channel kinds: ``register(kind, factory)``.
+
+    Called once when the host loads its channel configuration. Every implementation
+    runs. ``factory(config)`` returns a channel object with ``deliver``, ``settle`` and
+    ``close``. The built-in (``pi_workflows.builtin.channels``) registers ``session``
+    and ``cli``.
+    """
+
+
+# --- workflows -------------------------------------------------------------------------
+
+
+@hookspec
+def piw_register_workflows(register: Callable[..., None]) -> None:
+    """Register workflows shipped by a plugin: ``register(name, workflow, revision=...)``.
+
+    Called during discovery, after project and user directories (first name wins).
+    Every implementation runs. The built-in (``pi_workflows.builtin.workflows``)
+    registers ``hello``, ``shell``, ``echo``, ``branch``, ``two-turn`` and
+    ``human-decision``.
+    """
+
+
+@hookspec
+def piw_workflow_dirs(project: Path) -> list[Path] | None:
+    """Directories searched for ``<name>.workflow.py`` files, in precedence order.
+
+    :param project: the project directory of the command.
+    :returns: a list of directories (missing ones are skipped).
+
+    Called during discovery; results of all implementations are concatenated, built-in
+    first. The built-in (``pi_workflows.builtin.workflows``) returns
+    ``<project>/.pi/workflows`` and ``<config>/workflows``.
+    """
+
+
+# --- agents ----------------------------------------------------------------------------
+
+
+@hookspec
+def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """Register headless agent executors: ``register(name, factory)``.
+
+    Called when a headless run reaches an agent step. Every implementation runs. The
+    built-in (``pi_workflows.builtin.executors``) registers ``command``, which pipes the
+    step prompt to a configured command and reads JSON from its stdout.
+    """
+
+
+# --- cli -------------------------------------------------------------------------------
+
+
+@hookspec
+def piw_register_commands(cli: click.Group) -> None:
+    """Add click commands or groups to the ``pi-workflows`` command line.
+
+    Called once when the CLI starts; every implementation runs. A plugin that raises
+    here is reported by name and skipped; the rest of the CLI keeps working. No built-in.
+    """
+
+
+# --- events ----------------------------------------------------------------------------
+
+
+@hookspec
+def piw_run_transition(
+    run_id: str, old_status: str | None, new_status: str, detail: str | None
+) -> None:
+    """Notification: a run changed status (called after the commit).
+
+    Every implementation runs; exceptions are logged with the plugin's name and never
+    reach the caller. No built-in.
+    """

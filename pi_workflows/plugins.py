@@ -1,0 +1,336 @@
+"""The plugin manager and the façade through which the core calls hooks.
+
+Nothing outside this module touches ``pm.hook``: each hook has a named function here
+that knows its calling convention (firstresult, veto, notification) and wraps a
+plugin's exception in a :class:`PluginError` that names the plugin and the hook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
+from .errors import PluginError, PluginLoadError
+
+ENTRY_POINT_GROUP = "pi_workflows"
+PLUGINS_ENV = "PI_WORKFLOWS_PLUGINS"
+DISABLE_ENV = "PI_WORKFLOWS_DISABLE_PLUGINS"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PluginSource:
+    """Where a registered plugin came from, for `pi-workflows plugins`."""
+
+    kind: str  # builtin | entrypoint | env
+    distribution: str | None = None
+    version: str | None = None
+
+
+@dataclass
+class PluginRegistry:
+    """A loaded plugin manager plus what loading found out."""
+
+    manager: pluggy.PluginManager
+    sources: dict[str, PluginSource] = field(default_factory=dict)
+    load_errors: list[PluginLoadError] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)
+
+
+def _names_from_env(variable: str) -> list[str]:
+    return [name.strip() for name in os.environ.get(variable, "").split(",") if name.strip()]
+
+
+def load_plugins() -> PluginRegistry:
+    """Build a plugin manager: built-ins, then entry points, then `PI_WORKFLOWS_PLUGINS`.
+
+    A plugin that fails to import is skipped and recorded in `load_errors` (and warned
+    about on stderr), so one broken distribution never takes the CLI or host down.
+    """
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    registry = PluginRegistry(manager)
+    disabled = set(_names_from_env(DISABLE_ENV)) - set(ESSENTIAL_PLUGINS)
+    registry.disabled = sorted(disabled)
+    for name in disabled:
+        manager.set_blocked(name)
+
+    for module_name in DEFAULT_PLUGINS:
+        if module_name in disabled:
+            continue
+        manager.register(importlib.import_module(module_name), name=module_name)
+        registry.sources[module_name] = PluginSource("builtin", "pi-workflows", _own_version())
+
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name in disabled or manager.has_plugin(entry_point.name):
+            continue
+        dist = entry_point.dist
+        _register_guarded(
+            registry,
+            entry_point.name,
+            entry_point.load,
+            PluginSource(
+                "entrypoint",
+                dist.metadata["Name"] if dist else None,
+                dist.version if dist else None,
+            ),
+            hint=f"entry point {entry_point.value!r}",
+        )
+
+    for module_name in _names_from_env(PLUGINS_ENV):
+        if module_name in disabled or manager.has_plugin(module_name):
+            continue
+        _register_guarded(
+            registry,
+            module_name,
+            lambda module_name=module_name: importlib.import_module(module_name),
+            PluginSource("env"),
+            hint=f"named in {PLUGINS_ENV}",
+        )
+
+    manager.check_pending()
+    return registry
+
+
+def _register_guarded(
+    registry: PluginRegistry,
+    name: str,
+    load: Callable[[], Any],
+    source: PluginSource,
+    hint: str,
+) -> None:
+    try:
+        registry.manager.register(load(), name=name)
+    except Exception as exc:  # a broken plugin must not take the CLI or host down
+        error = PluginLoadError(
+            f"Plugin {name!r} ({hint}) failed to load: {type(exc).__name__}: {exc}; fix or "
+            f"uninstall it, or disable it with {DISABLE_ENV}={name}."
+        )
+        error.plugin_name = name
+        registry.load_errors.append(error)
+        print(f"pi-workflows: warning: {error}", file=sys.stderr)
+        return
+    registry.sources[name] = source
+
+
+def _own_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+_registry: PluginRegistry | None = None
+
+
+def registry() -> PluginRegistry:
+    """The process-wide plugin registry, loaded on first use."""
+    global _registry
+    if _registry is None:
+        _registry = load_plugins()
+    return _registry
+
+
+def reload() -> PluginRegistry:
+    """Forget the loaded plugins and load them again (after the environment changed)."""
+    global _registry
+    _registry = None
+    return registry()
+
+
+@contextlib.contextmanager
+def temporary_plugin(plugin: object, name: str | None = None) -> Iterator[str]:
+    """Register `plugin` for the duration of a block (tests, embedding)."""
+    manager = registry().manager
+    registered_name = manager.register(plugin, name=name)
+    try:
+        yield registered_name
+    finally:
+        manager.unregister(name=registered_name)
+
+
+def describe_plugins() -> list[dict[str, Any]]:
+    """Every registered plugin with its source, distribution, version and hooks."""
+    reg = registry()
+    described = []
+    for name, plugin in reg.manager.list_name_plugin():
+        if plugin is None:
+            continue
+        source = reg.sources.get(name, PluginSource("runtime"))
+        hooks = sorted(caller.name for caller in reg.manager.get_hookcallers(plugin) or [])
+        described.append(
+            {
+                "name": name,
+                "kind": source.kind,
+                "distribution": source.distribution,
+                "version": source.version,
+                "hooks": hooks,
+            }
+        )
+    for error in reg.load_errors:
+        described.append(
+            {
+                "name": error.plugin_name,
+                "kind": "broken",
+                "distribution": None,
+                "version": None,
+                "hooks": [],
+                "error": str(error),
+            }
+        )
+    return described
+
+
+# --- calling hooks -----------------------------------------------------------------------
+
+
+def _culprit(hook_name: str, tb: TracebackType | None) -> str:
+    """Name the plugin whose hook implementation appears in the traceback."""
+    caller = getattr(registry().manager.hook, hook_name)
+    code_owner = {impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()}
+    for frame, _ in traceback.walk_tb(tb):
+        if frame.f_code in code_owner:
+            return code_owner[frame.f_code]
+    return "unknown plugin"
+
+
+def _call(hook_name: str, **kwargs: Any) -> Any:
+    caller = getattr(registry().manager.hook, hook_name)
+    try:
+        return caller(**kwargs)
+    except PluginError:
+        raise
+    except Exception as exc:
+        plugin = _culprit(hook_name, exc.__traceback__)
+        raise PluginError(
+            f"Plugin {plugin!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _notify(hook_name: str, **kwargs: Any) -> None:
+    """Call a notification hook; failures are logged, never raised."""
+    try:
+        _call(hook_name, **kwargs)
+    except PluginError as error:
+        log.warning("%s", error)
+
+
+def open_database(url: str | None, home: Path) -> Any:
+    return _call("piw_open_database", url=url, home=home)
+
+
+def select_run_to_claim(candidates: list[Any], host: Any) -> Any:
+    return _call("piw_select_run_to_claim", candidates=candidates, host=host)
+
+
+def may_claim(run: Any, host: Any) -> bool:
+    return all(answer is not False for answer in _call("piw_may_claim", run=run, host=host))
+
+
+def run_claimed(run: Any, claim: Any) -> None:
+    _notify("piw_run_claimed", run=run, claim=claim)
+
+
+def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -> Any:
+    return _call(
+        "piw_worker_run_command",
+        record=record,
+        resume_interaction_attempt_id=resume_interaction_attempt_id,
+    )
+
+
+def worker_process(envelope: dict[str, Any], settings: Any) -> Any:
+    return _call("piw_worker_process", envelope=envelope, settings=settings)
+
+
+def adjudicate_turn_report(report: Any, ctx: Any) -> Any:
+    return _call("piw_adjudicate_turn_report", report=report, ctx=ctx)
+
+
+def unproductive_turn_limit(run: Any, node_id: str) -> int:
+    return _call("piw_unproductive_turn_limit", run=run, node_id=node_id)
+
+
+def presentation_instructions(run: Any, facts: dict[str, Any]) -> str:
+    return _call("piw_presentation_instructions", run=run, facts=facts)
+
+
+def render_terminal_message(facts: dict[str, Any], instructions: str) -> Any:
+    return _call("piw_render_terminal_message", facts=facts, instructions=instructions)
+
+
+def _collect_registrations(hook_name: str, what: str) -> dict[str, Any]:
+    collected: dict[str, Any] = {}
+
+    def register(name: str, value: Any) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
+        collected.setdefault(name, value)
+
+    _call(hook_name, register=register)
+    return collected
+
+
+def decision_channel_factories() -> dict[str, Any]:
+    """Channel kind → factory, from `piw_register_decision_channels`."""
+    return _collect_registrations("piw_register_decision_channels", "decision channel")
+
+
+def agent_executor_factories() -> dict[str, Any]:
+    """Executor name → factory, from `piw_register_agent_executors`."""
+    return _collect_registrations("piw_register_agent_executors", "agent executor")
+
+
+def register_workflows(register: Callable[..., None]) -> None:
+    """Let plugins register workflows through `register(name, workflow, revision=...)`."""
+    _call("piw_register_workflows", register=register)
+
+
+def workflow_dirs(project: Path) -> list[Path]:
+    """Workflow directories from every plugin, built-ins first."""
+    answers = _call("piw_workflow_dirs", project=project)
+    # pluggy returns results last-registered first; built-ins must keep precedence.
+    return [Path(d) for answer in reversed(answers) if answer for d in answer]
+
+
+def register_commands(cli: Any) -> list[PluginError]:
+    """Let each plugin add commands; a failing plugin is reported and skipped."""
+    failures = []
+    caller = registry().manager.hook.piw_register_commands
+    for impl in caller.get_hookimpls():
+        try:
+            impl.function(cli=cli)
+        except Exception as exc:
+            failures.append(
+                PluginError(
+                    f"Plugin {impl.plugin_name!r} failed in hook piw_register_commands: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            )
+    return failures
+
+
+def run_transition(
+    run_id: str, old_status: str | None, new_status: str, detail: str | None
+) -> None:
+    _notify(
+        "piw_run_transition",
+        run_id=run_id,
+        old_status=old_status,
+        new_status=new_status,
+        detail=detail,
+    )

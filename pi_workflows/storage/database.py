@@ -1,0 +1,203 @@
+"""Opening the state database: schema checks, pragmas and re-entrant transactions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import peewee
+
+from .. import plugins
+from ..clock import now_ms
+from ..errors import DatabaseUrlError, SchemaMismatchError, TransactionAborted
+from ..home import Home, prepare_home
+from .models import ALL_MODELS, SchemaMeta, database_proxy
+
+SCHEMA_NAME = "pi-workflows-state"
+SCHEMA_VERSION = 1
+
+
+class _TransactionState(threading.local):
+    depth = 0
+    doomed = False
+    after_commit: list[Callable[[], None]]
+
+    def __init__(self) -> None:
+        self.after_commit = []
+
+
+class StateStore:
+    """An open state database. Models are bound to it while it is open.
+
+    One store is open per process at a time (the models share one database proxy).
+    """
+
+    def __init__(self, db: peewee.Database, home: Home, url: str | None) -> None:
+        self.db = db
+        self.home = home
+        self.url = url
+        self._tx = _TransactionState()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return isinstance(self.db, peewee.SqliteDatabase)
+
+    @property
+    def location(self) -> str:
+        """Where the data lives, without credentials."""
+        if self.is_sqlite:
+            return str(self.db.database)
+        return f"postgresql database {self.db.database!r}"
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """A write transaction; an inner call joins the outer one.
+
+        SQLite takes the write lock up front (``BEGIN IMMEDIATE``) so two writers queue on
+        ``busy_timeout`` instead of failing on lock upgrade. If an inner block raises, the
+        whole transaction is doomed: even if the caller swallows the error, the outermost
+        block rolls back and raises :class:`TransactionAborted`.
+        """
+        tx = self._tx
+        if tx.depth:
+            tx.depth += 1
+            try:
+                yield
+            except BaseException:
+                tx.doomed = True
+                raise
+            finally:
+                tx.depth -= 1
+            return
+        begin = self.db.atomic(lock_type="IMMEDIATE") if self.is_sqlite else self.db.atomic()
+        tx.depth, tx.doomed, tx.after_commit = 1, False, []
+        try:
+            with begin:
+                yield
+                if tx.doomed:
+                    raise TransactionAborted(
+                        "An inner step of this change failed, so nothing was written; "
+                        "see the earlier error."
+                    )
+        except BaseException:
+            tx.after_commit = []
+            raise
+        finally:
+            tx.depth = 0
+        callbacks, tx.after_commit = tx.after_commit, []
+        for callback in callbacks:
+            callback()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._tx.depth > 0
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the outermost transaction commits (never on rollback)."""
+        if not self._tx.depth:
+            callback()
+            return
+        self._tx.after_commit.append(callback)
+
+    def close(self) -> None:
+        if not self.db.is_closed():
+            self.db.close()
+
+
+def _refuse_foreign_sqlite(path: Path) -> None:
+    """Check an existing SQLite file read-only, so a foreign database is never written."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise SchemaMismatchError(f"Cannot open {path}: {exc}.") from exc
+    try:
+        tables = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        if not tables:
+            return
+        meta = None
+        if "schema_meta" in tables:
+            meta = conn.execute(
+                "SELECT schema_name, schema_version FROM schema_meta WHERE id = 1"
+            ).fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise SchemaMismatchError(
+            f"{path} is not a readable pi-workflows database ({exc}); move it aside and start "
+            "again."
+        ) from exc
+    finally:
+        conn.close()
+    _check_meta(meta, str(path))
+
+
+def _check_meta(meta: tuple[str, int] | None, where: str) -> None:
+    if meta is None:
+        raise SchemaMismatchError(
+            f"{where} holds tables but no pi-workflows schema_meta row; it is not a "
+            "pi-workflows state database. Point --database elsewhere or move it aside."
+        )
+    name, version = meta
+    if name != SCHEMA_NAME or version != SCHEMA_VERSION:
+        raise SchemaMismatchError(
+            f"{where} has schema {name} v{version}, this pi-workflows needs {SCHEMA_NAME} "
+            f"v{SCHEMA_VERSION}; back it up ('pi-workflows state backup DEST' or copy the "
+            "file), then reset it by moving it aside, and start again."
+        )
+
+
+def _initialize_schema(store: StateStore) -> None:
+    from .. import __version__
+
+    db = store.db
+    existing = set(db.get_tables())
+    if existing:
+        meta = None
+        if "schema_meta" in existing:
+            row = SchemaMeta.get_or_none(SchemaMeta.id == 1)
+            meta = (row.schema_name, row.schema_version) if row else None
+        _check_meta(meta, store.location)
+        return
+    with store.transaction():
+        db.create_tables(ALL_MODELS)
+        stamp = now_ms()
+        SchemaMeta.create(
+            id=1,
+            schema_name=SCHEMA_NAME,
+            schema_version=SCHEMA_VERSION,
+            app_version=__version__,
+            created_at=stamp,
+            updated_at=stamp,
+        )
+
+
+def open_state(home: Home, url: str | None = None) -> StateStore:
+    """Open (and on first use create) the state database of `home`.
+
+    Refuses an unsafe home, a database of another schema version (before writing
+    anything) and URLs no storage plugin understands.
+    """
+    prepare_home(home)
+    db = plugins.open_database(url, home.root)
+    if db is None:
+        raise DatabaseUrlError(f"No storage plugin can open {url!r}; check --database.")
+    if isinstance(db, peewee.SqliteDatabase):
+        path = Path(db.database)
+        _refuse_foreign_sqlite(path)
+        if not path.exists():
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+    database_proxy.initialize(db)
+    try:
+        db.connect(reuse_if_open=True)
+    except peewee.OperationalError as exc:
+        raise DatabaseUrlError(f"Cannot connect to {url or db.database}: {exc}".strip()) from exc
+    store = StateStore(db, home, url)
+    _initialize_schema(store)
+    return store

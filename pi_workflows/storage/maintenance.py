@@ -1,0 +1,93 @@
+"""`pi-workflows state status|verify|backup`: inspecting and copying the state database."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from ..canonical import sha256_hex
+from ..errors import InvalidInputError, PiWorkflowsError
+from .database import SCHEMA_NAME, SCHEMA_VERSION, StateStore
+from .models import Blob, Event, HumanDecision, Run, RunQueue, SchemaMeta
+
+
+def state_status(store: StateStore) -> dict[str, Any]:
+    meta = SchemaMeta.get_by_id(1)
+    runs_by_status = {row.status: row.count for row in _count_by(Run, Run.status)}
+    queue_by_status = {row.status: row.count for row in _count_by(RunQueue, RunQueue.status)}
+    return {
+        "database": "sqlite" if store.is_sqlite else "postgresql",
+        "location": store.location,
+        "schemaName": meta.schema_name,
+        "schemaVersion": meta.schema_version,
+        "appVersion": meta.app_version,
+        "runs": runs_by_status,
+        "queue": queue_by_status,
+        "pendingDecisions": HumanDecision.select().where(HumanDecision.status == "pending").count(),
+        "blobs": Blob.select().count(),
+    }
+
+
+def _count_by(model: Any, column: Any) -> Any:
+    from peewee import fn
+
+    return model.select(column, fn.COUNT("*").alias("count")).group_by(column)
+
+
+def state_verify(store: StateStore) -> list[str]:
+    """Every problem found, one line each; an empty list means the state is sound."""
+    problems: list[str] = []
+    if store.is_sqlite:
+        integrity = [row[0] for row in store.db.execute_sql("PRAGMA integrity_check").fetchall()]
+        if integrity != ["ok"]:
+            problems.extend(f"integrity: {line}" for line in integrity)
+        for row in store.db.execute_sql("PRAGMA foreign_key_check").fetchall():
+            problems.append(f"foreign key: table {row[0]} row {row[1]} points at missing {row[2]}")
+    meta = SchemaMeta.get_or_none(SchemaMeta.id == 1)
+    if meta is None or (meta.schema_name, meta.schema_version) != (SCHEMA_NAME, SCHEMA_VERSION):
+        problems.append("schema_meta: missing or of another schema version")
+    for blob in Blob.select():
+        content = bytes(blob.content)
+        if sha256_hex(content) != blob.blob_hash or len(content) != blob.byte_length:
+            problems.append(f"blob {blob.blob_hash[:12]}: content does not match its address")
+    for run in Run.select(Run.run_id, Run.revision):
+        revisions = [
+            e.revision for e in Event.select(Event.revision).where(Event.run == run.run_id)
+        ]
+        if sorted(revisions) != list(range(1, run.revision + 1)):
+            problems.append(
+                f"run {run.run_id}: revision {run.revision} but {len(revisions)} events"
+            )
+    return problems
+
+
+def state_backup(store: StateStore, destination: Path) -> dict[str, Any]:
+    """Copy the SQLite database with the online backup API (safe while a host writes)."""
+    if not store.is_sqlite:
+        raise PiWorkflowsError(
+            "state backup copies SQLite databases; back up PostgreSQL with pg_dump."
+        )
+    destination = destination.expanduser().resolve()
+    if destination.exists():
+        raise InvalidInputError(f"Backup destination {destination} exists; choose a new path.")
+    if not destination.parent.is_dir():
+        raise InvalidInputError(f"Directory {destination.parent} does not exist; create it first.")
+    partial = destination.with_name(destination.name + ".partial")
+    fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+    try:
+        source = sqlite3.connect(f"file:{store.db.database}?mode=ro", uri=True)
+        target = sqlite3.connect(partial)
+        try:
+            source.backup(target)
+            target.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            target.close()
+            source.close()
+        os.replace(partial, destination)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return {"destination": str(destination), "bytes": destination.stat().st_size}

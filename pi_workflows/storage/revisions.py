@@ -1,0 +1,67 @@
+"""Run revisions: every change bumps the revision by one and appends one event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..clock import now_ms
+from ..errors import NotFoundError, RevisionConflictError
+from .blobs import put_json
+from .models import Event, Run
+
+
+def create_run_row(*, actor: str, event_type: str = "run.created", **fields: Any) -> Run:
+    """Insert a run at revision 1 with its creation event (call inside a transaction)."""
+    stamp = fields.pop("created_at", None) or now_ms()
+    run = Run.create(revision=1, created_at=stamp, updated_at=stamp, **fields)
+    Event.create(
+        run=run.run_id,
+        revision=1,
+        event_type=event_type,
+        actor=actor,
+        payload_hash=put_json({"status": run.status}),
+        recorded_at=stamp,
+    )
+    return run
+
+
+def record_run_change(
+    run_id: str,
+    *,
+    event_type: str,
+    actor: str,
+    payload: Any = None,
+    expected_revision: int | None = None,
+    lease_generation: int | None = None,
+    **updates: Any,
+) -> int:
+    """Apply `updates` to the run, bump its revision by one, append one event.
+
+    Call inside a transaction. With `expected_revision`, a run at another revision
+    raises :class:`RevisionConflictError` and nothing changes. Returns the new revision.
+    """
+    stamp = now_ms()
+    query = Run.update(revision=Run.revision + 1, updated_at=stamp, **updates).where(
+        Run.run_id == run_id
+    )
+    if expected_revision is not None:
+        query = query.where(Run.revision == expected_revision)
+    if query.execute() != 1:
+        current = Run.get_or_none(Run.run_id == run_id)
+        if current is None:
+            raise NotFoundError(f"Workflow run {run_id} does not exist.")
+        raise RevisionConflictError(
+            f"Workflow run {run_id} is at revision {current.revision}, not "
+            f"{expected_revision}; read it again and retry."
+        )
+    revision = Run.select(Run.revision).where(Run.run_id == run_id).scalar()
+    Event.create(
+        run=run_id,
+        revision=revision,
+        event_type=event_type,
+        actor=actor,
+        lease_generation=lease_generation,
+        payload_hash=put_json(payload if payload is not None else {}),
+        recorded_at=stamp,
+    )
+    return revision
