@@ -24,7 +24,7 @@ import pluggy
 
 from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
-from .errors import PluginError, PluginLoadError
+from .errors import PiWorkflowsError, PluginError, PluginLoadError
 
 ENTRY_POINT_GROUP = "pi_workflows"
 PLUGINS_ENV = "PI_WORKFLOWS_PLUGINS"
@@ -116,6 +116,7 @@ def _register_guarded(
 ) -> None:
     try:
         registry.manager.register(load(), name=name)
+        _check_hooks_of(registry.manager, name)
     except Exception as exc:  # a broken plugin must not take the CLI or host down
         error = PluginLoadError(
             f"Plugin {name!r} ({hint}) failed to load: {type(exc).__name__}: {exc}; fix or "
@@ -126,6 +127,19 @@ def _register_guarded(
         print(f"pi-workflows: warning: {error}", file=sys.stderr)
         return
     registry.sources[name] = source
+
+
+def _check_hooks_of(manager: pluggy.PluginManager, name: str) -> None:
+    """Unregister and raise when plugin `name` implements a hook that has no spec.
+
+    `check_pending()` over the whole manager would fail the load of every plugin for one
+    misspelt hook; checking right after each registration pins the error on its plugin.
+    """
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError:
+        manager.unregister(name=name)
+        raise
 
 
 def _own_version() -> str:
@@ -212,7 +226,8 @@ def _call(hook_name: str, **kwargs: Any) -> Any:
     caller = getattr(registry().manager.hook, hook_name)
     try:
         return caller(**kwargs)
-    except PluginError:
+    except PiWorkflowsError:
+        # Already a user-facing sentence (a plugin refusing bad input on purpose, say).
         raise
     except Exception as exc:
         plugin = _culprit(hook_name, exc.__traceback__)
