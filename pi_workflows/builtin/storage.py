@@ -19,7 +19,7 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database:
         return _sqlite(Path(url[len("sqlite:///") :]))
     if url.startswith(("postgresql://", "postgres://")):
         try:
-            return connect(url, autoconnect=False, autorollback=True)
+            return connect(url, autoconnect=False)
         except (ImportError, peewee.ImproperlyConfigured) as exc:
             raise DatabaseUrlError(
                 f"Cannot open {url.split('@')[-1]!r}: {exc}; install the extra with "
