@@ -1,0 +1,258 @@
+"""Shared fixtures: private state homes, the CLI as a subprocess, PostgreSQL, the audit plugin.
+
+Fixtures here are generic on purpose; every test package of the project may use them.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from pi_workflows import plugins
+from pi_workflows.home import CONFIG_ENV, DATABASE_ENV, HOME_ENV, Home
+from pi_workflows.storage import StateStore, open_state
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
+CONSOLE_SCRIPT = Path(sys.executable).with_name("pi-workflows")
+PLUGIN_ENVS = (plugins.PLUGINS_ENV, plugins.DISABLE_ENV)
+
+
+@dataclass
+class HomeEnv:
+    """A private state home and config dir, and the environment that points at them."""
+
+    home: Home
+    config_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run_cli(
+        self, *args: str, env: dict[str, str] | None = None, module: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `pi-workflows ARGS` (or `python -m pi_workflows ARGS`) in a subprocess."""
+        command = [sys.executable, "-m", "pi_workflows"] if module else [str(CONSOLE_SCRIPT)]
+        return subprocess.run(
+            [*command, *args],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+@pytest.fixture
+def home_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HomeEnv:
+    """`PI_WORKFLOWS_HOME` and `PI_WORKFLOWS_CONFIG_DIR` set to fresh private tmp dirs.
+
+    Set in this process (monkeypatch) and in `.env`, a full environment for subprocesses
+    that drops any inherited database URL and plugin lists.
+    """
+    root = tmp_path / "home"
+    config = tmp_path / "config"
+    config.mkdir(mode=0o700)
+    monkeypatch.setenv(HOME_ENV, str(root))
+    monkeypatch.setenv(CONFIG_ENV, str(config))
+    for variable in (DATABASE_ENV, *PLUGIN_ENVS):
+        monkeypatch.delenv(variable, raising=False)
+    env = {k: v for k, v in os.environ.items() if k not in (DATABASE_ENV, *PLUGIN_ENVS)}
+    env.update({HOME_ENV: str(root), CONFIG_ENV: str(config), "PYTHONUNBUFFERED": "1"})
+    return HomeEnv(Home(root.resolve()), config, env)
+
+
+@pytest.fixture
+def store(home_env: HomeEnv) -> Iterator[StateStore]:
+    """The SQLite state store of `home_env`, open in this process."""
+    opened = open_state(home_env.home)
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def fresh_plugins() -> Iterator[None]:
+    """Reload the process-wide plugins after the test, which may have changed the env."""
+    try:
+        yield
+    finally:
+        plugins.reload()
+
+
+# --- the audit plugin distribution ---------------------------------------------------------
+
+
+def _is_installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def audit_plugin() -> str:
+    """Make sure `plugins/pi-workflows-audit` is pip-installed; returns its entry point name.
+
+    The install is real (pip, entry point metadata), so subprocesses load it exactly as a
+    user's installation would.
+    """
+    if not _is_installed("pi-workflows-audit"):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "-e",
+                str(AUDIT_PLUGIN_DIR),
+            ],
+            check=True,
+            timeout=300,
+        )
+        # Process the new editable-install .pth here too, as a fresh interpreter would.
+        site.addsitedir(sysconfig.get_paths()["purelib"])
+        importlib.invalidate_caches()
+        plugins.reload()
+    return "audit"
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PostgresServer:
+    """A throwaway PostgreSQL cluster listening on localhost."""
+
+    host: str
+    port: int
+    user: str
+
+    def url(self, database: str) -> str:
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+
+    def create_database(self) -> str:
+        """A new empty database; returns its URL."""
+        import psycopg2
+
+        name = f"piw_{uuid.uuid4().hex[:12]}"
+        connection = psycopg2.connect(
+            host=self.host, port=self.port, user=self.user, dbname="postgres"
+        )
+        try:
+            connection.autocommit = True
+            with connection.cursor() as cursor:
+                cursor.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            connection.close()
+        return self.url(name)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _as_postgres_user(command: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root; drop to the `postgres` user when we are root."""
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *command]
+    return command
+
+
+def _run_postgres_tool(command: list[str], log_file: Path) -> None:
+    result = subprocess.run(_as_postgres_user(command), capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        server_log = log_file.read_text() if log_file.exists() else "(no server log)"
+        pytest.fail(
+            f"{command[0]} failed with exit {result.returncode}:\n{result.stdout}"
+            f"{result.stderr}\n{server_log}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the whole session (fails loudly without the binaries)."""
+    missing = [tool for tool in ("initdb", "pg_ctl", "postgres") if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(
+            f"PostgreSQL server binaries not on PATH: {', '.join(missing)}; install them "
+            "(.ci/run does) and put their bin directory on PATH.",
+            pytrace=False,
+        )
+    # Not under pytest's private tmp root: the postgres user must be able to reach it.
+    base = Path(tempfile.mkdtemp(prefix="piw-postgres-"))
+    data_dir, socket_dir, log_file = base / "data", base / "socket", base / "server.log"
+    socket_dir.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(base, user="postgres")
+        shutil.chown(socket_dir, user="postgres")
+    port = _free_port()
+    _run_postgres_tool(
+        ["initdb", "-D", str(data_dir), "-A", "trust", "-U", "postgres", "--no-sync"], log_file
+    )
+    server_options = f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+    _run_postgres_tool(
+        ["pg_ctl", "-D", str(data_dir), "-l", str(log_file), "-o", server_options, "-w", "start"],
+        log_file,
+    )
+    try:
+        yield PostgresServer("127.0.0.1", port, "postgres")
+    finally:
+        subprocess.run(
+            _as_postgres_user(["pg_ctl", "-D", str(data_dir), "-m", "immediate", "-w", "stop"]),
+            capture_output=True,
+            timeout=120,
+        )
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database()
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+def create_test_run(run_id: str, workflow_name: str = "hello", **options: object) -> str:
+    """Insert a queued run through the storage API (call inside `store.transaction()`)."""
+    from pi_workflows.storage.runs import create_run
+
+    fields: dict[str, object] = {
+        "workflow_name": workflow_name,
+        "workflow_ref": f"builtin:{workflow_name}",
+        "workflow_source": {"kind": "builtin", "name": workflow_name},
+        "definition_digest": "0" * 64,
+        "project_path": "/tmp",
+        "input": {"task": run_id},
+        "actor": "test",
+    }
+    fields.update(options)
+    create_run(run_id=run_id, **fields)
+    return run_id
+
+
+@pytest.fixture
+def make_run():
+    """`make_run(run_id, workflow_name="hello", **create_run_options)` inside a transaction."""
+    return create_test_run

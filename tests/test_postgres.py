@@ -1,0 +1,86 @@
+"""The state store on a real PostgreSQL server (started by the session fixture)."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg2
+
+from pi_workflows.storage import (
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    open_state,
+    record_run_change,
+    run_events,
+)
+from pi_workflows.storage.models import Run
+from pi_workflows.storage.runs import run_record
+
+
+def test_cli_state_status_against_postgres_shows_the_schema(home_env, postgres_url):
+    result = home_env.run_cli("--database", postgres_url, "state", "status", "--json")
+
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert status["database"] == "postgresql"
+    assert (status["schemaName"], status["schemaVersion"]) == (SCHEMA_NAME, SCHEMA_VERSION)
+    assert status["runs"] == {}
+    assert "@" not in status["location"]  # no credentials in output
+
+
+def test_postgres_tables_are_created_with_a_schema_meta_row(home_env, postgres_url):
+    assert home_env.run_cli("--database", postgres_url, "state", "verify").returncode == 0
+
+    connection = psycopg2.connect(postgres_url)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT schema_name, schema_version FROM schema_meta")
+            assert cursor.fetchall() == [(SCHEMA_NAME, SCHEMA_VERSION)]
+            cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            tables = {row[0] for row in cursor.fetchall()}
+    finally:
+        connection.close()
+    assert {"runs", "run_queue", "leases", "events", "blobs", "host_state"} <= tables
+
+
+def test_runs_and_revisions_on_postgres(home_env, postgres_url, make_run):
+    store = open_state(home_env.home, postgres_url)
+    try:
+        with store.transaction():
+            make_run("pg-run")
+        with store.transaction():
+            record_run_change("pg-run", event_type="run.started", actor="test", status="running")
+        record = run_record("pg-run")
+        assert (record.status, record.revision) == ("running", 2)
+        assert [e.event_type for e in run_events("pg-run")] == ["run.created", "run.started"]
+    finally:
+        store.close()
+
+
+def test_postgres_transaction_failure_rolls_back(home_env, postgres_url, make_run):
+    store = open_state(home_env.home, postgres_url)
+    try:
+        try:
+            with store.transaction():
+                make_run("pg-rolled-back")
+                raise LookupError("stop")
+        except LookupError:
+            pass
+        assert Run.select().count() == 0
+    finally:
+        store.close()
+
+
+def test_postgres_schema_version_mismatch_is_refused(home_env, postgres_url):
+    assert home_env.run_cli("--database", postgres_url, "state", "status").returncode == 0
+    connection = psycopg2.connect(postgres_url)
+    try:
+        with connection, connection.cursor() as cursor:
+            cursor.execute("UPDATE schema_meta SET schema_version = 99")
+    finally:
+        connection.close()
+
+    result = home_env.run_cli("--database", postgres_url, "state", "status")
+
+    assert result.returncode == 1
+    assert "v99" in result.stderr and "back it up" in result.stderr

@@ -1,0 +1,279 @@
+"""The SQLite state store: schema checks, blobs, nested transactions, run revisions."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import pytest
+
+from pi_workflows.canonical import canonical_bytes
+from pi_workflows.errors import (
+    BlobConflictError,
+    NotFoundError,
+    RevisionConflictError,
+    SchemaMismatchError,
+    TransactionAborted,
+)
+from pi_workflows.storage import (
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    open_state,
+    put_json,
+    put_text,
+    read_json,
+    read_text,
+    record_run_change,
+    run_events,
+)
+from pi_workflows.storage.models import Blob, Event, Run, RunQueue
+from pi_workflows.storage.runs import run_record
+
+
+def _file_fingerprint(path):
+    info = path.stat()
+    return path.read_bytes(), info.st_mtime_ns, info.st_size
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+
+def test_a_new_home_gets_a_private_database_with_schema_meta(store, home_env):
+    path = home_env.home.database_path
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600)
+    assert oct(home_env.home.root.stat().st_mode & 0o777) == oct(0o700)
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute("SELECT schema_name, schema_version FROM schema_meta").fetchall()
+    assert rows == [(SCHEMA_NAME, SCHEMA_VERSION)]
+
+
+def test_another_schema_version_is_refused_before_any_write(home_env):
+    open_state(home_env.home).close()
+    path = home_env.home.database_path
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE schema_meta SET schema_version = ?", (SCHEMA_VERSION + 1,))
+    connection.close()
+    before = _file_fingerprint(path)
+    wal = path.with_name(path.name + "-wal")
+
+    with pytest.raises(SchemaMismatchError) as refused:
+        open_state(home_env.home)
+
+    message = str(refused.value)
+    assert f"v{SCHEMA_VERSION + 1}" in message
+    assert "state backup" in message and "moving it aside" in message
+    assert _file_fingerprint(path) == before
+    assert not wal.exists() or wal.stat().st_size == 0
+
+
+def test_the_cli_refuses_another_schema_version_with_exit_1(home_env):
+    assert home_env.run_cli("state", "status").returncode == 0
+    path = home_env.home.database_path
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE schema_meta SET schema_version = 0")
+    connection.close()
+    before = _file_fingerprint(path)
+
+    result = home_env.run_cli("state", "status")
+
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "v0" in result.stderr
+    assert _file_fingerprint(path) == before
+
+
+def test_a_foreign_sqlite_database_is_refused_untouched(home_env, tmp_path):
+    foreign = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(foreign) as connection:
+        connection.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        connection.execute("INSERT INTO customers (name) VALUES ('ada')")
+    connection.close()
+    before = _file_fingerprint(foreign)
+
+    with pytest.raises(SchemaMismatchError, match="not a pi-workflows state database"):
+        open_state(home_env.home, str(foreign))
+
+    assert _file_fingerprint(foreign) == before
+    result = home_env.run_cli("--database", str(foreign), "state", "verify")
+    assert result.returncode == 1
+    assert "no pi-workflows schema_meta row" in result.stderr
+    assert _file_fingerprint(foreign) == before
+
+
+def test_a_database_path_and_sqlite_url_open_the_same_file(home_env, tmp_path):
+    target = tmp_path / "elsewhere.sqlite"
+    open_state(home_env.home, f"sqlite:///{target}").close()
+    assert target.exists()
+    store = open_state(home_env.home, str(target))
+    try:
+        assert store.location == str(target.resolve())
+    finally:
+        store.close()
+    assert not home_env.home.database_path.exists()
+
+
+# --- blobs -----------------------------------------------------------------------------------
+
+
+def test_json_and_text_blobs_round_trip_by_content_address(store):
+    value = {"b": [1, 2.5, None], "a": "ünïcode", "nested": {"z": True}}
+    with store.transaction():
+        blob_hash = put_json(value)
+        again = put_json({"nested": {"z": True}, "a": "ünïcode", "b": [1, 2.5, None]})
+        text_hash = put_text("a prompt\nwith lines")
+
+    assert blob_hash == again == hashlib.sha256(canonical_bytes(value)).hexdigest()
+    assert read_json(blob_hash) == value
+    assert read_text(text_hash) == "a prompt\nwith lines"
+    assert read_json(None) is None and read_text(None) is None
+    assert Blob.select().count() == 2
+
+
+def test_a_corrupted_blob_is_detected_when_the_value_is_stored_again(store):
+    with store.transaction():
+        blob_hash = put_json({"answer": 42})
+    store.db.execute_sql(
+        "UPDATE blobs SET content = ? WHERE blob_hash = ?", (b'{"answer":43}', blob_hash)
+    )
+
+    with pytest.raises(BlobConflictError, match=blob_hash[:12]), store.transaction():
+        put_json({"answer": 42})
+
+
+def test_reading_a_missing_blob_or_the_wrong_media_type_fails(store):
+    with store.transaction():
+        text_hash = put_text("plain")
+    with pytest.raises(BlobConflictError, match="missing"):
+        read_json("f" * 64)
+    with pytest.raises(BlobConflictError, match="expected application/json"):
+        read_json(text_hash)
+
+
+# --- transactions ----------------------------------------------------------------------------
+
+
+def test_an_inner_failure_dooms_the_outer_transaction(store, make_run):
+    with pytest.raises(TransactionAborted), store.transaction():
+        make_run("outer-run")
+        try:
+            with store.transaction():
+                make_run("inner-run")
+                raise ValueError("inner step failed")
+        except ValueError:
+            pass  # the caller swallows the error; the transaction must still roll back
+
+    assert Run.select().count() == 0
+    assert Event.select().count() == 0
+    assert not store.in_transaction
+
+
+def test_an_outer_failure_rolls_back_a_successful_inner_block(store, make_run):
+    with pytest.raises(RuntimeError, match="after inner"), store.transaction():
+        with store.transaction():
+            make_run("inner-ok")
+        assert Run.select().count() == 1  # visible inside the transaction
+        raise RuntimeError("after inner")
+
+    assert Run.select().count() == 0
+    assert RunQueue.select().count() == 0
+
+
+def test_nested_blocks_commit_together_and_after_commit_runs_once(store, make_run):
+    committed = []
+    with store.transaction():
+        make_run("first")
+        with store.transaction():
+            make_run("second")
+            store.after_commit(lambda: committed.append("inner"))
+        store.after_commit(lambda: committed.append("outer"))
+        assert committed == []
+
+    assert committed == ["inner", "outer"]
+    assert sorted(run.run_id for run in Run.select()) == ["first", "second"]
+
+
+def test_after_commit_callbacks_are_dropped_on_rollback(store, make_run):
+    committed = []
+    with pytest.raises(KeyError), store.transaction():
+        store.after_commit(lambda: committed.append("never"))
+        raise KeyError("boom")
+    with store.transaction():
+        make_run("later")
+    assert committed == []
+
+
+def test_a_failed_transaction_leaves_the_store_usable(store, make_run):
+    with pytest.raises(TransactionAborted), store.transaction():
+        try:
+            with store.transaction():
+                raise ValueError("x")
+        except ValueError:
+            pass
+    with store.transaction():
+        make_run("afterwards")
+    assert Run.get_by_id("afterwards").revision == 1
+
+
+def test_transactions_take_the_sqlite_write_lock_up_front(store, home_env):
+    other = sqlite3.connect(home_env.home.database_path, timeout=0)
+    try:
+        with store.transaction():
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+    finally:
+        other.close()
+
+
+# --- run revisions ---------------------------------------------------------------------------
+
+
+def test_each_run_change_bumps_the_revision_once_and_appends_one_event(store, make_run):
+    with store.transaction():
+        make_run("rev-run")
+    with store.transaction():
+        second = record_run_change(
+            "rev-run", event_type="run.started", actor="host", status="running"
+        )
+    with store.transaction():
+        third = record_run_change(
+            "rev-run",
+            event_type="run.completed",
+            actor="worker",
+            payload={"output": 1},
+            expected_revision=2,
+            lease_generation=1,
+            status="completed",
+        )
+
+    assert (second, third) == (2, 3)
+    assert run_record("rev-run").revision == 3
+    events = run_events("rev-run")
+    assert [(e.revision, e.event_type, e.actor) for e in events] == [
+        (1, "run.created", "test"),
+        (2, "run.started", "host"),
+        (3, "run.completed", "worker"),
+    ]
+    assert events[2].payload == {"output": 1} and events[2].lease_generation == 1
+
+
+def test_a_stale_expected_revision_changes_nothing(store, make_run):
+    with store.transaction():
+        make_run("stale-run")
+        record_run_change("stale-run", event_type="run.started", actor="host", status="running")
+
+    with pytest.raises(RevisionConflictError, match="revision 2, not 1"), store.transaction():
+        record_run_change(
+            "stale-run",
+            event_type="run.cancelled",
+            actor="cli",
+            expected_revision=1,
+            status="cancelled",
+        )
+
+    run = Run.get_by_id("stale-run")
+    assert (run.status, run.revision) == ("running", 2)
+    assert Event.select().where(Event.run == "stale-run").count() == 2
+
+
+def test_changing_a_missing_run_is_not_found(store):
+    with pytest.raises(NotFoundError, match="ghost"), store.transaction():
+        record_run_change("ghost", event_type="run.started", actor="host")
