@@ -236,12 +236,31 @@ def _call(hook_name: str, **kwargs: Any) -> Any:
         ) from exc
 
 
+def _call_each(hook_name: str, **kwargs: Any) -> list[PluginError]:
+    """Call every implementation on its own, so one failing plugin cannot starve the rest.
+
+    Implementations run in pluggy's order (last registered first); the failures are
+    returned, each naming its plugin and the hook.
+    """
+    failures = []
+    caller = getattr(registry().manager.hook, hook_name)
+    for impl in reversed(caller.get_hookimpls()):
+        try:
+            impl.function(**{name: kwargs[name] for name in impl.argnames})
+        except Exception as exc:
+            failures.append(
+                PluginError(
+                    f"Plugin {impl.plugin_name!r} failed in hook {hook_name}: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            )
+    return failures
+
+
 def _notify(hook_name: str, **kwargs: Any) -> None:
     """Call a notification hook; failures are logged, never raised."""
-    try:
-        _call(hook_name, **kwargs)
-    except PluginError as error:
-        log.warning("%s", error)
+    for failure in _call_each(hook_name, **kwargs):
+        log.warning("%s", failure)
 
 
 def open_database(url: str | None, home: Path) -> Any:
@@ -324,19 +343,7 @@ def workflow_dirs(project: Path) -> list[Path]:
 
 def register_commands(cli: Any) -> list[PluginError]:
     """Let each plugin add commands; a failing plugin is reported and skipped."""
-    failures = []
-    caller = registry().manager.hook.piw_register_commands
-    for impl in caller.get_hookimpls():
-        try:
-            impl.function(cli=cli)
-        except Exception as exc:
-            failures.append(
-                PluginError(
-                    f"Plugin {impl.plugin_name!r} failed in hook piw_register_commands: "
-                    f"{type(exc).__name__}: {exc}"
-                )
-            )
-    return failures
+    return _call_each("piw_register_commands", cli=cli)
 
 
 def run_transition(
