@@ -23,6 +23,7 @@ import pytest
 
 from pi_workflows import plugins
 from pi_workflows.home import CONFIG_ENV, DATABASE_ENV, HOME_ENV, Home
+from pi_workflows.records import RunRecord
 from pi_workflows.storage import StateStore, open_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -256,3 +257,31 @@ def create_test_run(run_id: str, workflow_name: str = "hello", **options: object
 def make_run():
     """`make_run(run_id, workflow_name="hello", **create_run_options)` inside a transaction."""
     return create_test_run
+
+
+def sample_run_record(**overrides: object) -> RunRecord:
+    """A queued interactive `RunRecord` for hook tests; pass fields to change."""
+    fields: dict[str, object] = {
+        "run_id": "run-1",
+        "workflow_name": "hello",
+        "status": "queued",
+        "queue_status": "queued",
+        "execution_mode": "interactive",
+        "origin_session_id": "session-1",
+        "parent_run_id": None,
+        "lineage_kind": None,
+        "restart_number": 0,
+        "input": {"task": "x"},
+        "launch_options": {},
+        "available_at": 100,
+        "created_at": 100,
+        "revision": 1,
+    }
+    fields.update(overrides)
+    return RunRecord(**fields)
+
+
+@pytest.fixture
+def run_record():
+    """`run_record(**overrides)` builds a `RunRecord` without touching the database."""
+    return sample_run_record

@@ -18,33 +18,10 @@ from pi_workflows.records import (
     Claim,
     HostInfo,
     MessageContent,
-    RunRecord,
     TurnReceipt,
     TurnReport,
     WorkerSettings,
 )
-
-
-def _record(**overrides) -> RunRecord:
-    fields = dict(
-        run_id="run-1",
-        workflow_name="hello",
-        status="queued",
-        queue_status="queued",
-        execution_mode="interactive",
-        origin_session_id="session-1",
-        parent_run_id=None,
-        lineage_kind=None,
-        restart_number=0,
-        input={"task": "x"},
-        launch_options={},
-        available_at=100,
-        created_at=100,
-        revision=1,
-    )
-    fields.update(overrides)
-    return RunRecord(**fields)
-
 
 HOST = HostInfo(host_id="host-a", epoch=1, active_workers=0, max_workers=4)
 
@@ -106,32 +83,32 @@ def test_a_storage_plugin_can_take_over_a_scheme(tmp_path):
 # --- claiming --------------------------------------------------------------------------------
 
 
-def test_select_run_to_claim_prefers_oldest_available_then_created():
-    late = _record(run_id="late", available_at=300, created_at=1)
-    early_new = _record(run_id="early-new", available_at=100, created_at=50)
-    early_old = _record(run_id="early-old", available_at=100, created_at=10)
+def test_select_run_to_claim_prefers_oldest_available_then_created(run_record):
+    late = run_record(run_id="late", available_at=300, created_at=1)
+    early_new = run_record(run_id="early-new", available_at=100, created_at=50)
+    early_old = run_record(run_id="early-old", available_at=100, created_at=10)
 
     chosen = plugins.select_run_to_claim([late, early_new, early_old], HOST)
 
     assert chosen is early_old
 
 
-def test_a_plugin_can_choose_which_run_to_claim():
+def test_a_plugin_can_choose_which_run_to_claim(run_record):
     class Priority:
         @hookimpl
         def piw_select_run_to_claim(self, candidates, host):
             urgent = [run for run in candidates if run.launch_options.get("urgent")]
             return urgent[0] if urgent else None
 
-    old = _record(run_id="old", available_at=1)
-    urgent = _record(run_id="urgent", available_at=999, launch_options={"urgent": True})
+    old = run_record(run_id="old", available_at=1)
+    urgent = run_record(run_id="urgent", available_at=999, launch_options={"urgent": True})
     with plugins.temporary_plugin(Priority()):
         assert plugins.select_run_to_claim([old, urgent], HOST) is urgent
         assert plugins.select_run_to_claim([old], HOST) is old
 
 
-def test_may_claim_stops_at_max_workers_and_any_plugin_can_veto():
-    run = _record()
+def test_may_claim_stops_at_max_workers_and_any_plugin_can_veto(run_record):
+    run = run_record()
     busy = HostInfo(host_id="host-a", epoch=1, active_workers=4, max_workers=4)
 
     assert plugins.may_claim(run, HOST) is True
@@ -144,10 +121,10 @@ def test_may_claim_stops_at_max_workers_and_any_plugin_can_veto():
 
     with plugins.temporary_plugin(NoHeadless()):
         assert plugins.may_claim(run, HOST) is True
-        assert plugins.may_claim(_record(execution_mode="headless"), HOST) is False
+        assert plugins.may_claim(run_record(execution_mode="headless"), HOST) is False
 
 
-def test_run_claimed_notifies_plugins():
+def test_run_claimed_notifies_plugins(run_record):
     claims = []
 
     class Recorder:
@@ -157,7 +134,7 @@ def test_run_claimed_notifies_plugins():
 
     claim = Claim(run_id="run-1", owner_id="host-a", generation=3, expires_at=10)
     with plugins.temporary_plugin(Recorder()):
-        plugins.run_claimed(_record(), claim)
+        plugins.run_claimed(run_record(), claim)
 
     assert claims == [("run-1", 3)]
 
@@ -165,23 +142,24 @@ def test_run_claimed_notifies_plugins():
 # --- worker launch ---------------------------------------------------------------------------
 
 
-def test_worker_run_command_resumes_an_initialized_run():
-    command = plugins.worker_run_command(_record(status="running", lineage_kind="restart"), "a-7")
+def test_worker_run_command_resumes_an_initialized_run(run_record):
+    record = run_record(status="running", lineage_kind="restart")
+    command = plugins.worker_run_command(record, "a-7")
     assert command.to_json() == {"kind": "resume", "resumeInteractionAttemptId": "a-7"}
-    plain = plugins.worker_run_command(_record(status="waiting"), None)
+    plain = plugins.worker_run_command(run_record(status="waiting"), None)
     assert plain.to_json() == {"kind": "resume"}
 
 
-def test_worker_run_command_restarts_a_restart_child():
-    record = _record(parent_run_id="parent", lineage_kind="restart", input={"n": 1})
+def test_worker_run_command_restarts_a_restart_child(run_record):
+    record = run_record(parent_run_id="parent", lineage_kind="restart", input={"n": 1})
     assert plugins.worker_run_command(record, None).to_json() == {
         "kind": "restart",
         "input": {"n": 1},
     }
 
 
-def test_worker_run_command_continues_with_the_human_decision():
-    record = _record(
+def test_worker_run_command_continues_with_the_human_decision(run_record):
+    record = run_record(
         parent_run_id="parent",
         lineage_kind="continuation",
         launch_options={"humanDecision": {"choice": "approve"}},
@@ -194,23 +172,23 @@ def test_worker_run_command_continues_with_the_human_decision():
     }
 
 
-def test_worker_run_command_refuses_a_continuation_without_parent():
+def test_worker_run_command_refuses_a_continuation_without_parent(run_record):
     with pytest.raises(PluginError) as failure:
-        plugins.worker_run_command(_record(run_id="orphan", lineage_kind="continuation"), None)
+        plugins.worker_run_command(run_record(run_id="orphan", lineage_kind="continuation"), None)
     assert "Workflow continuation orphan has no parent run" in str(failure.value)
     assert "pi_workflows.builtin.launch" in str(failure.value)
     assert isinstance(failure.value.__cause__, ValueError)
 
 
-def test_worker_run_command_refuses_a_parent_without_lineage():
+def test_worker_run_command_refuses_a_parent_without_lineage(run_record):
     with pytest.raises(PluginError) as failure:
-        plugins.worker_run_command(_record(run_id="odd", parent_run_id="p"), None)
+        plugins.worker_run_command(run_record(run_id="odd", parent_run_id="p"), None)
     assert "Workflow run odd has a parent without a lineage kind" in str(failure.value)
     assert isinstance(failure.value.__cause__, ValueError)
 
 
-def test_worker_run_command_starts_a_fresh_run():
-    assert plugins.worker_run_command(_record(input=[1, 2]), None).to_json() == {
+def test_worker_run_command_starts_a_fresh_run(run_record):
+    assert plugins.worker_run_command(run_record(input=[1, 2]), None).to_json() == {
         "kind": "start",
         "input": [1, 2],
     }
@@ -234,8 +212,8 @@ def test_worker_process_runs_the_worker_module_with_the_envelope(tmp_path):
 # --- turns -----------------------------------------------------------------------------------
 
 
-def test_unproductive_turn_limit_builtin_is_three():
-    assert plugins.unproductive_turn_limit(_record(), "review") == 3
+def test_unproductive_turn_limit_builtin_is_three(run_record):
+    assert plugins.unproductive_turn_limit(run_record(), "review") == 3
 
 
 def test_adjudicate_turn_report_through_a_plugin():
@@ -282,14 +260,14 @@ def _facts(status: str) -> dict:
     }
 
 
-def test_presentation_instructions_use_the_prompt_only_for_completed_runs():
-    run = _record(presentation_prompt="  Summarise the greeting in one line.  ")
+def test_presentation_instructions_use_the_prompt_only_for_completed_runs(run_record):
+    run = run_record(presentation_prompt="  Summarise the greeting in one line.  ")
 
     assert plugins.presentation_instructions(run, _facts("completed")) == (
         "Summarise the greeting in one line."
     )
     assert plugins.presentation_instructions(run, _facts("failed")) == DEFAULT_INSTRUCTIONS
-    assert plugins.presentation_instructions(_record(), _facts("completed")) == (
+    assert plugins.presentation_instructions(run_record(), _facts("completed")) == (
         "Explain the final workflow result to the user in a normal response."
     )
 

@@ -11,30 +11,8 @@ import pytest
 from pi_workflows import hookimpl, plugins
 from pi_workflows.builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from pi_workflows.errors import PluginError
-from pi_workflows.records import RunRecord
 
 TURNS = "pi_workflows.builtin.turns"
-
-
-def _record(**overrides) -> RunRecord:
-    fields = dict(
-        run_id="run-1",
-        workflow_name="hello",
-        status="queued",
-        queue_status="queued",
-        execution_mode="headless",
-        origin_session_id=None,
-        parent_run_id=None,
-        lineage_kind=None,
-        restart_number=0,
-        input={"task": "x"},
-        launch_options={},
-        available_at=100,
-        created_at=100,
-        revision=1,
-    )
-    fields.update(overrides)
-    return RunRecord(**fields)
 
 
 def _write_module(directory, name: str, source: str) -> None:
@@ -55,8 +33,8 @@ def test_builtins_register_first_in_their_declared_order(audit_plugin):
     assert names.index(audit_plugin) > max(names.index(name) for name in DEFAULT_PLUGINS)
 
 
-def test_a_temporary_firstresult_plugin_overrides_the_builtin_until_unregistered():
-    run = _record()
+def test_a_temporary_firstresult_plugin_overrides_the_builtin_until_unregistered(run_record):
+    run = run_record()
     assert plugins.unproductive_turn_limit(run, "step") == 3
 
     with plugins.temporary_plugin(StricterTurns(), name="stricter") as name:
@@ -68,17 +46,17 @@ def test_a_temporary_firstresult_plugin_overrides_the_builtin_until_unregistered
     assert "stricter" not in [entry["name"] for entry in plugins.describe_plugins()]
 
 
-def test_a_plugin_returning_none_defers_to_the_builtin():
+def test_a_plugin_returning_none_defers_to_the_builtin(run_record):
     class Undecided:
         @hookimpl
         def piw_unproductive_turn_limit(self, run, node_id):
             return None
 
     with plugins.temporary_plugin(Undecided()):
-        assert plugins.unproductive_turn_limit(_record(), "step") == 3
+        assert plugins.unproductive_turn_limit(run_record(), "step") == 3
 
 
-def test_the_disable_list_blocks_builtins_but_not_essential_ones(monkeypatch):
+def test_the_disable_list_blocks_builtins_but_not_essential_ones(monkeypatch, run_record):
     monkeypatch.setenv(plugins.DISABLE_ENV, f" {TURNS} , {ESSENTIAL_PLUGINS[0]},")
 
     registry = plugins.load_plugins()
@@ -86,7 +64,7 @@ def test_the_disable_list_blocks_builtins_but_not_essential_ones(monkeypatch):
     assert registry.disabled == [TURNS]
     assert not registry.manager.has_plugin(TURNS)
     assert registry.manager.has_plugin(ESSENTIAL_PLUGINS[0])
-    assert registry.manager.hook.piw_unproductive_turn_limit(run=_record(), node_id="x") is None
+    assert registry.manager.hook.piw_unproductive_turn_limit(run=run_record(), node_id="x") is None
 
 
 def test_the_disable_list_in_the_cli(home_env, audit_plugin):
@@ -102,7 +80,7 @@ def test_the_disable_list_in_the_cli(home_env, audit_plugin):
     assert disabled_audit.returncode == 2  # the command no longer exists
 
 
-def test_a_local_module_named_in_the_env_is_loaded_last(tmp_path, monkeypatch):
+def test_a_local_module_named_in_the_env_is_loaded_last(tmp_path, monkeypatch, run_record):
     _write_module(
         tmp_path,
         "piw_local_limits",
@@ -123,8 +101,8 @@ def test_a_local_module_named_in_the_env_is_loaded_last(tmp_path, monkeypatch):
     assert names[-1] == "piw_local_limits"
     assert registry.sources["piw_local_limits"].kind == "env"
     hook = registry.manager.hook.piw_unproductive_turn_limit
-    assert hook(run=_record(), node_id="patient") == 7
-    assert hook(run=_record(), node_id="other") == 3
+    assert hook(run=run_record(), node_id="patient") == 7
+    assert hook(run=run_record(), node_id="other") == 3
 
 
 def test_a_local_plugin_through_the_cli(home_env, tmp_path):
@@ -199,7 +177,7 @@ def test_a_misspelt_hook_is_reported_against_its_plugin(tmp_path, monkeypatch, c
     assert "Plugin 'piw_misspelt'" in capsys.readouterr().err
 
 
-def test_a_plugin_raising_in_a_hook_is_named_with_the_hook():
+def test_a_plugin_raising_in_a_hook_is_named_with_the_hook(run_record):
     class Exploding:
         @hookimpl
         def piw_unproductive_turn_limit(self, run, node_id):
@@ -207,7 +185,7 @@ def test_a_plugin_raising_in_a_hook_is_named_with_the_hook():
 
     with plugins.temporary_plugin(Exploding(), name="exploding"):
         with pytest.raises(PluginError) as failure:
-            plugins.unproductive_turn_limit(_record(), "step")
+            plugins.unproductive_turn_limit(run_record(), "step")
 
     message = str(failure.value)
     assert message == (
