@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..client import WorkflowClient
 from ..home import DATABASE_ENV, Home, resolve_home
 from ..storage import StateStore, open_state
 
@@ -17,8 +18,10 @@ from ..storage import StateStore, open_state
 class CliContext:
     home_option: str | None
     database_url: str | None
+    autostart: bool = True
     _home: Home | None = field(default=None, init=False)
     _store: StateStore | None = field(default=None, init=False)
+    _client: WorkflowClient | None = field(default=None, init=False)
 
     @property
     def home(self) -> Home:
@@ -32,7 +35,16 @@ class CliContext:
             self._store = open_state(self.home, self.database_url)
         return self._store
 
+    def client(self, *, autostart: bool | None = None) -> WorkflowClient:
+        """The host client; the host is started on demand unless --no-autostart."""
+        if self._client is None:
+            allowed = self.autostart if autostart is None else autostart
+            self._client = WorkflowClient(self.home, self.database_url, autostart=allowed)
+        return self._client
+
     def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
         if self._store is not None:
             self._store.close()
 

@@ -11,7 +11,9 @@ from .. import __version__, plugins
 from ..errors import PiWorkflowsError
 from ..home import HOME_ENV
 from .context import CliContext, database_url_from
+from .host_commands import host_group
 from .plugins_command import plugins_command
+from .run_commands import run_group
 from .state_commands import state_group
 
 
@@ -38,14 +40,21 @@ class PiWorkflowsGroup(click.Group):
     default=None,
     help="SQLite path or postgresql:// URL (env PI_WORKFLOWS_DATABASE).",
 )
+@click.option(
+    "--no-autostart",
+    is_flag=True,
+    help="Fail instead of starting a host when none is running.",
+)
 @click.pass_context
-def cli(ctx: click.Context, home: str | None, database: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, database: str | None, no_autostart: bool) -> None:
     """pi-workflows: a durable host for multi-step agent workflows."""
-    state = CliContext(home, database_url_from(database))
+    state = CliContext(home, database_url_from(database), autostart=not no_autostart)
     ctx.obj = state
     ctx.call_on_close(state.close)
 
 
+cli.add_command(host_group)
+cli.add_command(run_group)
 cli.add_command(plugins_command)
 cli.add_command(state_group)
 

@@ -1,0 +1,103 @@
+"""`pi-workflows host run|start|stop|status`."""
+
+from __future__ import annotations
+
+import click
+
+from ..client.autostart import start_background_host
+from ..client.connection import HostConnection
+from ..errors import HostUnavailableError
+from ..host.lock import live_lock_holder
+from .context import CliContext, emit_json, json_option, pass_cli
+
+
+@click.group("host")
+def host_group() -> None:
+    """Run, start, stop and inspect the workflow host of this home."""
+
+
+@host_group.command("run")
+@pass_cli
+def run_command(cli_ctx: CliContext) -> None:
+    """Run the host in the foreground until Ctrl-C or SIGTERM."""
+    from ..host.runtime import run_host_forever
+
+    run_host_forever(cli_ctx.home, cli_ctx.database_url)
+
+
+@host_group.command("start")
+@json_option
+@pass_cli
+def start_command(cli_ctx: CliContext, as_json: bool) -> None:
+    """Start the host in the background and wait until it is ready (idempotent)."""
+    try:
+        HostConnection(cli_ctx.home.socket_path).close()
+        already = True
+    except HostUnavailableError:
+        start_background_host(cli_ctx.home, cli_ctx.database_url)
+        already = False
+    holder = live_lock_holder(cli_ctx.home.lock_path)
+    result = {"running": True, "alreadyRunning": already, "pid": holder["pid"] if holder else None}
+    if as_json:
+        emit_json(result)
+    elif already:
+        click.echo(f"host already running (PID {result['pid']})")
+    else:
+        click.echo(f"host started (PID {result['pid']})")
+
+
+@host_group.command("stop")
+@json_option
+@pass_cli
+def stop_command(cli_ctx: CliContext, as_json: bool) -> None:
+    """Stop the running host cleanly; runs in flight are parked and resume later."""
+    import time
+
+    holder = live_lock_holder(cli_ctx.home.lock_path)
+    try:
+        cli_ctx.client(autostart=False).stop_host()
+    except HostUnavailableError:
+        if as_json:
+            emit_json({"stopped": False, "running": False})
+        else:
+            click.echo("no host is running")
+        return
+    deadline = time.monotonic() + 30
+    while holder is not None and live_lock_holder(cli_ctx.home.lock_path) is not None:
+        if time.monotonic() > deadline:
+            raise click.ClickException("The host did not stop within 30 s.")
+        time.sleep(0.05)
+    if as_json:
+        emit_json({"stopped": True, "running": False})
+    else:
+        click.echo("host stopped")
+
+
+@host_group.command("status")
+@json_option
+@pass_cli
+def status_command(cli_ctx: CliContext, as_json: bool) -> None:
+    """Show host state, epoch, uptime, workers, clients and run counts."""
+    try:
+        status = cli_ctx.client(autostart=False).host_status()
+    except HostUnavailableError:
+        status = {"state": "stopped"}
+    if as_json:
+        emit_json(status)
+        return
+    if status["state"] == "stopped":
+        click.echo("host: stopped")
+        return
+    click.echo(f"host: {status['state']} (PID {status['pid']}, epoch {status['epoch']})")
+    click.echo(f"uptime: {status['uptimeMs'] / 1000:.1f} s")
+    click.echo(f"workers: {status['activeWorkers']} of {status['maxWorkers']}")
+    click.echo(f"clients: {status['connectedClients']}")
+    click.echo(
+        f"runs: {status['queuedRuns']} queued, {status['runningRuns']} running, "
+        f"{status['parkedRuns']} parked, {status['waitingRuns']} waiting"
+    )
+    click.echo(
+        f"attention: {status['expiredClaims']} expired claims, {status['pendingInteractions']} "
+        f"pending interactions, {status['ambiguousEffects']} ambiguous effects, "
+        f"{status['lifecycleContradictions']} lifecycle contradictions"
+    )

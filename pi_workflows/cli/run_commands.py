@@ -1,0 +1,185 @@
+"""`pi-workflows run start|list|status|pause|resume|cancel`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InvalidInputError
+from .context import CliContext, emit_json, json_option, pass_cli
+
+SUCCESSFUL_WAIT_STATUSES = ("completed", "waiting")
+
+
+@click.group("run")
+def run_group() -> None:
+    """Start, list, inspect and control workflow runs."""
+
+
+def _parse_input(input_json: str | None, task: tuple[str, ...]) -> Any:
+    if input_json is not None:
+        try:
+            return json.loads(input_json)
+        except json.JSONDecodeError as error:
+            raise InvalidInputError(
+                f"--input-json is not valid JSON ({error.msg} at position {error.pos}); "
+                'quote it, e.g. --input-json \'{"name": "Ada"}\'.'
+            ) from None
+    if task:
+        return {"task": " ".join(task)}
+    return {}
+
+
+@run_group.command("start")
+@click.argument("workflow")
+@click.argument("task", nargs=-1)
+@click.option("--input-json", default=None, help="The run's input as a JSON value.")
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Project directory (default: the current directory).",
+)
+@click.option("--session", "session_id", default=None, help="Bind an interactive run to a session.")
+@click.option("--headless", is_flag=True, help="Run agent steps through an agent executor.")
+@click.option("--wait", is_flag=True, help="Wait until the run is terminal or waiting.")
+@click.option("--timeout", type=float, default=None, help="Give up waiting after SECONDS.")
+@click.option("--no-autostart", is_flag=True, help="Fail instead of starting a host.")
+@json_option
+@pass_cli
+def start_command(
+    cli_ctx: CliContext,
+    workflow: str,
+    task: tuple[str, ...],
+    input_json: str | None,
+    project: Path | None,
+    session_id: str | None,
+    headless: bool,
+    wait: bool,
+    timeout: float | None,
+    no_autostart: bool,
+    as_json: bool,
+) -> None:
+    """Start WORKFLOW (optionally with TASK text as input) and print its run id."""
+    from ..discovery import resolve_workflow
+
+    run_input = _parse_input(input_json, task)
+    project_path = (project or Path.cwd()).resolve()
+    resolved = resolve_workflow(workflow, project_path)
+    interactive = session_id is not None and not headless
+    payload = {
+        "workflowName": resolved.name,
+        "workflowRef": resolved.ref,
+        "workflowSource": resolved.source,
+        "definitionDigest": resolved.definition_digest,
+        "projectPath": str(project_path),
+        "input": run_input,
+        "executionMode": "interactive" if interactive else "headless",
+    }
+    if interactive:
+        payload["originSessionId"] = session_id
+    if resolved.presentation_prompt is not None:
+        payload["presentationPrompt"] = resolved.presentation_prompt
+    client = cli_ctx.client(autostart=False if no_autostart else None)
+    receipt = client.start_run(payload)
+    run_id = receipt["runId"]
+    if not wait:
+        if as_json:
+            emit_json(client.run_status(run_id))
+        else:
+            click.echo(run_id)
+        return
+    final = client.wait_for_run(
+        run_id,
+        timeout_s=timeout,
+        on_progress=None if as_json else _progress_printer(run_id),
+    )
+    if as_json:
+        emit_json(final)
+    else:
+        _print_outcome(final)
+    if final["status"] not in SUCCESSFUL_WAIT_STATUSES:
+        sys.exit(1)
+
+
+def _progress_printer(run_id: str) -> Any:
+    def show(status: dict[str, Any]) -> None:
+        if sys.stderr.isatty() or os.environ.get("PI_WORKFLOWS_PROGRESS"):
+            click.echo(f"{run_id}: {status['status']}", err=True)
+
+    return show
+
+
+def _print_outcome(status: dict[str, Any]) -> None:
+    click.echo(f"{status['runId']}: {status['status']}")
+    if status.get("statusDetail"):
+        click.echo(f"detail: {status['statusDetail']}")
+    if status.get("finalOutput") is not None:
+        click.echo(json.dumps(status["finalOutput"], indent=2, ensure_ascii=False))
+    if status.get("error"):
+        click.echo(f"error: {status['error']}", err=True)
+
+
+@run_group.command("list")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, help="At most this many.")
+@json_option
+@pass_cli
+def list_command(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
+    """List runs, newest first."""
+    runs = cli_ctx.client().list_runs(limit)
+    if as_json:
+        emit_json(runs)
+        return
+    if not runs:
+        click.echo("no runs")
+    for run in runs:
+        flag = " (paused)" if run["paused"] else ""
+        click.echo(f"{run['runId']}  {run['workflowName']}  {run['status']}{flag}")
+
+
+@run_group.command("status")
+@click.argument("run_id")
+@json_option
+@pass_cli
+def status_command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
+    """Show one run's status, output and error."""
+    status = cli_ctx.client().run_status(run_id)
+    if as_json:
+        emit_json(status)
+        return
+    _print_outcome(status)
+    click.echo(f"queue: {status['queueStatus']}  revision: {status['revision']}")
+    if status["paused"]:
+        click.echo("paused: yes")
+    if status["errorCode"]:
+        click.echo(f"error code: {status['errorCode']}")
+
+
+def _control_command(name: str, method: str, help_text: str) -> click.Command:
+    @click.command(name, help=help_text)
+    @click.argument("run_id")
+    @json_option
+    @pass_cli
+    def command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
+        receipt = getattr(cli_ctx.client(), method)(run_id)
+        if as_json:
+            emit_json(receipt)
+        else:
+            detail = receipt.get("detail") or receipt.get("status") or "done"
+            click.echo(f"{run_id}: {detail}")
+
+    return command
+
+
+run_group.add_command(
+    _control_command("cancel", "cancel_run", "Cancel RUN_ID; a running worker is stopped.")
+)
+run_group.add_command(
+    _control_command("pause", "pause_run", "Pause RUN_ID at its next durable boundary.")
+)
+run_group.add_command(_control_command("resume", "resume_run", "Resume a paused or parked RUN_ID."))

@@ -1,0 +1,119 @@
+"""One socket connection to the host: hello, requests, responses (SPEC §8)."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..canonical import canonical_json
+from ..errors import HostUnavailableError, PiWorkflowsError
+from ..protocol.client_messages import SCHEMA
+from ..protocol.framing import MAX_FRAME_BYTES
+
+
+@dataclass(frozen=True)
+class Response:
+    request_id: str
+    outcome: str
+    receipt: Any = None
+    error: str | None = None
+    revision: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("accepted", "adopted")
+
+
+class HostConnection:
+    """A blocking connection; one request at a time, events are skipped."""
+
+    def __init__(self, socket_path: Path, timeout_s: float = 30.0) -> None:
+        self.socket_path = socket_path
+        self.client_id = f"client-{secrets.token_hex(8)}"
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout_s)
+        try:
+            self._sock.connect(str(socket_path))
+        except OSError as error:
+            self._sock.close()
+            raise HostUnavailableError(
+                f"No workflow host answers at {socket_path}: {error}"
+            ) from None
+        self._reader = self._sock.makefile("rb")
+        self.hello = self._read_message()
+        if self.hello.get("type") != "hello":
+            self.close()
+            raise HostUnavailableError("The workflow host did not greet this client.")
+
+    def _read_message(self) -> dict[str, Any]:
+        line = self._reader.readline(MAX_FRAME_BYTES + 1)
+        if not line:
+            raise HostUnavailableError("The workflow host closed the connection.")
+        return json.loads(line)
+
+    def send_raw(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def request(
+        self,
+        operation: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        request_id: str | None = None,
+        idempotency_key: str | None = None,
+        expected_revision: int | None = None,
+    ) -> Response:
+        request_id = request_id or f"request-{secrets.token_hex(12)}"
+        message: dict[str, Any] = {
+            "schema": SCHEMA,
+            "type": "request",
+            "requestId": request_id,
+            "clientId": self.client_id,
+            "operation": operation,
+            "idempotencyKey": idempotency_key or request_id,
+            "payload": payload or {},
+        }
+        if run_id is not None:
+            message["runId"] = run_id
+        if expected_revision is not None:
+            message["expectedRevision"] = expected_revision
+        try:
+            self._sock.sendall(canonical_json(message).encode("utf-8") + b"\n")
+            while True:
+                reply = self._read_message()
+                if reply.get("type") == "response" and reply.get("requestId") == request_id:
+                    break
+        except (OSError, ValueError) as error:
+            raise HostUnavailableError(
+                f"Lost the connection to the workflow host: {error}"
+            ) from None
+        return Response(
+            request_id=request_id,
+            outcome=reply["outcome"],
+            receipt=reply.get("receipt"),
+            error=reply.get("error"),
+            revision=reply.get("revision"),
+        )
+
+    def close(self) -> None:
+        self._reader.close()
+        self._sock.close()
+
+    def __enter__(self) -> HostConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RequestFailed(PiWorkflowsError):
+    """The host answered with an outcome other than accepted/adopted."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.error or f"The host answered {response.outcome}.")
+        self.response = response

@@ -1,0 +1,98 @@
+"""High-level client calls: the operations of SPEC §8 as Python methods."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..home import Home
+from .autostart import connect
+from .connection import HostConnection, RequestFailed, Response
+
+TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
+
+
+class WorkflowClient:
+    """Talks to the host of one home; starts it on demand unless `autostart=False`."""
+
+    def __init__(self, home: Home, database_url: str | None = None, *, autostart: bool = True):
+        self.home = home
+        self.database_url = database_url
+        self.autostart = autostart
+        self._connection: HostConnection | None = None
+
+    @property
+    def connection(self) -> HostConnection:
+        if self._connection is None:
+            self._connection = connect(self.home, self.database_url, autostart=self.autostart)
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def call(self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Send a request and return its receipt; raise `RequestFailed` otherwise."""
+        response = self.connection.request(operation, payload, **kwargs)
+        if not response.ok:
+            raise RequestFailed(response)
+        return response.receipt
+
+    def send(
+        self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any
+    ) -> Response:
+        """Send a request and return the raw response, whatever its outcome."""
+        return self.connection.request(operation, payload, **kwargs)
+
+    def start_run(self, payload: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self.call("run.start", payload, **kwargs)
+
+    def run_status(self, run_id: str) -> dict[str, Any]:
+        return self.call("run.status", {}, run_id=run_id)
+
+    def list_runs(self, limit: int = 100) -> list[dict[str, Any]]:
+        return self.call("run.list", {"limit": limit})
+
+    def cancel_run(self, run_id: str) -> dict[str, Any]:
+        return self.call("run.cancel", {}, run_id=run_id)
+
+    def pause_run(self, run_id: str) -> dict[str, Any]:
+        return self.call("run.pause", {}, run_id=run_id)
+
+    def resume_run(self, run_id: str) -> dict[str, Any]:
+        return self.call("run.resume", {}, run_id=run_id)
+
+    def host_status(self) -> dict[str, Any]:
+        return self.call("host.status")
+
+    def stop_host(self) -> dict[str, Any]:
+        return self.call("host.stop")
+
+    def wait_for_run(
+        self,
+        run_id: str,
+        *,
+        timeout_s: float | None = None,
+        until: Callable[[dict[str, Any]], bool] | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+        poll_s: float = 0.05,
+    ) -> dict[str, Any]:
+        """Poll `run.status` until the run is terminal or waiting (or `until` says so)."""
+        until = until or (lambda s: s["status"] in TERMINAL_STATUSES or s["status"] == "waiting")
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        last_status = None
+        while True:
+            status = self.run_status(run_id)
+            if until(status):
+                return status
+            if on_progress is not None and status["status"] != last_status:
+                on_progress(status)
+            last_status = status["status"]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"Run {run_id} is still {status['status']} after {timeout_s:g} s; "
+                    f"check it with 'pi-workflows run status {run_id}'."
+                )
+            time.sleep(poll_s)

@@ -1,0 +1,1 @@
+"""The workflow host: lifecycle, client server, claims, worker supervision."""

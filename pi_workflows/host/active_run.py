@@ -1,0 +1,28 @@
+"""The host's in-memory record of a run it supervises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .supervisor import WorkerSupervisor
+
+
+@dataclass
+class ActiveRun:
+    run_id: str
+    claim_token: str
+    generation: int
+    worker_epoch: str
+    supervisor: WorkerSupervisor | None
+    # Revision at launch and at worker.ready: no commit past it means no progress.
+    launch_progress_revision: int
+    # Set when the host itself decided the outcome (cancel, pause, handoff): no recovery.
+    control: str | None = None
+    exiting: bool = False
+    claim_lost: bool = False
+    workflow_load_failure: str | None = None
+    source_changed: str | None = None
+
+    def stop(self, outcome: str) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop(outcome)

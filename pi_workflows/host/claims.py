@@ -1,0 +1,404 @@
+"""Fenced run claims and the queue transitions built on them (SPEC §6).
+
+Every function here runs inside the caller's transaction (`StateStore.transaction()`),
+so a claim check and the write it protects commit together. A claim is identified by
+the sha256 of a random token plus a generation that only ever grows.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from ..canonical import sha256_hex
+from ..clock import now_ms
+from ..records import Claim
+from ..storage import put_text, record_run_change
+from ..storage.models import (
+    TERMINAL_RUN_STATUSES,
+    Effect,
+    HumanDecision,
+    HumanDecisionResolution,
+    InteractiveRequest,
+    InteractiveSubmission,
+    Lease,
+    NodeAttempt,
+    Run,
+    RunQueue,
+    WorkflowMessage,
+    WorkflowTurn,
+)
+
+RUN_CLAIM_LEASE_MS = 30_000
+TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
+NEVER_AUTO_CLAIMED = ("workflowSourceChanged", "workerNoProgress")
+MAX_DETAIL_CHARS = 8192
+
+
+def new_claim_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def token_hash(token: str) -> str:
+    return sha256_hex(token)
+
+
+def _has_pending_interaction(run_id: str) -> bool:
+    return (
+        InteractiveRequest.select()
+        .where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending"))
+        .exists()
+    )
+
+
+def claim_run(
+    run_id: str,
+    owner_id: str,
+    token: str,
+    *,
+    lease_ms: int = RUN_CLAIM_LEASE_MS,
+    allow_pending_interaction: bool = False,
+) -> Claim | None:
+    """Take the run's claim by compare-and-set on the generation, or return None."""
+    now = now_ms()
+    queue = RunQueue.get_or_none(RunQueue.run == run_id)
+    if queue is None or queue.status in TERMINAL_QUEUE_STATUSES:
+        return None
+    if not allow_pending_interaction and _has_pending_interaction(run_id):
+        return None
+    lease = Lease.get_by_id(run_id)
+    is_live = lease.owner_id is not None and lease.expires_at > now
+    if is_live and lease.owner_id != owner_id:
+        return None
+    generation = lease.generation + 1
+    changed = (
+        Lease.update(
+            generation=generation,
+            owner_id=owner_id,
+            token_hash=token_hash(token),
+            acquired_at=now,
+            heartbeat_at=now,
+            expires_at=now + lease_ms,
+        )
+        .where((Lease.run == run_id) & (Lease.generation == lease.generation))
+        .execute()
+    )
+    if changed != 1:
+        return None
+    RunQueue.update(status="starting", error_code=None, error_hash=None, updated_at=now).where(
+        RunQueue.run == run_id
+    ).execute()
+    record_run_change(
+        run_id,
+        event_type="lease.claimed",
+        actor=f"host:{owner_id}",
+        payload={"expiresAt": now + lease_ms},
+        lease_generation=generation,
+    )
+    return Claim(run_id=run_id, owner_id=owner_id, generation=generation, expires_at=now + lease_ms)
+
+
+def _live_claim_query(run_id: str, token: str, generation: int | None = None) -> Any:
+    query = Lease.select().where(
+        (Lease.run == run_id)
+        & (Lease.token_hash == token_hash(token))
+        & (Lease.expires_at > now_ms())
+    )
+    if generation is not None:
+        query = query.where(Lease.generation == generation)
+    return query
+
+
+def verify_claim(run_id: str, token: str, generation: int | None = None) -> bool:
+    """True while the token's claim is the run's live claim."""
+    return _live_claim_query(run_id, token, generation).exists()
+
+
+def renew_claim(run_id: str, token: str, lease_ms: int = RUN_CLAIM_LEASE_MS) -> bool:
+    """Extend a live claim; an expired claim can never renew itself (no revision bump)."""
+    now = now_ms()
+    return (
+        Lease.update(heartbeat_at=now, expires_at=now + lease_ms)
+        .where(
+            (Lease.run == run_id)
+            & (Lease.token_hash == token_hash(token))
+            & (Lease.expires_at > now)
+        )
+        .execute()
+        == 1
+    )
+
+
+def _release(run_id: str, token: str) -> int | None:
+    """Clear the owner of a live claim; returns its generation, or None if not ours."""
+    lease = _live_claim_query(run_id, token).first()
+    if lease is None:
+        return None
+    Lease.update(
+        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
+    ).where((Lease.run == run_id) & (Lease.generation == lease.generation)).execute()
+    return lease.generation
+
+
+def mark_running(run_id: str, token: str) -> bool:
+    if not verify_claim(run_id, token):
+        return False
+    now = now_ms()
+    queue = RunQueue.get_by_id(run_id)
+    RunQueue.update(status="running", started_at=queue.started_at or now, updated_at=now).where(
+        RunQueue.run == run_id
+    ).execute()
+    generation = Lease.get_by_id(run_id).generation
+    record_run_change(
+        run_id,
+        event_type="run.queue_running",
+        actor="host",
+        payload={"status": "running"},
+        lease_generation=generation,
+    )
+    return True
+
+
+def park_run(
+    run_id: str,
+    token: str,
+    *,
+    event_type: str = "run.queue_parked",
+    error_code: str | None = None,
+    detail: str | None = None,
+    to_waiting: bool = False,
+) -> bool:
+    """Release the claim and park the queue row (the variants of reference §5.5)."""
+    generation = _release(run_id, token)
+    if generation is None:
+        return False
+    now = now_ms()
+    queue_updates: dict[str, Any] = {"status": "parked", "updated_at": now, "finished_at": None}
+    run_updates: dict[str, Any] = {}
+    if error_code is not None:
+        queue_updates.update(error_code=error_code, available_at=now)
+        if detail is not None:
+            detail = detail[:MAX_DETAIL_CHARS]
+            queue_updates["error_hash"] = put_text(detail)
+            run_updates["status_detail"] = detail
+    if to_waiting:
+        run_updates.update(status="waiting", finished_at=now)
+        NodeAttempt.update(status="waiting", finished_at=None).where(
+            (NodeAttempt.run == run_id) & NodeAttempt.status.in_(("pending", "running"))
+        ).execute()
+    RunQueue.update(**queue_updates).where(
+        (RunQueue.run == run_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)
+    ).execute()
+    record_run_change(
+        run_id,
+        event_type=event_type,
+        actor="host",
+        payload={"status": "parked", "code": error_code},
+        lease_generation=generation,
+        **run_updates,
+    )
+    return True
+
+
+def park_for_no_progress(run_id: str, token: str, detail: str) -> bool:
+    return park_run(
+        run_id,
+        token,
+        event_type="run.worker_no_progress",
+        error_code="workerNoProgress",
+        detail=detail,
+    )
+
+
+def park_for_source_change(run_id: str, token: str, detail: str) -> bool:
+    return park_run(
+        run_id,
+        token,
+        event_type="run.source_changed",
+        error_code="workflowSourceChanged",
+        detail=detail,
+    )
+
+
+def park_for_ambiguous_effect(run_id: str, token: str) -> bool:
+    return park_run(
+        run_id,
+        token,
+        event_type="run.effect_ambiguous",
+        error_code="effectAmbiguous",
+        detail="effect outcome is ambiguous; explicit recovery is required",
+        to_waiting=True,
+    )
+
+
+def has_uncertain_effect(run_id: str) -> bool:
+    return (
+        Effect.select()
+        .where((Effect.run == run_id) & Effect.status.in_(("applying", "ambiguous")))
+        .exists()
+    )
+
+
+def settle_open_turns_and_messages(run_id: str, run_status: str) -> None:
+    """End open turns as `lost` and cancel pending messages when a run stops (SPEC §7.5)."""
+    now = now_ms()
+    WorkflowTurn.update(state="ended", stop_reason="lost", ended_at=now).where(
+        (WorkflowTurn.run == run_id) & (WorkflowTurn.state == "started")
+    ).execute()
+    kinds = ("step", "decision") if run_status == "completed" else ("step", "decision", "followUp")
+    WorkflowMessage.update(status="cancelled", updated_at=now).where(
+        (WorkflowMessage.run == run_id)
+        & (WorkflowMessage.status == "pending")
+        & WorkflowMessage.kind.in_(kinds)
+    ).execute()
+
+
+QUEUE_STATUS_FOR_RUN = {
+    "completed": "done",
+    "waiting": "parked",
+    "cancelled": "cancelled",
+    "failed": "failed",
+    "timed_out": "failed",
+}
+
+
+def project_lifecycle(run_id: str, generation: int, run_status: str) -> None:
+    """Queue and claim follow a snapshot whose status left `running` (SPEC §7.5).
+
+    Runs inside the snapshot's transaction so the run, its queue row and its claim
+    never disagree after a commit.
+    """
+    if run_status == "running":
+        return
+    now = now_ms()
+    if run_status != "waiting":
+        settle_open_turns_and_messages(run_id, run_status)
+    queue_status = QUEUE_STATUS_FOR_RUN[run_status]
+    run = Run.get_by_id(run_id)
+    is_terminal = run_status in TERMINAL_RUN_STATUSES
+    RunQueue.update(
+        status=queue_status,
+        error_code=run_status if run_status in ("failed", "timed_out") else None,
+        error_hash=run.error_hash if queue_status == "failed" else None,
+        updated_at=now,
+        finished_at=now if is_terminal else None,
+    ).where((RunQueue.run == run_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)).execute()
+    Lease.update(
+        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
+    ).where((Lease.run == run_id) & (Lease.generation == generation)).execute()
+
+
+def terminate_run(
+    run_id: str,
+    token: str | None,
+    *,
+    status: str,
+    code: str,
+    error: str,
+    status_detail: str | None = None,
+) -> bool:
+    """End a run as `failed` or `cancelled` from the host (cancel, load failure, …).
+
+    Without a token the run must be unowned (queued, parked or with an expired claim);
+    with one, the token must hold the live claim. Cancellation also cancels everything
+    that still waits on the run.
+    """
+    now = now_ms()
+    queue = RunQueue.get_or_none(RunQueue.run == run_id)
+    if queue is None or queue.status in TERMINAL_QUEUE_STATUSES:
+        return False
+    lease = Lease.get_by_id(run_id)
+    if token is None:
+        if lease.owner_id is not None and lease.expires_at > now:
+            return False
+    elif not verify_claim(run_id, token):
+        return False
+    Lease.update(
+        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
+    ).where(Lease.run == run_id).execute()
+    error_hash = put_text(error)
+    RunQueue.update(
+        status="cancelled" if status == "cancelled" else "failed",
+        error_code=code,
+        error_hash=error_hash,
+        updated_at=now,
+        finished_at=now,
+    ).where(RunQueue.run == run_id).execute()
+    settle_open_turns_and_messages(run_id, status)
+    if status == "cancelled":
+        _cancel_dependents(run_id, now)
+    record_run_change(
+        run_id,
+        event_type=f"run.queue_{'cancelled' if status == 'cancelled' else 'failed'}",
+        actor="host",
+        payload={"status": status, "code": code, "error": error},
+        lease_generation=lease.generation,
+        status=status,
+        paused=False,
+        status_detail=status_detail,
+        error_hash=error_hash,
+        finished_at=now,
+    )
+    return True
+
+
+def _cancel_dependents(run_id: str, now: int) -> None:
+    NodeAttempt.update(status="cancelled", finished_at=now).where(
+        (NodeAttempt.run == run_id)
+        & NodeAttempt.status.in_(("pending", "running", "waiting", "interrupted"))
+    ).execute()
+    Effect.update(status="cancelled", updated_at=now, settled_at=now).where(
+        (Effect.run == run_id) & (Effect.status == "pending")
+    ).execute()
+    Effect.update(status="ambiguous", updated_at=now).where(
+        (Effect.run == run_id) & (Effect.status == "applying")
+    ).execute()
+    open_decisions = [
+        d.decision_id
+        for d in HumanDecision.select(HumanDecision.decision_id).where(
+            (HumanDecision.run == run_id) & (HumanDecision.status == "pending")
+        )
+    ]
+    for decision_id in open_decisions:
+        HumanDecisionResolution.insert(
+            decision=decision_id, provenance="cancellation", resolved_at=now
+        ).on_conflict_ignore().execute()
+    HumanDecision.update(status="cancelled", updated_at=now).where(
+        HumanDecision.decision_id.in_(open_decisions)
+    ).execute()
+    pending_requests = InteractiveRequest.select(InteractiveRequest.request_id).where(
+        (InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending")
+    )
+    InteractiveSubmission.update(outcome="rejected").where(
+        (InteractiveSubmission.request.in_(pending_requests))
+        & (InteractiveSubmission.outcome == "validating")
+    ).execute()
+    InteractiveRequest.update(
+        status="cancelled", revision=InteractiveRequest.revision + 1, updated_at=now
+    ).where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending")).execute()
+
+
+def claim_candidates(owner_id: str, exclude: set[str], limit: int = 32) -> list[str]:
+    """Run ids a claim pass may take now, oldest first (SPEC §6 claim pass)."""
+    now = now_ms()
+    pending_interactions = InteractiveRequest.select(InteractiveRequest.run).where(
+        InteractiveRequest.status == "pending"
+    )
+    query = (
+        RunQueue.select(RunQueue.run)
+        .join(Lease, on=(Lease.run == RunQueue.run))
+        .switch(RunQueue)
+        .join(Run, on=(Run.run_id == RunQueue.run))
+        .where(
+            RunQueue.status.in_(("queued", "parked", "starting", "running"))
+            & (RunQueue.available_at <= now)
+            & (Lease.owner_id.is_null() | (Lease.expires_at <= now))
+            & ~((RunQueue.status == "parked") & ((Run.status == "waiting") | (Run.paused == True)))  # noqa: E712
+            & (RunQueue.error_code.is_null() | RunQueue.error_code.not_in(NEVER_AUTO_CLAIMED))
+            & RunQueue.run.not_in(pending_interactions)
+        )
+        .order_by(RunQueue.available_at, RunQueue.created_at)
+    )
+    if exclude:
+        query = query.where(RunQueue.run.not_in(list(exclude)))
+    return [run_id for (run_id,) in query.limit(limit).tuples()]

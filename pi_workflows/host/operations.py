@@ -1,0 +1,333 @@
+"""Client operations: what each request does to runs, claims and workers (SPEC §8).
+
+Durable operations run inside `execute_durable`, so their change and their receipt
+commit together; effects that must follow the commit (activating or stopping a
+worker) are registered with `store.after_commit`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..clock import now_ms
+from ..errors import InvalidInputError, NotFoundError, PiWorkflowsError
+from ..protocol.client_messages import DURABLE_OPERATIONS, ClientRequest, response
+from ..protocol.framing import one_line_error, valid_id
+from ..storage import record_run_change
+from ..storage.models import (
+    TERMINAL_RUN_STATUSES,
+    Effect,
+    InteractiveRequest,
+    Lease,
+    Run,
+    RunQueue,
+)
+from ..storage.runs import create_run, get_run, new_run_id, run_status_json
+from . import claims
+from .receipts import OperationResult, execute_durable, outcome_for_error
+
+if TYPE_CHECKING:
+    from .runtime import Host
+
+KNOWN_OPERATIONS = frozenset(
+    {
+        "run.start",
+        "run.list",
+        "run.status",
+        "run.pause",
+        "run.resume",
+        "run.cancel",
+        "host.status",
+        "host.stop",
+    }
+)
+RUN_LIST_LIMIT = 100
+
+
+class Operations:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.durable: dict[str, Callable[[ClientRequest], OperationResult]] = {
+            "run.start": self.run_start,
+            "run.pause": self.run_pause,
+            "run.resume": self.run_resume,
+            "run.cancel": self.run_cancel,
+        }
+        self.queries: dict[str, Callable[[ClientRequest], Any]] = {
+            "run.status": self.run_status,
+            "run.list": self.run_list,
+            "host.status": self.host_status,
+        }
+
+    async def dispatch(self, request: ClientRequest) -> dict[str, Any]:
+        host = self.host
+        if host.stopping or host.claim is None:
+            return response(request.request_id, "unavailable", error="Workflow host is stopping")
+        operation = request.operation
+        if operation in DURABLE_OPERATIONS:
+            handler = self.durable[operation]
+            return execute_durable(host.store, request, host.claim.epoch, lambda: handler(request))
+        if operation == "host.stop":
+            host.spawn(host.stop())
+            return response(request.request_id, "accepted", receipt={"stopping": True})
+        try:
+            receipt = self.queries[operation](request)
+        except PiWorkflowsError as error:
+            return response(
+                request.request_id, outcome_for_error(error), error=one_line_error(error)
+            )
+        return response(request.request_id, "accepted", receipt=receipt)
+
+    # --- runs --------------------------------------------------------------------------
+
+    def run_start(self, request: ClientRequest) -> OperationResult:
+        payload = request.payload
+        name = _text(payload, "workflowName")
+        project = _text(payload, "projectPath")
+        if not os.path.isabs(project):
+            raise InvalidInputError(f"projectPath must be absolute, got {project!r}")
+        source = payload.get("workflowSource")
+        if not isinstance(source, dict) or source.get("kind") not in ("file", "builtin", "plugin"):
+            raise InvalidInputError("workflowSource must be a file, builtin or plugin source")
+        mode = payload.get("executionMode", "headless")
+        if mode not in ("headless", "interactive"):
+            raise InvalidInputError("executionMode must be 'headless' or 'interactive'")
+        session = payload.get("originSessionId")
+        if mode == "interactive" and not valid_id(session):
+            raise InvalidInputError("An interactive run needs an originSessionId")
+        prompt = payload.get("presentationPrompt")
+        run_id = new_run_id(name)
+        create_run(
+            run_id=run_id,
+            workflow_name=name,
+            workflow_ref=_text(payload, "workflowRef"),
+            workflow_source=source,
+            definition_digest=_text(payload, "definitionDigest"),
+            project_path=project,
+            input=payload.get("input", {}),
+            actor=f"client:{request.client_id}",
+            execution_mode=mode,
+            origin_session_id=session if mode == "interactive" else None,
+            presentation_prompt=prompt if isinstance(prompt, str) else None,
+        )
+        self.host.store.after_commit(self.host.schedule_claim_pass)
+        return OperationResult(
+            "accepted", receipt={"runId": run_id, "status": "queued"}, revision=1, run_id=run_id
+        )
+
+    def run_status(self, request: ClientRequest) -> dict[str, Any]:
+        return run_status_json(get_run(_run_id(request)))
+
+    def run_list(self, request: ClientRequest) -> list[dict[str, Any]]:
+        limit = request.payload.get("limit", RUN_LIST_LIMIT)
+        if type(limit) is not int or not 0 < limit <= 1000:
+            raise InvalidInputError("limit must be an integer between 1 and 1000")
+        rows = (
+            Run.select(Run, RunQueue)
+            .join(RunQueue, on=(RunQueue.run == Run.run_id), attr="queue_row")
+            .order_by(Run.created_at.desc(), Run.run_id.desc())
+            .limit(limit)
+        )
+        return [run_status_json(row, row.queue_row) for row in rows]
+
+    def run_cancel(self, request: ClientRequest) -> OperationResult:
+        run_id = _run_id(request)
+        run = get_run(run_id)
+        host = self.host
+        active = host.active_runs.get(run_id)
+        token = active.claim_token if active else host.pending_claims.get(run_id)
+        if not claims.terminate_run(
+            run_id, token, status="cancelled", code="cancelled", error="Workflow run cancelled"
+        ):
+            if token is not None:
+                return OperationResult(
+                    "claimLost", error="Run claim was lost before cancellation", run_id=run_id
+                )
+            return OperationResult(
+                "rejected", error="Run has a live owner or is already terminal", run_id=run_id
+            )
+        if active is not None:
+            active.control = "cancel"
+            host.store.after_commit(lambda: active.stop("cancelled"))
+        else:
+            host.pending_claims.pop(run_id, None)
+        old_status = run.status
+        host.store.after_commit(lambda: host.after_run_stopped(run_id, old_status, "cancelled"))
+        return OperationResult(
+            "accepted",
+            receipt={"runId": run_id, "status": "cancelled"},
+            revision=get_run(run_id).revision,
+            run_id=run_id,
+        )
+
+    def run_pause(self, request: ClientRequest) -> OperationResult:
+        run_id = _run_id(request)
+        run = get_run(run_id)
+        host = self.host
+        receipt = {"runId": run_id, "status": "parked", "paused": True}
+        if run.status in TERMINAL_RUN_STATUSES:
+            return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
+        if run.paused:
+            return OperationResult(
+                "adopted", receipt={**receipt, "alreadyPaused": True}, run_id=run_id
+            )
+        active = host.active_runs.get(run_id)
+        if active is not None and active.control is not None:
+            return OperationResult(
+                "rejected", error=f"Run is already handling {active.control}", run_id=run_id
+            )
+        token = active.claim_token if active else host.pending_claims.get(run_id)
+        if token is not None:
+            if not claims.park_run(run_id, token):
+                return OperationResult(
+                    "claimLost", error="Run claim was lost before pause committed", run_id=run_id
+                )
+            if active is not None:
+                active.control = "pause"
+                host.store.after_commit(lambda: active.stop("cancelled"))
+                detail = "The run is durably paused; the supervised worker is stopping."
+            else:
+                host.pending_claims.pop(run_id, None)
+                detail = "The run was paused before its worker started."
+        else:
+            lease = Lease.get_by_id(run_id)
+            if lease.owner_id is not None and lease.expires_at > now_ms():
+                return OperationResult("rejected", error="Run is not pausable", run_id=run_id)
+            RunQueue.update(status="parked", updated_at=now_ms()).where(
+                (RunQueue.run == run_id) & (RunQueue.status == "queued")
+            ).execute()
+            detail = "The run is durably paused."
+        revision = record_run_change(
+            run_id,
+            event_type="run.paused",
+            actor=f"client:{request.client_id}",
+            payload={"status": "parked"},
+            paused=True,
+            status_detail="paused",
+        )
+        return OperationResult(
+            "accepted",
+            receipt={**receipt, "alreadyPaused": False, "detail": detail},
+            revision=revision,
+            run_id=run_id,
+        )
+
+    def run_resume(self, request: ClientRequest) -> OperationResult:
+        run_id = _run_id(request)
+        run = get_run(run_id)
+        host = self.host
+        if run_id in host.active_runs or run_id in host.pending_claims:
+            return OperationResult(
+                "adopted",
+                receipt={
+                    "runId": run_id,
+                    "alreadyRunning": True,
+                    "detail": "The workflow is already running.",
+                },
+                run_id=run_id,
+            )
+        if run.status in TERMINAL_RUN_STATUSES:
+            return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
+        if run.status == "waiting" and not run.paused:
+            return OperationResult(
+                "rejected",
+                error="Run is waiting for input; answer its checkpoint or decision instead",
+                run_id=run_id,
+            )
+        if run.paused:
+            record_run_change(
+                run_id,
+                event_type="run.resumed",
+                actor=f"client:{request.client_id}",
+                payload={"status": run.status},
+                paused=False,
+                status_detail=None,
+            )
+        generation = host.claim_for_resume(run_id)
+        if generation is None:
+            return OperationResult("rejected", error="Run is not resumable", run_id=run_id)
+        return OperationResult(
+            "accepted",
+            receipt={
+                "runId": run_id,
+                "generation": generation,
+                "detail": "The parked workflow was claimed for supervised execution.",
+            },
+            revision=get_run(run_id).revision,
+            run_id=run_id,
+        )
+
+    # --- host --------------------------------------------------------------------------
+
+    def host_status(self, request: ClientRequest) -> dict[str, Any]:
+        host = self.host
+        now = now_ms()
+        queue_counts: dict[str, int] = {}
+        for row in RunQueue.select(RunQueue.status):
+            queue_counts[row.status] = queue_counts.get(row.status, 0) + 1
+        expired_claims = (
+            Lease.select()
+            .join(RunQueue, on=(RunQueue.run == Lease.run))
+            .where(
+                Lease.owner_id.is_null(False)
+                & (Lease.expires_at <= now)
+                & RunQueue.status.not_in(claims.TERMINAL_QUEUE_STATUSES)
+            )
+            .count()
+        )
+        return {
+            "state": "running",
+            "epoch": host.claim.epoch if host.claim else None,
+            "pid": os.getpid(),
+            "uptimeMs": host.uptime_ms(),
+            "activeWorkers": len(host.active_runs),
+            "maxWorkers": host.max_workers,
+            "connectedClients": host.server.connected_clients if host.server else 0,
+            "queuedRuns": queue_counts.get("queued", 0),
+            "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
+            "parkedRuns": queue_counts.get("parked", 0),
+            "waitingRuns": Run.select().where(Run.status == "waiting").count(),
+            "blockedRuns": len(host.blocked_runs),
+            "expiredClaims": expired_claims,
+            "pendingInteractions": InteractiveRequest.select()
+            .where(InteractiveRequest.status == "pending")
+            .count(),
+            "ambiguousEffects": Effect.select().where(Effect.status == "ambiguous").count(),
+            "lifecycleContradictions": _lifecycle_contradictions(),
+        }
+
+
+ALLOWED_QUEUE_FOR_RUN = {
+    "queued": ("queued", "starting"),
+    "running": ("starting", "running", "parked"),
+    "waiting": ("parked",),
+    "completed": ("done",),
+    "failed": ("failed",),
+    "timed_out": ("failed",),
+    "cancelled": ("cancelled",),
+}
+
+
+def _lifecycle_contradictions() -> int:
+    rows = Run.select(Run.status, RunQueue.status.alias("queue_status")).join(
+        RunQueue, on=(RunQueue.run == Run.run_id)
+    )
+    return sum(
+        1 for row in rows.dicts() if row["queue_status"] not in ALLOWED_QUEUE_FOR_RUN[row["status"]]
+    )
+
+
+def _text(payload: dict[str, Any], key: str) -> str:
+    value = payload.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"payload.{key} must be a non-empty string")
+    return value
+
+
+def _run_id(request: ClientRequest) -> str:
+    run_id = request.run_id or request.payload.get("runId")
+    if not valid_id(run_id):
+        raise NotFoundError("The request names no run; pass a run id.")
+    return run_id

@@ -1,0 +1,17 @@
+"""Process start identity: tells a live process from a recycled pid."""
+
+from __future__ import annotations
+
+import psutil
+
+
+def start_identity(pid: int) -> str | None:
+    """`psutil-create-time:<seconds>` of a live process, or None when it is gone."""
+    try:
+        return f"psutil-create-time:{psutil.Process(pid).create_time():.3f}"
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def is_same_process(pid: int, identity: str) -> bool:
+    return start_identity(pid) == identity

@@ -1,0 +1,121 @@
+"""Durable command receipts (`host_commands`): adoption and conflict detection (SPEC §8)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..clock import now_ms
+from ..errors import (
+    ClaimLostError,
+    ConflictError,
+    NotFoundError,
+    PiWorkflowsError,
+    RevisionConflictError,
+)
+from ..protocol.client_messages import ClientRequest, response
+from ..protocol.framing import one_line_error
+from ..storage import StateStore, put_json, put_text, read_json, read_text
+from ..storage.models import HostCommand
+
+
+@dataclass
+class OperationResult:
+    outcome: str
+    receipt: Any = None
+    error: str | None = None
+    revision: int | None = None
+    run_id: str | None = None
+
+
+def _stored_response(row: HostCommand, request_id: str) -> dict[str, Any]:
+    outcome = "adopted" if row.outcome in ("accepted", "adopted") else row.outcome
+    return response(
+        request_id,
+        outcome,
+        receipt=read_json(row.receipt_hash),
+        error=read_text(row.error_hash),
+        revision=row.accepted_revision,
+    )
+
+
+def _adopt(request: ClientRequest) -> dict[str, Any] | None:
+    by_id = HostCommand.get_or_none(HostCommand.request_id == request.request_id)
+    if by_id is not None:
+        if by_id.request_fingerprint != request.fingerprint:
+            return response(
+                request.request_id, "conflict", error="Request ID was reused with another payload"
+            )
+        return _stored_response(by_id, request.request_id)
+    by_key = HostCommand.get_or_none(
+        (HostCommand.client_id == request.client_id)
+        & (HostCommand.idempotency_key == request.idempotency_key)
+    )
+    if by_key is not None:
+        if by_key.request_fingerprint != request.fingerprint:
+            return response(
+                request.request_id,
+                "conflict",
+                error="Idempotency key was reused with another payload",
+            )
+        return _stored_response(by_key, request.request_id)
+    return None
+
+
+def execute_durable(
+    store: StateStore,
+    request: ClientRequest,
+    host_epoch: int,
+    operation: Callable[[], OperationResult],
+) -> dict[str, Any]:
+    """Run `operation` and store its receipt in one transaction, or adopt an earlier one.
+
+    If the operation raises, its writes roll back and nothing is recorded, so the
+    client may retry the same request.
+    """
+    adopted = _adopt(request)
+    if adopted is not None:
+        return adopted
+    try:
+        with store.transaction():
+            adopted = _adopt(request)
+            if adopted is not None:
+                return adopted
+            result = operation()
+            stamp = now_ms()
+            HostCommand.create(
+                request_id=request.request_id,
+                client_id=request.client_id,
+                operation=request.operation,
+                idempotency_key=request.idempotency_key,
+                request_fingerprint=request.fingerprint,
+                run_id=result.run_id or request.run_id,
+                accepted_revision=result.revision,
+                outcome=result.outcome,
+                receipt_hash=put_json(result.receipt) if result.receipt is not None else None,
+                error_hash=put_text(result.error) if result.error is not None else None,
+                host_epoch=host_epoch,
+                created_at=stamp,
+                completed_at=stamp,
+            )
+    except PiWorkflowsError as error:
+        return response(request.request_id, outcome_for_error(error), error=one_line_error(error))
+    return response(
+        request.request_id,
+        result.outcome,
+        receipt=result.receipt,
+        error=result.error,
+        revision=result.revision,
+    )
+
+
+def outcome_for_error(error: PiWorkflowsError) -> str:
+    """The protocol outcome that matches an error's failure class."""
+    if isinstance(error, NotFoundError):
+        return "notFound"
+    if isinstance(error, (ConflictError, RevisionConflictError)):
+        return "conflict"
+    if isinstance(error, ClaimLostError):
+        return "claimLost"
+    return "rejected"

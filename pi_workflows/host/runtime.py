@@ -1,0 +1,447 @@
+"""The host process: start and stop order, timers, claim pass, worker activation.
+
+Everything runs on one asyncio event loop. Database work is short and synchronous on
+that loop (SQLite serialises writers anyway); workflow code runs only in workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from .. import plugins
+from ..clock import now_ms
+from ..errors import PiWorkflowsError
+from ..home import Home, prepare_home
+from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
+from ..records import HostInfo, WorkerSettings
+from ..storage import StateStore, open_state, put_json, put_text
+from ..storage.models import Run, RunWorker
+from ..storage.runs import run_record
+from . import claims, epoch
+from .active_run import ActiveRun
+from .lock import HostLock, acquire_host_lock
+from .process_identity import is_same_process, start_identity
+from .supervisor import WorkerExit, WorkerSupervisor
+from .worker_gateway import WorkerGateway
+
+log = logging.getLogger("pi_workflows.host")
+
+DEFAULT_MAX_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class HostTimings:
+    """Timer periods; tests and benchmarks shorten them through the environment."""
+
+    heartbeat_s: float = 10.0
+    poll_s: float = 2.0
+    run_lease_ms: int = claims.RUN_CLAIM_LEASE_MS
+    host_lease_ms: int = epoch.HOST_LEASE_MS
+    worker_startup_s: float = 15.0
+
+    @classmethod
+    def from_env(cls) -> HostTimings:
+        def number(name: str, default: float) -> float:
+            raw = os.environ.get(name)
+            return float(raw) if raw else default
+
+        return cls(
+            heartbeat_s=number("PI_WORKFLOWS_HEARTBEAT_S", 10.0),
+            poll_s=number("PI_WORKFLOWS_POLL_S", 2.0),
+            run_lease_ms=int(number("PI_WORKFLOWS_RUN_LEASE_MS", claims.RUN_CLAIM_LEASE_MS)),
+            host_lease_ms=int(number("PI_WORKFLOWS_HOST_LEASE_MS", epoch.HOST_LEASE_MS)),
+            worker_startup_s=number("PI_WORKFLOWS_WORKER_STARTUP_S", 15.0),
+        )
+
+
+def max_workers_setting() -> int:
+    raw = os.environ.get("PI_WORKFLOWS_MAX_WORKERS")
+    if raw is None:
+        return DEFAULT_MAX_WORKERS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise PiWorkflowsError(
+            f"PI_WORKFLOWS_MAX_WORKERS must be a positive integer, got {raw!r}."
+        ) from None
+    if value < 1:
+        raise PiWorkflowsError(f"PI_WORKFLOWS_MAX_WORKERS must be at least 1, got {value}.")
+    return value
+
+
+class Host:
+    def __init__(
+        self,
+        home: Home,
+        database_url: str | None = None,
+        timings: HostTimings | None = None,
+        max_workers: int | None = None,
+    ) -> None:
+        self.home = home
+        self.database_url = database_url
+        self.timings = timings or HostTimings.from_env()
+        self.max_workers = max_workers or max_workers_setting()
+        self.host_id = f"host-{secrets.token_hex(8)}"
+        self.store: StateStore
+        self.claim: epoch.HostClaim | None = None
+        self.lock: HostLock | None = None
+        self.started_at = 0
+        self.active_runs: dict[str, ActiveRun] = {}
+        self.pending_claims: dict[str, str] = {}  # run id -> claim token of a pending start
+        self.blocked_runs: set[str] = set()
+        self.stopping = False
+        self.stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._timers: list[asyncio.Task] = []
+        self._claim_pass_scheduled = False
+        self.server: Any = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Startup order of SPEC §5: lock, previous host, epoch, recovery, listen, timers."""
+        from .server import ClientServer
+
+        prepare_home(self.home)
+        self.lock = acquire_host_lock(self.home.lock_path, self.host_id)
+        try:
+            self.store = open_state(self.home, self.database_url)
+            identity = start_identity(os.getpid()) or ""
+            with self.store.transaction():
+                previous = epoch.previous_host()
+                previous_host_id = previous.host_id
+                holder_is_dead = bool(
+                    self.store.is_sqlite
+                    and previous.pid
+                    and not is_same_process(previous.pid, previous.process_start_identity or "")
+                )
+                self.claim = epoch.acquire_epoch(
+                    self.host_id,
+                    os.getpid(),
+                    identity,
+                    lease_ms=self.timings.host_lease_ms,
+                    holder_is_dead=holder_is_dead,
+                )
+                epoch.recover_previous_host(previous_host_id, self.claim.epoch)
+            self.started_at = now_ms()
+            self.server = ClientServer(self)
+            await self.server.listen()
+        except BaseException:
+            self._release_identity()
+            raise
+        self._timers = [
+            asyncio.create_task(self._every(self.timings.heartbeat_s, self._heartbeat)),
+            asyncio.create_task(self._every(self.timings.poll_s, self._poll)),
+        ]
+        log.info("ready at epoch %s", self.claim.epoch)
+        self.schedule_claim_pass()
+
+    def _release_identity(self) -> None:
+        if self.claim is not None:
+            with contextlib.suppress(Exception):
+                epoch.release_epoch(self.claim)
+            self.claim = None
+        with contextlib.suppress(OSError):
+            self.home.socket_path.unlink(missing_ok=True)
+        if self.lock is not None:
+            self.lock.release()
+        with contextlib.suppress(Exception):
+            self.store.close()
+
+    async def stop(self) -> None:
+        """Stop order of SPEC §5: timers, socket, pending claims, workers, identity."""
+        if self.stopping:
+            await self.stopped.wait()
+            return
+        self.stopping = True
+        for timer in self._timers:
+            timer.cancel()
+        if self.server is not None:
+            await self.server.close()
+        with self.store.transaction():
+            for run_id, token in list(self.pending_claims.items()):
+                claims.park_run(run_id, token)
+        self.pending_claims.clear()
+        stops = []
+        for active in list(self.active_runs.values()):
+            active.control = active.control or "handoff"
+            if active.supervisor is not None:
+                task = active.supervisor.stop("orphaned")
+                if task is not None:
+                    stops.append(task)
+        if stops:
+            await asyncio.gather(*stops, return_exceptions=True)
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        with self.store.transaction():
+            for active in list(self.active_runs.values()):
+                claims.park_run(active.run_id, active.claim_token)
+        self._release_identity()
+        self.stopped.set()
+        log.info("stopped")
+
+    async def _every(self, period_s: float, action: Any) -> None:
+        while True:
+            await asyncio.sleep(period_s)
+            try:
+                action()
+            except Exception:
+                log.exception("timer action failed")
+
+    def _heartbeat(self) -> None:
+        assert self.claim is not None
+        try:
+            epoch.renew_epoch(self.claim, self.timings.host_lease_ms)
+        except PiWorkflowsError as error:
+            log.error("host claim lost: %s", error)
+            self.spawn(self.stop())
+            return
+        for active in list(self.active_runs.values()):
+            if active.control or active.exiting:
+                continue
+            with self.store.transaction():
+                renewed = claims.renew_claim(
+                    active.run_id, active.claim_token, self.timings.run_lease_ms
+                )
+            if not renewed:
+                active.claim_lost = True
+                active.stop("claimLost")
+
+    def _poll(self) -> None:
+        self.schedule_claim_pass()
+
+    def spawn(self, coroutine: Any) -> asyncio.Task:
+        """Keep a reference to background tasks so they finish before stop returns."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # --- claiming ----------------------------------------------------------------------
+
+    def host_info(self) -> HostInfo:
+        return HostInfo(
+            host_id=self.host_id,
+            epoch=self.claim.epoch if self.claim else 0,
+            active_workers=len(self.active_runs) + len(self.pending_claims),
+            max_workers=self.max_workers,
+        )
+
+    def schedule_claim_pass(self) -> None:
+        if self._claim_pass_scheduled or self.stopping:
+            return
+        self._claim_pass_scheduled = True
+        asyncio.get_running_loop().call_soon(self._claim_pass)
+
+    def _claim_pass(self) -> None:
+        """Claim runs until none is claimable or a `piw_may_claim` veto (worker limit)."""
+        self._claim_pass_scheduled = False
+        if self.stopping or self.claim is None:
+            return
+        excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
+        while True:
+            candidate_ids = claims.claim_candidates(self.host_id, excluded)
+            if not candidate_ids:
+                return
+            candidates = [run_record(run_id) for run_id in candidate_ids]
+            try:
+                chosen = plugins.select_run_to_claim(candidates, self.host_info())
+                if chosen is None or not plugins.may_claim(chosen, self.host_info()):
+                    return
+            except PiWorkflowsError as error:
+                log.error("claim pass stopped: %s", error)
+                return
+            token = claims.new_claim_token()
+            with self.store.transaction():
+                claim = claims.claim_run(
+                    chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
+                )
+            excluded.add(chosen.run_id)
+            if claim is None:
+                continue
+            self.pending_claims[chosen.run_id] = token
+            plugins.run_claimed(chosen, claim)
+            self.spawn(self.activate(chosen.run_id, token, claim.generation))
+
+    def claim_for_resume(self, run_id: str) -> int | None:
+        """Claim a parked run for `run resume` (inside the caller's transaction)."""
+        token = claims.new_claim_token()
+        claim = claims.claim_run(run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms)
+        if claim is None:
+            return None
+        self.blocked_runs.discard(run_id)
+        self.pending_claims[run_id] = token
+        self.store.after_commit(lambda: self.spawn(self.activate(run_id, token, claim.generation)))
+        return claim.generation
+
+    # --- workers -----------------------------------------------------------------------
+
+    async def activate(self, run_id: str, token: str, generation: int) -> None:
+        if self.pending_claims.get(run_id) != token:
+            return  # cancelled or paused before activation: nothing to launch
+        if self.stopping or run_id in self.active_runs:
+            self.pending_claims.pop(run_id, None)
+            with self.store.transaction():
+                claims.park_run(run_id, token)
+            return
+        run = Run.get_by_id(run_id)
+        worker_epoch = secrets.token_hex(16)
+        envelope = {
+            "schema": LAUNCH_SCHEMA,
+            "runId": run_id,
+            "generation": generation,
+            "workerEpoch": worker_epoch,
+            "projectPath": run.project_path,
+            "workflowSource": json.loads(run.workflow_source),
+            "definitionDigest": run.definition_digest,
+            "inputHash": run.input_hash,
+            "protocolVersion": PROTOCOL_VERSION,
+            "databaseUrl": self.database_url,
+            "home": str(self.home.root),
+        }
+        with self.store.transaction():
+            revision = Run.get_by_id(run_id).revision
+            RunWorker.create(
+                worker_epoch=worker_epoch,
+                run=run_id,
+                generation=generation,
+                host_epoch=self.claim.epoch if self.claim else 0,
+                launch_envelope_hash=put_json(envelope),
+                launch_progress_revision=revision,
+                status="starting",
+                started_at=now_ms(),
+            )
+        active = ActiveRun(run_id, token, generation, worker_epoch, None, revision)
+        self.active_runs[run_id] = active
+        self.pending_claims.pop(run_id, None)
+        try:
+            if claims.has_uncertain_effect(run_id):
+                with self.store.transaction():
+                    claims.park_for_ambiguous_effect(run_id, token)
+                    self._finish_worker(active, WorkerExit("orphaned", None, None, None))
+                self.blocked_runs.add(run_id)
+                return
+            result = await self._run_worker(active, envelope)
+            self._finish_worker(active, result)
+            if active.control is None and result.outcome != "exited":
+                self._recover_worker_exit(active, result.outcome)
+            elif active.control is None and (active.workflow_load_failure or active.source_changed):
+                self._recover_worker_exit(active, result.outcome)
+        except Exception:
+            log.exception("worker %s of run %s failed", worker_epoch, run_id)
+            active.stop("crashed")
+            with contextlib.suppress(Exception):
+                self._finish_worker(active, WorkerExit("crashed", None, None, None))
+            if active.control is None:
+                self._recover_worker_exit(active, "crashed")
+        finally:
+            self.active_runs.pop(run_id, None)
+            self.schedule_claim_pass()
+
+    async def _run_worker(self, active: ActiveRun, envelope: dict[str, Any]) -> WorkerExit:
+        settings = WorkerSettings(self.home.root, self.database_url, sys.executable)
+        spec = plugins.worker_process(envelope, settings)
+        gateway = WorkerGateway(self, active)
+        supervisor = WorkerSupervisor(
+            spec, gateway.handle, startup_timeout_s=self.timings.worker_startup_s
+        )
+        active.supervisor = supervisor
+        await supervisor.start()
+        with self.store.transaction():
+            RunWorker.update(
+                pid=supervisor.pid, process_start_identity=start_identity(supervisor.pid or 0)
+            ).where(RunWorker.worker_epoch == active.worker_epoch).execute()
+        if active.control:  # cancelled or paused while spawning
+            supervisor.stop("cancelled")
+        return await supervisor.run()
+
+    def _finish_worker(self, active: ActiveRun, result: WorkerExit) -> None:
+        with self.store.transaction():
+            RunWorker.update(
+                status=result.outcome,
+                finished_at=now_ms(),
+                exit_code=result.exit_code,
+                signal=result.signal,
+                diagnostic_hash=put_text(result.diagnostic) if result.diagnostic else None,
+            ).where(
+                (RunWorker.worker_epoch == active.worker_epoch)
+                & RunWorker.status.in_(("starting", "ready", "running"))
+            ).execute()
+
+    def _recover_worker_exit(self, active: ActiveRun, outcome: str) -> None:
+        """Exit recovery in the order of SPEC §7.4."""
+        run_id, token = active.run_id, active.claim_token
+        with self.store.transaction():
+            if not claims.verify_claim(run_id, token, active.generation):
+                return
+            if claims.has_uncertain_effect(run_id):
+                self.blocked_runs.add(run_id)
+                claims.park_for_ambiguous_effect(run_id, token)
+                log.warning("run parked for ambiguous effect recovery")
+                return
+            if active.source_changed is not None:
+                claims.park_for_source_change(run_id, token, active.source_changed)
+                log.warning("run parked: its workflow source changed")
+                return
+            if active.workflow_load_failure is not None:
+                old_status = Run.get_by_id(run_id).status
+                if claims.terminate_run(
+                    run_id,
+                    token,
+                    status="failed",
+                    code="workflowLoadFailed",
+                    error=active.workflow_load_failure,
+                    status_detail="The supervised worker could not load the saved workflow source.",
+                ):
+                    self.store.after_commit(
+                        lambda: self.after_run_stopped(run_id, old_status, "failed")
+                    )
+                return
+            if Run.get_by_id(run_id).revision <= active.launch_progress_revision:
+                self.blocked_runs.add(run_id)
+                claims.park_for_no_progress(
+                    run_id,
+                    token,
+                    f"Workflow worker {outcome} before it committed workflow progress",
+                )
+                log.warning("run parked after a worker made no progress")
+                return
+            claims.park_run(run_id, token)
+            log.info("run parked after worker %s", outcome)
+
+    def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+        """After-commit effects of a run leaving `running` (notification hook)."""
+        plugins.run_transition(run_id, old_status, new_status, None)
+
+    # --- status ------------------------------------------------------------------------
+
+    def uptime_ms(self) -> int:
+        return now_ms() - self.started_at if self.started_at else 0
+
+
+def run_host_forever(home: Home, database_url: str | None) -> int:
+    """`pi-workflows host run`: serve until SIGINT/SIGTERM or `host.stop`."""
+    import signal
+
+    logging.basicConfig(
+        level=logging.INFO, format="[pi-workflows host] %(message)s", stream=sys.stderr
+    )
+
+    async def main() -> None:
+        host = Host(home, database_url)
+        await host.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: host.spawn(host.stop()))
+        await host.stopped.wait()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,173 @@
+"""One supervised worker process: spawn, protocol pump, startup deadline, stop (SPEC §7.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame
+from ..records import WorkerProcessSpec
+
+STARTUP_TIMEOUT_S = 15.0
+KILL_GRACE_S = 2.0
+MAX_DIAGNOSTIC_BYTES = 64 * 1024
+
+log = logging.getLogger(__name__)
+
+MessageHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class WorkerExit:
+    outcome: str  # exited | cancelled | timedOut | crashed | claimLost | orphaned
+    exit_code: int | None
+    signal: int | None
+    diagnostic: str | None
+
+
+class WorkerSupervisor:
+    """Runs a worker in its own process group and pumps its protocol frames.
+
+    Frames from one worker are handled strictly in order; each response is written
+    before the next frame is read, so the worker never races itself.
+    """
+
+    def __init__(
+        self,
+        spec: WorkerProcessSpec,
+        handler: MessageHandler,
+        *,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+    ) -> None:
+        self.spec = spec
+        self.handler = handler
+        self.startup_timeout_s = startup_timeout_s
+        self.process: asyncio.subprocess.Process | None = None
+        self.ready = asyncio.Event()
+        self.saw_exiting = False
+        self._requested_outcome: str | None = None
+        self._diagnostic = bytearray()
+        self._stopping: asyncio.Task | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def start(self) -> None:
+        env = {**os.environ, **self.spec.env}
+        self.process = await asyncio.create_subprocess_exec(
+            *self.spec.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=self.spec.cwd,
+            env=env,
+            start_new_session=True,  # own process group: stop() signals the whole tree
+            limit=MAX_FRAME_BYTES + 1,
+        )
+
+    async def run(self) -> WorkerExit:
+        """Pump frames until the worker exits; returns how it ended."""
+        assert self.process is not None
+        stderr_task = asyncio.create_task(self._collect_stderr())
+        deadline_task = asyncio.create_task(self._startup_deadline())
+        try:
+            await self._pump()
+        finally:
+            deadline_task.cancel()
+        code = await self.process.wait()
+        await stderr_task
+        if self._stopping is not None:
+            await self._stopping
+        return self._exit(code)
+
+    def _exit(self, code: int) -> WorkerExit:
+        exit_code, signal_number = (None, -code) if code < 0 else (code, None)
+        if self._requested_outcome is not None:
+            outcome = self._requested_outcome
+        elif code == 0 and self.saw_exiting:
+            outcome = "exited"
+        else:
+            outcome = "crashed"
+        diagnostic = self._diagnostic.decode("utf-8", "replace") or None
+        return WorkerExit(outcome, exit_code, signal_number, diagnostic)
+
+    async def _pump(self) -> None:
+        assert self.process and self.process.stdout and self.process.stdin
+        while True:
+            try:
+                line = await self.process.stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                self._note("worker sent a protocol line over 1 MiB")
+                self.stop("crashed")
+                return
+            if not line:
+                return
+            try:
+                message = decode_frame(line)
+                reply = await self.handler(message)
+            except FrameError as error:
+                self._note(f"bad worker frame: {error}")
+                self.stop("crashed")
+                return
+            except Exception as error:  # a host-side bug must not leave the worker hanging
+                log.exception("worker message handling failed")
+                self._note(f"host failed to handle a worker message: {error}")
+                self.stop("crashed")
+                return
+            if reply is None:
+                continue
+            with contextlib.suppress(ConnectionError, BrokenPipeError):
+                self.process.stdin.write(encode_frame(reply))
+                await self.process.stdin.drain()
+
+    async def _collect_stderr(self) -> None:
+        assert self.process and self.process.stderr
+        while chunk := await self.process.stderr.read(4096):
+            room = MAX_DIAGNOSTIC_BYTES - len(self._diagnostic)
+            if room > 0:
+                self._diagnostic.extend(chunk[:room])
+
+    async def _startup_deadline(self) -> None:
+        try:
+            await asyncio.wait_for(self.ready.wait(), self.startup_timeout_s)
+        except TimeoutError:
+            self._note("Workflow worker startup timed out")
+            self.stop("timedOut")
+
+    def _note(self, text: str) -> None:
+        room = MAX_DIAGNOSTIC_BYTES - len(self._diagnostic)
+        if room > 0:
+            self._diagnostic.extend((text + "\n").encode()[:room])
+
+    def stop(self, outcome: str) -> asyncio.Task | None:
+        """SIGTERM the worker's process group, SIGKILL after the grace period."""
+        if self._requested_outcome is None:
+            self._requested_outcome = outcome
+        if self.process is None or self.process.returncode is not None:
+            return None
+        if self._stopping is None:
+            self._stopping = asyncio.create_task(self._terminate())
+        return self._stopping
+
+    async def _terminate(self) -> None:
+        assert self.process is not None
+        pgid = self.process.pid
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.process.wait(), KILL_GRACE_S)
+        except TimeoutError:
+            _signal_group(pgid, signal.SIGKILL)
+        # Children that ignored SIGTERM must not outlive their worker.
+        _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

@@ -1,0 +1,178 @@
+"""The host side of the worker protocol: fencing, replay, revision checks (SPEC §7.2).
+
+Order matters: a stale worker is answered `claimLost` before its payload is even
+looked at; a repeated message id returns the stored response; only then does a store
+operation check the run revision and the live claim, inside the transaction that
+applies it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .. import plugins
+from ..canonical import digest
+from ..clock import now_ms
+from ..errors import PiWorkflowsError, RevisionConflictError
+from ..protocol.framing import one_line_error
+from ..protocol.worker_messages import validate_message, worker_response
+from ..engine.store import OPERATIONS as STORE_OPERATIONS
+from ..storage import put_json, put_text, read_json, read_text, run_state
+from ..storage.models import Run, RunWorker, WorkerMessage
+from ..storage.runs import run_record
+from . import claims
+from .active_run import ActiveRun
+
+if TYPE_CHECKING:
+    from .runtime import Host
+
+log = logging.getLogger(__name__)
+
+class WorkerGateway:
+    def __init__(self, host: Host, active: ActiveRun) -> None:
+        self.host = host
+        self.active = active
+
+    async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        validate_message(message)
+        message_id = message["messageId"]
+        active = self.active
+        if (
+            self.host.active_runs.get(message["runId"]) is not active
+            or message["generation"] != active.generation
+            or message["workerEpoch"] != active.worker_epoch
+        ):
+            return worker_response(message_id, "claimLost", error="Worker epoch is stale")
+        fingerprint = digest(message)
+        stored = WorkerMessage.get_or_none(
+            (WorkerMessage.worker == active.worker_epoch) & (WorkerMessage.message_id == message_id)
+        )
+        if stored is not None:
+            if stored.request_fingerprint != fingerprint:
+                return worker_response(
+                    message_id,
+                    "rejected",
+                    error="Worker message ID was reused with another payload",
+                )
+            return worker_response(
+                message_id,
+                "adopted",
+                result=read_json(stored.result_hash),
+                error=read_text(stored.error_hash),
+                revision=stored.accepted_revision,
+            )
+        operation = message["operation"]
+        if operation == "worker.ready":
+            reply = self._ready(message)
+        elif operation == "worker.exiting":
+            reply = self._exiting(message)
+        else:
+            reply = self._store_operation(message)
+        self._record(message, fingerprint, reply)
+        return reply
+
+    def _record(self, message: dict[str, Any], fingerprint: str, reply: dict[str, Any]) -> None:
+        with self.host.store.transaction():
+            WorkerMessage.insert(
+                worker=self.active.worker_epoch,
+                message_id=message["messageId"],
+                request_fingerprint=fingerprint,
+                outcome=reply["outcome"],
+                accepted_revision=reply.get("revision"),
+                result_hash=put_json(reply["result"]) if "result" in reply else None,
+                error_hash=put_text(reply["error"]) if "error" in reply else None,
+                completed_at=now_ms(),
+            ).on_conflict_ignore().execute()
+
+    def _claim_lost(self, message_id: str) -> dict[str, Any]:
+        self.active.claim_lost = True
+        self.active.stop("claimLost")
+        return worker_response(message_id, "claimLost", error="Run claim expired")
+
+    def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
+        active, message_id = self.active, message["messageId"]
+        with self.host.store.transaction():
+            if not claims.verify_claim(active.run_id, active.claim_token, active.generation):
+                return self._claim_lost(message_id)
+            RunWorker.update(status="running", ready_at=now_ms()).where(
+                (RunWorker.worker_epoch == active.worker_epoch) & (RunWorker.status == "starting")
+            ).execute()
+            claims.mark_running(active.run_id, active.claim_token)
+            record = run_record(active.run_id)
+        active.launch_progress_revision = record.revision
+        if active.supervisor is not None:
+            active.supervisor.ready.set()
+        try:
+            command = plugins.worker_run_command(record, None)
+        except PiWorkflowsError as error:
+            cause = error.__cause__ if isinstance(error.__cause__, ValueError) else error
+            active.stop("crashed")
+            return worker_response(message_id, "rejected", error=one_line_error(cause))
+        run = Run.get_by_id(active.run_id)
+        return worker_response(
+            message_id,
+            "accepted",
+            revision=record.revision,
+            result={
+                "command": command.to_json(),
+                "originSessionId": record.origin_session_id,
+                "stateDirectory": str(self.host.home.host_dir),
+                "workflowName": run.workflow_name,
+            },
+        )
+
+    def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:
+        payload = message["payload"]
+        status, error = payload.get("status"), payload.get("error")
+        if status == "workflowLoadFailed":
+            self.active.workflow_load_failure = str(error or "Workflow failed to load")[:8192]
+        elif status == "workflowSourceChanged":
+            self.active.source_changed = str(error or "Workflow source changed")[:8192]
+        self.active.exiting = True
+        if self.active.supervisor is not None:
+            self.active.supervisor.saw_exiting = True
+        return worker_response(message["messageId"], "accepted", result={})
+
+    def _store_operation(self, message: dict[str, Any]) -> dict[str, Any]:
+        active, message_id = self.active, message["messageId"]
+        operation, payload = message["operation"], message["payload"]
+        terminal_status: str | None = None
+        try:
+            with self.host.store.transaction():
+                current = (
+                    Run.select(Run.revision, Run.status).where(Run.run_id == active.run_id).get()
+                )
+                if message["expectedRevision"] != current.revision:
+                    raise RevisionConflictError(
+                        f"Workflow run revision conflict: expected {message['expectedRevision']}, "
+                        f"got {current.revision}"
+                    )
+                if not claims.verify_claim(active.run_id, active.claim_token, active.generation):
+                    return self._claim_lost(message_id)
+                result = self._apply(operation, payload)
+                after = Run.get_by_id(active.run_id)
+                if operation == "store.writeSnapshot" and after.status != "running":
+                    claims.project_lifecycle(active.run_id, active.generation, after.status)
+                    terminal_status = after.status
+                revision = after.revision
+        except PiWorkflowsError as error:
+            revision = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
+            return worker_response(
+                message_id, "rejected", error=one_line_error(error), revision=revision
+            )
+        if terminal_status is not None:
+            self.host.after_run_stopped(active.run_id, current.status, terminal_status)
+        return worker_response(message_id, "accepted", result=result, revision=revision)
+
+    def _apply(self, operation: str, payload: dict[str, Any]) -> Any:
+        """Forward to the state-store function the engine's local store also uses."""
+        function = getattr(run_state, STORE_OPERATIONS[operation])
+        if operation == "store.readRunState":
+            # A continuation reads its parent; any other run id is out of bounds.
+            wanted = payload.get("run_id") or self.active.run_id
+            run = Run.get_by_id(self.active.run_id)
+            if wanted not in (self.active.run_id, run.parent_run_id):
+                raise PiWorkflowsError("A worker may read only its run and that run's parent.")
+            return function(wanted)
+        return function(self.active.run_id, **payload)

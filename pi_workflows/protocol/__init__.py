@@ -1,0 +1,1 @@
+"""Wire formats: newline-delimited canonical JSON between clients, host and workers."""

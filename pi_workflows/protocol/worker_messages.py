@@ -1,0 +1,67 @@
+"""The worker protocol (`pi-workflows.worker-message.v1` / `worker-response.v1`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .framing import FrameError, valid_id
+
+MESSAGE_SCHEMA = "pi-workflows.worker-message.v1"
+RESPONSE_SCHEMA = "pi-workflows.worker-response.v1"
+LAUNCH_SCHEMA = "pi-workflows.worker-launch.v1"
+PROTOCOL_VERSION = 1
+
+CONTROL_OPERATIONS = frozenset({"worker.ready", "worker.exiting"})
+STORE_OPERATIONS = frozenset(
+    {
+        "store.readRunState",
+        "store.writeSnapshot",
+        "store.publishUpdate",
+        "store.reserveEffect",
+        "store.settleEffect",
+        "store.createHumanDecisionRequest",
+        "interaction.request",
+        "notification.request",
+        "presentation.request",
+    }
+)
+OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS
+
+
+def validate_message(message: dict[str, Any]) -> dict[str, Any]:
+    if message.get("schema") != MESSAGE_SCHEMA:
+        raise FrameError(f"Worker message must have schema {MESSAGE_SCHEMA}")
+    for key in ("messageId", "runId", "workerEpoch", "operation", "kind"):
+        if not valid_id(message.get(key)):
+            raise FrameError(f"Worker message {key} must be non-empty text of at most 256 bytes")
+    if message["operation"] not in OPERATIONS:
+        raise FrameError(f"Unknown worker operation {message['operation'][:64]!r}")
+    generation = message.get("generation")
+    if type(generation) is not int or generation <= 0:
+        raise FrameError("Worker message generation must be a positive integer")
+    expected = message.get("expectedRevision")
+    if type(expected) is not int or expected < 0:
+        raise FrameError("Worker message expectedRevision must be a non-negative integer")
+    if "attemptId" in message and not valid_id(message["attemptId"]):
+        raise FrameError("Worker message attemptId must be non-empty text")
+    if not isinstance(message.get("payload"), dict):
+        raise FrameError("Worker message payload must be a JSON object")
+    return message
+
+
+def worker_response(
+    message_id: str,
+    outcome: str,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    revision: int | None = None,
+) -> dict[str, Any]:
+    reply: dict[str, Any] = {"schema": RESPONSE_SCHEMA, "messageId": message_id, "outcome": outcome}
+    if result is not None:
+        reply["result"] = result
+    if error is not None:
+        reply["error"] = error
+    if revision is not None:
+        reply["revision"] = revision
+    return reply

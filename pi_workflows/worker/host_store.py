@@ -1,0 +1,66 @@
+"""The engine's store interface, forwarded to the host over the worker protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .channel import HostChannel
+
+
+class HostBackedStore:
+    """Implements `pi_workflows.engine.store.RunStore` one protocol message per call."""
+
+    def __init__(self, channel: HostChannel) -> None:
+        self.channel = channel
+
+    @property
+    def run_id(self) -> str:
+        return self.channel.envelope["runId"]
+
+    def read_run_state(self, run_id: str | None = None) -> dict[str, Any]:
+        payload = {"run_id": run_id} if run_id else {}
+        return self.channel.call("store.readRunState", payload)
+
+    def write_snapshot(self, snapshot: dict[str, Any], trace_event: dict[str, Any]) -> int:
+        self.channel.call(
+            "store.writeSnapshot",
+            {"snapshot": snapshot, "trace_event": trace_event},
+            kind=_snapshot_kind(trace_event.get("type", "")),
+            attempt_id=trace_event.get("attemptId"),
+        )
+        return self.channel.revision
+
+    def publish_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("store.publishUpdate", {"update": update})
+
+    def reserve_effect(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("store.reserveEffect", {"request": request})
+
+    def settle_effect(self, settlement: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("store.settleEffect", {"settlement": settlement})
+
+    def create_human_decision_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("store.createHumanDecisionRequest", {"request": request})
+
+    def request_interaction(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("interaction.request", {"request": request})
+
+    def request_notification(self, notification: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("notification.request", {"notification": notification})
+
+    def request_presentation(self, presentation: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("presentation.request", {"presentation": presentation})
+
+
+def _snapshot_kind(event_type: str) -> str:
+    if event_type == "node_started":
+        return "node.started"
+    if event_type == "node_finished":
+        return "node.finished"
+    if event_type in ("node_failed", "node_timed_out"):
+        return "node.failed"
+    if event_type == "run_waiting" or "park" in event_type:
+        return "run.parked"
+    if event_type.startswith("run_") and event_type != "run_started":
+        return "run.finished"
+    return "worker.progress"

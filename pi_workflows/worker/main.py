@@ -1,0 +1,91 @@
+"""Worker entry: handshake, load and verify the saved workflow, execute, say goodbye.
+
+The protocol owns the process's original stdin/stdout; workflow code that prints
+writes to stderr instead, which the host keeps as a bounded diagnostic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import IO, Any
+
+from ..builtin.launch import LAUNCH_ENV
+from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
+from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
+from .channel import HostChannel
+from .host_store import HostBackedStore
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CLAIM_LOST = 3
+
+
+def _claim_protocol_streams() -> tuple[IO[bytes], IO[bytes]]:
+    """Keep private copies of stdin/stdout for the protocol; point fd 0/1 elsewhere."""
+    protocol_in = os.fdopen(os.dup(0), "rb")
+    protocol_out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return protocol_in, protocol_out
+
+
+def read_envelope() -> dict[str, Any]:
+    raw = os.environ.get(LAUNCH_ENV)
+    if not raw:
+        raise SystemExit(f"pi-workflows worker: {LAUNCH_ENV} is missing; workers are started by the host.")
+    try:
+        envelope = json.loads(raw)
+    except json.JSONDecodeError:
+        raise SystemExit(f"pi-workflows worker: {LAUNCH_ENV} is not valid JSON.") from None
+    if (
+        not isinstance(envelope, dict)
+        or envelope.get("schema") != LAUNCH_SCHEMA
+        or envelope.get("protocolVersion") != PROTOCOL_VERSION
+    ):
+        raise SystemExit(f"pi-workflows worker: {LAUNCH_ENV} is not a v1 launch envelope.")
+    return envelope
+
+
+def main() -> int:
+    envelope = read_envelope()
+    protocol_in, protocol_out = _claim_protocol_streams()
+    channel = HostChannel(envelope, protocol_in, protocol_out)
+    try:
+        return _run(channel, envelope)
+    except ClaimLostError as error:
+        print(f"pi-workflows worker: stopping, {error}", file=sys.stderr)
+        return EXIT_CLAIM_LOST
+    except PiWorkflowsError as error:
+        print(f"pi-workflows worker: {error}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(channel: HostChannel, envelope: dict[str, Any]) -> int:
+    from ..discovery import load_workflow_from_source
+    from ..engine import execute_command
+
+    ready = channel.call("worker.ready", {}, control=True)
+    try:
+        definition = load_workflow_from_source(
+            envelope["workflowSource"], envelope["projectPath"], envelope["definitionDigest"]
+        )
+    except WorkflowSourceChangedError as error:
+        channel.call("worker.exiting", {"status": "workflowSourceChanged", "error": str(error)}, control=True)
+        return EXIT_FAILED
+    except Exception as error:  # any import-time failure of user code is a load failure
+        traceback.print_exc()
+        channel.call(
+            "worker.exiting",
+            {"status": "workflowLoadFailed", "error": f"{type(error).__name__}: {error}"},
+            control=True,
+        )
+        return EXIT_FAILED
+    store = HostBackedStore(channel)
+    final_status = execute_command(definition, store, ready["command"])
+    channel.call("worker.exiting", {"status": final_status}, control=True)
+    return EXIT_OK
