@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from .. import plugins
 from ..canonical import digest
 from ..clock import now_ms
+from ..engine.store import OPERATIONS as STORE_OPERATIONS
 from ..errors import PiWorkflowsError, RevisionConflictError
 from ..protocol.framing import one_line_error
 from ..protocol.worker_messages import validate_message, worker_response
-from ..engine.store import OPERATIONS as STORE_OPERATIONS
 from ..storage import put_json, put_text, read_json, read_text, run_state
 from ..storage.models import Run, RunWorker, WorkerMessage
 from ..storage.runs import run_record
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .runtime import Host
 
 log = logging.getLogger(__name__)
+
 
 class WorkerGateway:
     def __init__(self, host: Host, active: ActiveRun) -> None:

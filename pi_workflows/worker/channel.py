@@ -45,7 +45,8 @@ class HostChannel:
             "schema": MESSAGE_SCHEMA,
             "launchSchema": LAUNCH_SCHEMA,
             "messageId": f"message-{secrets.token_hex(12)}",
-            "kind": kind or (operation if control else KIND_FOR_OPERATION.get(operation, "worker.progress")),
+            "kind": kind
+            or (operation if control else KIND_FOR_OPERATION.get(operation, "worker.progress")),
             "operation": operation,
             "runId": self.envelope["runId"],
             "generation": self.envelope["generation"],

@@ -37,7 +37,9 @@ def _claim_protocol_streams() -> tuple[IO[bytes], IO[bytes]]:
 def read_envelope() -> dict[str, Any]:
     raw = os.environ.get(LAUNCH_ENV)
     if not raw:
-        raise SystemExit(f"pi-workflows worker: {LAUNCH_ENV} is missing; workers are started by the host.")
+        raise SystemExit(
+            f"pi-workflows worker: {LAUNCH_ENV} is missing; workers are started by the host."
+        )
     try:
         envelope = json.loads(raw)
     except json.JSONDecodeError:
@@ -75,7 +77,9 @@ def _run(channel: HostChannel, envelope: dict[str, Any]) -> int:
             envelope["workflowSource"], envelope["projectPath"], envelope["definitionDigest"]
         )
     except WorkflowSourceChangedError as error:
-        channel.call("worker.exiting", {"status": "workflowSourceChanged", "error": str(error)}, control=True)
+        channel.call(
+            "worker.exiting", {"status": "workflowSourceChanged", "error": str(error)}, control=True
+        )
         return EXIT_FAILED
     except Exception as error:  # any import-time failure of user code is a load failure
         traceback.print_exc()

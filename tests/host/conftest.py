@@ -29,7 +29,9 @@ FAST_TIMERS = {
 }
 
 
-def wait_until(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition"
+) -> Any:
     """Poll `predicate` until it returns a truthy value or the deadline passes."""
     deadline = time.monotonic() + timeout
     while True:
