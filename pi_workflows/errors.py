@@ -70,3 +70,7 @@ class HostAlreadyRunningError(PiWorkflowsError):
 
 class HostUnavailableError(PiWorkflowsError):
     """No host answers on the socket and none may be started."""
+
+
+class WorkflowSourceChangedError(PiWorkflowsError):
+    """The saved workflow source (file hash, built-in revision or digest) no longer matches."""

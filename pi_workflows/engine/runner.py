@@ -1,0 +1,960 @@
+"""The engine: executes a workflow definition against a run store (engine.md §3).
+
+The engine thread owns the store. Each node attempt runs its callbacks in a helper
+thread; store calls the callbacks make (notifications, effects, updates) are handed to
+the engine thread through one inbox, which also carries the attempt's completion and
+cancel/park requests. So the store sees one caller at a time — exactly what the
+worker's request/response protocol needs — and a deadline is just an inbox timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..authoring import Workflow, validate_graph
+from ..authoring.nodes import Node
+from ..canonical import canonical_json, is_json_value
+from ..clock import now_ms
+from ..errors import (
+    ClaimLostError,
+    InvalidInputError,
+    PiWorkflowsError,
+    RevisionConflictError,
+    WorkflowDefinitionError,
+    WorkflowSourceChangedError,
+)
+from .agents import AgentExecutor, headless_executor, parse_output, step_prompt
+from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
+from .routing import RoutingError, failure_route, next_node
+from .shell import run_shell
+from .store import RunStore
+from .updates import TokenBucket, check_update
+
+RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
+TRACE_EVENT_SCHEMA = "pi-workflows.trace-event.v1"
+TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
+PRESENTATION_TIMEOUT_SECONDS = 30.0
+# After an attempt ends, its thread gets this long to stop (a shell kills its group).
+ABANDON_GRACE_SECONDS = 2.0
+CURRENT_FIELDS = (
+    "currentNode",
+    "currentNodeType",
+    "currentAttemptId",
+    "currentNodeStartedAt",
+    "statusDetail",
+)
+FATAL_STORE_ERRORS = (ClaimLostError, RevisionConflictError)
+
+
+class _Parked(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _RunFailed(Exception):
+    def __init__(self, error: str, status: str = "failed") -> None:
+        super().__init__(error)
+        self.error = error
+        self.status = status
+
+
+class _CheckpointReached(Exception):
+    def __init__(self, node_id: str, output: Any) -> None:
+        super().__init__(node_id)
+        self.node_id = node_id
+        self.output = output
+
+
+class _AwaitInteraction(Exception):
+    def __init__(self, request_id: str) -> None:
+        super().__init__(request_id)
+        self.request_id = request_id
+
+
+class _EffectAmbiguous(Exception):
+    pass
+
+
+class _InteractionPending(Exception):
+    """The run waits for its origin session to answer an agent step."""
+
+
+@dataclass
+class _Attempt:
+    node_id: str
+    attempt_id: str
+    node: Node
+    started_at: int
+    signal: AbortSignal = field(default_factory=AbortSignal)
+    prompt: str | None = None
+    action: dict[str, Any] | None = None
+    effect: dict[str, Any] | None = None
+    effect_result: Any = None
+    has_effect_result: bool = False
+
+
+@dataclass
+class _StoreCall:
+    attempt: _Attempt
+    method: str
+    payload: dict[str, Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Done:
+    attempt: _Attempt
+    output: Any = None
+    error: BaseException | None = None
+
+
+class _Stop:
+    """Wakes the engine thread after cancel() or park()."""
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, PiWorkflowsError):
+        return str(error)
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _as_json(value: Any, what: str) -> Any:
+    """`value` as it survives a JSON round trip; tuples become lists, the rest is refused."""
+    if not is_json_value(value):
+        raise InvalidInputError(f"{what} is not a JSON value: {value!r:.200}")
+    return json.loads(canonical_json(value))
+
+
+class Engine:
+    """Executes one run. `cancel()` and `park()` may be called from any thread."""
+
+    def __init__(
+        self,
+        definition: Workflow,
+        store: RunStore,
+        *,
+        agent_executor: AgentExecutor | None = None,
+    ) -> None:
+        self.definition = definition
+        self.store = store
+        self.run_id = store.run_id
+        self.state: dict[str, Any] = {}
+        self._agent_executor = agent_executor
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self._stop: str | None = None
+        self._updates = TokenBucket()
+        self._run_info: dict[str, Any] = {}
+
+    # --- control -----------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """End the run `cancelled` at once; the active attempt is recorded cancelled."""
+        self._request_stop("cancel")
+
+    def park(self) -> None:
+        """Stop without writing; the active attempt is dropped and reruns on resume."""
+        self._request_stop("park")
+
+    def _request_stop(self, kind: str) -> None:
+        if self._stop is None:
+            self._stop = kind
+        self._inbox.put(_Stop())
+
+    # --- entry points (SPEC §7.3 commands) ---------------------------------------------
+
+    def execute(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Run a worker command `{kind: start|resume|restart|continue, ...}`."""
+        kind = command.get("kind")
+        if kind == "start":
+            return self.start(command.get("input"))
+        if kind == "restart":
+            return self.start(command.get("input"), restart=True)
+        if kind == "resume":
+            return self.resume()
+        if kind == "continue":
+            return self.continue_from(
+                command["parentRunId"], command.get("input"), command.get("humanDecision")
+            )
+        raise InvalidInputError(f"Unknown worker command kind {kind!r}.")
+
+    def start(self, input: Any, *, restart: bool = False) -> dict[str, Any]:
+        """Start from `start_at` with fresh state (`restart` records where it came from)."""
+        info = self._load()
+        self.state = self._fresh_state(input)
+        try:
+            validate_graph(self.definition)
+            normalized = self._normalize_input(input)
+        except (_RunFailed, WorkflowDefinitionError) as error:
+            message = str(error)
+            return self._drive(lambda: self._finish("failed", error=message))
+        self.state["input"] = normalized
+        payload: dict[str, Any] = {"workflowName": self.definition.name, "input": normalized}
+        if restart and info.get("parentRunId"):
+            payload["restartOf"] = info["parentRunId"]
+
+        def body() -> None:
+            self._persist("run_started", "run", payload)
+            self._run_from(self.definition.start_at, None)
+
+        return self._drive(body)
+
+    def resume(self) -> dict[str, Any]:
+        """Continue from the last durable boundary; an interrupted attempt runs again."""
+        info = self._load()
+        state = info["state"]
+        if state is None:
+            return self.start(info["input"])
+        validate_graph(self.definition)
+        self.state = state
+        status = state["status"]
+        if status in TERMINAL_STATUSES:
+            return self._outcome()
+        if status == "waiting":
+            accepted = info.get("acceptedInteraction")
+            if accepted and accepted["attemptId"] == state.get("currentAttemptId"):
+                return self._drive(lambda: self._complete_interaction(accepted))
+            return self._outcome()
+        return self._drive(self._resume_running)
+
+    def continue_from(
+        self, parent_run_id: str, input: Any, human_decision: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Continue a waiting parent run: the answer becomes its checkpoint's output.
+
+        `human_decision` is ``{"decisionId": ..., "response": {"choice": ..., "input"?}}``;
+        without it the run input is the answer.
+        """
+        self._load()
+        validate_graph(self.definition)
+        parent = self.store.read_run_state(parent_run_id)["state"] or {}
+        checkpoint_id = parent.get("waitingOn")
+        if parent.get("status") != "waiting" or checkpoint_id not in self.definition.nodes:
+            raise InvalidInputError(
+                f"Workflow run {parent_run_id} is not waiting at a checkpoint, so it cannot "
+                "be continued."
+            )
+        answer = self._checkpoint_answer(parent, checkpoint_id, input, human_decision)
+        self.state = self._fresh_state(input)
+        for key in ("outputs", "results"):
+            self.state[key] = copy.deepcopy(parent.get(key, {}))
+        self.state["steps"] = copy.deepcopy(parent.get("steps", []))
+        self.state["carriedStepCount"] = len(self.state["steps"])
+        self.state["outputs"][checkpoint_id] = answer
+        result = self.state["results"][checkpoint_id]
+        result["output"] = answer
+        for step in reversed(self.state["steps"]):
+            if step["attemptId"] == result["attemptId"]:
+                step["output"] = answer
+                break
+        if human_decision is not None:
+            self.state["humanDecision"] = {
+                "decisionId": human_decision.get("decisionId"),
+                "choice": answer["choice"],
+            }
+
+        def body() -> None:
+            self._persist(
+                "run_started",
+                "run",
+                {
+                    "workflowName": self.definition.name,
+                    "input": self.state["input"],
+                    "continuedFrom": parent_run_id,
+                    "checkpoint": checkpoint_id,
+                    "carriedSteps": self.state["carriedStepCount"],
+                },
+            )
+            self._run_from(None, answer, after=(checkpoint_id, result), stop_at_checkpoint=False)
+
+        return self._drive(body)
+
+    # --- run level -----------------------------------------------------------------------
+
+    def _load(self) -> dict[str, Any]:
+        info = self.store.read_run_state()
+        expected = info.get("definitionDigest")
+        if expected and expected != self.definition.definition_digest:
+            raise WorkflowSourceChangedError(
+                f"Workflow {self.definition.name!r} changed since run {self.run_id} was "
+                "created (definition digest differs); restore it, or cancel the run."
+            )
+        self._run_info = info
+        return info
+
+    def _fresh_state(self, input: Any) -> dict[str, Any]:
+        stamp = now_ms()
+        return {
+            "schema": RUN_STATE_SCHEMA,
+            "traceSeq": 0,
+            "runId": self.run_id,
+            "workflowName": self.definition.name,
+            "workflowSource": self._run_info.get("workflowSource"),
+            "definitionDigest": self.definition.definition_digest,
+            "parentRunId": self._run_info.get("parentRunId"),
+            "startedAt": stamp,
+            "updatedAt": stamp,
+            "status": "running",
+            "input": input if is_json_value(input) else None,
+            "outputs": {},
+            "results": {},
+            "steps": [],
+        }
+
+    def _normalize_input(self, raw: Any) -> Any:
+        value = raw
+        if self.definition.input is not None:
+            try:
+                value = self.definition.input(raw)
+            except Exception as error:
+                raise _RunFailed(
+                    f"Workflow {self.definition.name!r} rejected its input: {_describe(error)}"
+                ) from error
+        try:
+            return _as_json(value, "The normalised workflow input")
+        except InvalidInputError as error:
+            raise _RunFailed(str(error)) from error
+
+    def _checkpoint_answer(
+        self,
+        parent: dict[str, Any],
+        checkpoint_id: str,
+        input: Any,
+        human_decision: dict[str, Any] | None,
+    ) -> Any:
+        node = self.definition.nodes[checkpoint_id]
+        if human_decision is None:
+            if node.human_decision is not None:
+                raise InvalidInputError(
+                    f"Checkpoint {checkpoint_id!r} is a human decision; only a decision "
+                    "answer can continue it."
+                )
+            return _as_json(input, "The checkpoint answer")
+        spec = node.human_decision
+        response = human_decision.get("response")
+        if spec is None or not isinstance(response, dict):
+            raise InvalidInputError(
+                f"Checkpoint {checkpoint_id!r} cannot take a human decision response."
+            )
+        if response.get("choice") not in spec.choices:
+            raise InvalidInputError(
+                f"Human decision {checkpoint_id!r} has no choice {response.get('choice')!r}."
+            )
+        requested = parent.get("outputs", {}).get(checkpoint_id) or {}
+        if human_decision.get("decisionId") not in (None, requested.get("decisionId")):
+            raise InvalidInputError(
+                f"Decision {human_decision.get('decisionId')} does not belong to checkpoint "
+                f"{checkpoint_id!r} of run {parent.get('runId')}."
+            )
+        return _as_json(response, "The human decision response")
+
+    def _resume_running(self) -> None:
+        state = self.state
+        steps = state["steps"]
+        payload: dict[str, Any] = {"replayedSteps": len(steps)}
+        interrupted = state.get("currentNode")
+        if interrupted is not None:
+            payload["resumedAttemptId"] = state.get("currentAttemptId")
+            for key in CURRENT_FIELDS:
+                state.pop(key, None)
+        payload["resumeAt"] = interrupted or (None if steps else self.definition.start_at)
+        self._persist("run_resumed", "run", payload)
+        if interrupted is not None:
+            self._run_from(interrupted, self._last_output())
+        elif not steps:
+            self._run_from(self.definition.start_at, None)
+        else:
+            last = state["results"][steps[-1]["nodeId"]]
+            self._run_from(None, self._last_output(), after=(steps[-1]["nodeId"], last))
+
+    def _last_output(self) -> Any:
+        for step in reversed(self.state["steps"]):
+            if step["outcome"] == "ok":
+                return step["output"]
+        return None
+
+    def _complete_interaction(self, accepted: dict[str, Any]) -> None:
+        """Record the waiting agent attempt with its accepted submission, then go on."""
+        state = self.state
+        node_id = state["currentNode"]
+        node = self.definition.nodes[node_id]
+        attempt = _Attempt(node_id, state["currentAttemptId"], node, state["currentNodeStartedAt"])
+        state["status"] = "running"
+        state.pop("waitingOn", None)
+        try:
+            output: Any = parse_output(accepted["output"])
+            if node.validate is not None:
+                output = node.validate(output, self._context(attempt))
+            result = self._record(attempt, "ok", output=_as_json(output, "The agent output"))
+        except Exception as error:
+            result = self._record(attempt, "failed", error=_describe(error))
+        self._run_from(None, self._last_output(), after=(node_id, result))
+
+    def _drive(self, body: Any) -> dict[str, Any]:
+        try:
+            body()
+        except _Parked as parked:
+            return {
+                "runId": self.run_id,
+                "status": "parked",
+                "reason": parked.reason,
+                "detail": parked.detail,
+            }
+        except _InteractionPending:
+            pass
+        return self._outcome()
+
+    def _outcome(self) -> dict[str, Any]:
+        outcome = {"runId": self.run_id, "status": self.state["status"]}
+        for key in ("finalOutput", "error", "waitingOn"):
+            if key in self.state:
+                outcome[key] = self.state[key]
+        return outcome
+
+    def _run_from(
+        self,
+        current: str | None,
+        last_output: Any,
+        *,
+        after: tuple[str, dict[str, Any]] | None = None,
+        stop_at_checkpoint: bool = True,
+    ) -> None:
+        try:
+            if after is not None:
+                node_id, result = after
+                if result["outcome"] == "ok":
+                    last_output = result["output"]
+                current = self._route(node_id, result, stop_at_checkpoint=stop_at_checkpoint)
+            while current is not None:
+                if self._stop == "park":
+                    raise _Parked("parked", "The workflow run was parked.")
+                if self._stop == "cancel":
+                    raise _Cancelled()
+                if len(self.state["steps"]) >= self.definition.max_steps:
+                    raise _RunFailed(
+                        f"Workflow {self.definition.name!r} exceeded max_steps "
+                        f"({self.definition.max_steps}) before node {current!r}"
+                    )
+                result = self._attempt(current)
+                if result["outcome"] == "ok":
+                    last_output = result["output"]
+                current = self._route(current, result)
+            self._finish("completed", final_output=last_output)
+        except _CheckpointReached as reached:
+            self._finish("waiting", final_output=reached.output, waiting_on=reached.node_id)
+        except _Cancelled:
+            self._finish("cancelled", error="The workflow run was cancelled.")
+        except _RunFailed as failure:
+            self._finish(failure.status, error=failure.error)
+
+    def _route(
+        self, node_id: str, result: dict[str, Any], *, stop_at_checkpoint: bool = True
+    ) -> str | None:
+        outcome = result["outcome"]
+        try:
+            if outcome == "cancelled":
+                raise _Cancelled()
+            if outcome != "ok":
+                target = failure_route(self.definition, node_id, result)
+                if target is None:
+                    verb = "timed out" if outcome == "timed_out" else "failed"
+                    raise _RunFailed(
+                        f"Node {node_id!r} {verb}: {result.get('error')}",
+                        status="timed_out" if outcome == "timed_out" else "failed",
+                    )
+                return target
+            if stop_at_checkpoint and self.definition.nodes[node_id].node_type == "checkpoint":
+                raise _CheckpointReached(node_id, result["output"])
+            return next_node(self.definition, node_id, result)
+        except RoutingError as error:
+            raise _RunFailed(str(error)) from error
+
+    def _finish(
+        self,
+        status: str,
+        *,
+        final_output: Any = None,
+        error: str | None = None,
+        waiting_on: str | None = None,
+    ) -> None:
+        state = self.state
+        for key in CURRENT_FIELDS:
+            state.pop(key, None)
+        payload: dict[str, Any] = {"status": status}
+        if status in ("completed", "waiting"):
+            state["finalOutput"] = payload["finalOutput"] = final_output
+            prompt = self._presentation_prompt(final_output)
+            if prompt:
+                self.store.request_presentation({"prompt": prompt})
+            payload["presentationRequired"] = bool(prompt)
+        if error is not None:
+            state["error"] = payload["error"] = error
+        if waiting_on is not None:
+            state["waitingOn"] = payload["waitingOn"] = waiting_on
+        else:
+            state["finishedAt"] = now_ms()
+        state["status"] = status
+        self._persist(f"run_{status}", "run", payload)
+
+    def _presentation_prompt(self, final_output: Any) -> str | None:
+        prompt = self.definition.presentation_prompt
+        if prompt is None or isinstance(prompt, str):
+            return prompt.strip() or None if prompt else None
+        answer: list[Any] = []
+        context = PresentationContext(copy.deepcopy(self.state), copy.deepcopy(final_output))
+        worker = threading.Thread(
+            target=lambda: answer.append(_call_quietly(prompt, context)), daemon=True
+        )
+        worker.start()
+        # A slow or failing builder costs the run its presentation, never its result.
+        worker.join(PRESENTATION_TIMEOUT_SECONDS)
+        text = answer[0] if answer else None
+        return text.strip() or None if isinstance(text, str) else None
+
+    def _persist(
+        self,
+        event_type: str,
+        scope: str,
+        payload: dict[str, Any],
+        node_id: str | None = None,
+        attempt_id: str | None = None,
+    ) -> None:
+        state = self.state
+        stamp = now_ms()
+        state["traceSeq"] += 1
+        state["updatedAt"] = stamp
+        event: dict[str, Any] = {
+            "schema": TRACE_EVENT_SCHEMA,
+            "seq": state["traceSeq"],
+            "at": stamp,
+            "scope": scope,
+            "type": event_type,
+            "runId": self.run_id,
+            "payload": payload,
+        }
+        if node_id is not None:
+            event["nodeId"] = node_id
+        if attempt_id is not None:
+            event["attemptId"] = attempt_id
+        self.store.write_snapshot(state, event)
+
+    # --- one attempt ---------------------------------------------------------------------
+
+    def _attempt(self, node_id: str) -> dict[str, Any]:
+        node = self.definition.nodes[node_id]
+        attempt = _Attempt(node_id, uuid.uuid4().hex, node, now_ms())
+        self.state.update(
+            currentNode=node_id,
+            currentNodeType=node.node_type,
+            currentAttemptId=attempt.attempt_id,
+            currentNodeStartedAt=attempt.started_at,
+        )
+        started: dict[str, Any] = {"nodeType": node.node_type}
+        if node.status_detail is not None:
+            self.state["statusDetail"] = started["statusDetail"] = node.status_detail
+        self._persist("node_started", "node", started, node_id, attempt.attempt_id)
+        if self._stop == "park":
+            raise _Parked("parked", "The workflow run was parked.")
+        if self._stop == "cancel":
+            return self._record(attempt, "cancelled", error="The workflow run was cancelled.")
+        done = self._run_in_thread(attempt)
+        error = done.error
+        if error is None:
+            try:
+                output = _as_json(done.output, f"The output of node {node_id!r}")
+            except InvalidInputError as invalid:
+                return self._record(attempt, "failed", error=str(invalid))
+            return self._record(attempt, "ok", output=output)
+        if isinstance(error, _AwaitInteraction):
+            self._wait_for_interaction(attempt, error.request_id)
+        if isinstance(error, _EffectAmbiguous):
+            raise _Parked("effectAmbiguous", str(error))
+        outcome = "timed_out" if isinstance(error, NodeTimedOut) else "failed"
+        if isinstance(error, NodeAborted) and attempt.signal.reason == "cancel":
+            outcome = "cancelled"
+        return self._record(attempt, outcome, error=_describe(error))
+
+    def _wait_for_interaction(self, attempt: _Attempt, request_id: str) -> None:
+        self.state.update(
+            status="waiting",
+            waitingOn=attempt.node_id,
+            statusDetail="waiting for the origin session",
+        )
+        self._persist(
+            "agent_prompt_sent",
+            "agent",
+            {"prompt": attempt.prompt, "completion": "submit", "requestId": request_id},
+            attempt.node_id,
+            attempt.attempt_id,
+        )
+        raise _InteractionPending()
+
+    def _run_in_thread(self, attempt: _Attempt) -> _Done:
+        context = self._context(attempt)
+        thread = threading.Thread(
+            target=self._node_thread,
+            args=(attempt, context),
+            name=f"piw-node-{attempt.node_id}",
+            daemon=True,
+        )
+        thread.start()
+        timeout_ms = attempt.node.timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
+        done: _Done | None = None
+        try:
+            while done is None:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    item = self._inbox.get(timeout=wait)
+                except queue.Empty:
+                    attempt.signal.abort("timeout")
+                    done = _Done(
+                        attempt,
+                        error=NodeTimedOut(
+                            f"Node {attempt.node_id!r} timed out after {timeout_ms} ms"
+                        ),
+                    )
+                    break
+                if isinstance(item, _StoreCall):
+                    self._serve(item, attempt)
+                elif isinstance(item, _Done) and item.attempt is attempt:
+                    done = item
+                elif isinstance(item, _Stop) and self._stop == "park":
+                    attempt.signal.abort("park")
+                    raise _Parked("parked", "The workflow run was parked.")
+                elif isinstance(item, _Stop):
+                    attempt.signal.abort("cancel")
+                    done = _Done(attempt, error=NodeAborted("The workflow run was cancelled."))
+        finally:
+            attempt.signal.abort("finished")
+            self._let_go(thread)
+        self._settle_effect(attempt, done)
+        return done
+
+    def _let_go(self, thread: threading.Thread) -> None:
+        """Give an ended attempt's thread a moment to stop, refusing its store calls."""
+        deadline = time.monotonic() + ABANDON_GRACE_SECONDS
+        while thread.is_alive() and time.monotonic() < deadline:
+            try:
+                item = self._inbox.get(timeout=0.02)
+            except queue.Empty:
+                continue
+            if isinstance(item, _StoreCall):
+                item.error = NodeAborted("The node attempt is no longer active.")
+                item.done.set()
+            elif isinstance(item, _Stop):
+                self._inbox.put(item)
+                break
+
+    def _serve(self, call: _StoreCall, active: _Attempt) -> None:
+        if call.attempt is not active or active.signal.is_aborted:
+            call.error = NodeAborted("The node attempt is no longer active.")
+            call.done.set()
+            return
+        try:
+            call.result = getattr(self.store, call.method)(call.payload)
+        except FATAL_STORE_ERRORS as error:
+            call.error = error
+            call.done.set()
+            active.signal.abort("claim lost")
+            raise
+        except Exception as error:
+            call.error = error
+        call.done.set()
+
+    def _settle_effect(self, attempt: _Attempt, done: _Done) -> None:
+        effect = attempt.effect
+        if effect is None:
+            return
+        if attempt.has_effect_result:
+            settlement = {"outcome": "applied", "result": attempt.effect_result}
+        elif done.error is not None and not isinstance(done.error, (NodeTimedOut, NodeAborted)):
+            settlement = {"outcome": "rejected", "error": _describe(done.error)}
+        elif effect["policy"] == "idempotent":
+            settlement = {"outcome": "rejected", "error": "stopped before it finished"}
+        else:
+            # A manual action stopped midway may or may not have happened.
+            settlement = {"outcome": "ambiguous", "error": "stopped before it finished"}
+        self.store.settle_effect({"effectId": effect["effectId"], **settlement})
+
+    def _record(
+        self, attempt: _Attempt, outcome: str, *, output: Any = None, error: str | None = None
+    ) -> dict[str, Any]:
+        finished = now_ms()
+        result: dict[str, Any] = {
+            "attemptId": attempt.attempt_id,
+            "nodeId": attempt.node_id,
+            "nodeType": attempt.node.node_type,
+            "outcome": outcome,
+            "startedAt": attempt.started_at,
+            "finishedAt": finished,
+            "durationMs": finished - attempt.started_at,
+        }
+        if outcome == "ok":
+            result["output"] = output
+        else:
+            result["error"] = error
+        step = {**result, "output": output if outcome == "ok" else None, "prompt": attempt.prompt}
+        if attempt.action is not None:
+            step["action"] = attempt.action
+        state = self.state
+        state["results"][attempt.node_id] = result
+        if outcome == "ok":
+            state["outputs"][attempt.node_id] = output
+        else:
+            # A later failed attempt removes the node's earlier output.
+            state["outputs"].pop(attempt.node_id, None)
+        state["steps"].append(step)
+        for key in CURRENT_FIELDS:
+            state.pop(key, None)
+        payload = {key: value for key, value in step.items() if key not in ("attemptId", "nodeId")}
+        event_type = "node_finished" if outcome == "ok" else "node_failed"
+        self._persist(event_type, "node", payload, attempt.node_id, attempt.attempt_id)
+        return result
+
+    # --- inside the attempt thread -------------------------------------------------------
+
+    def _context(self, attempt: _Attempt) -> NodeContext:
+        publish = None
+        if attempt.node.node_type == "action":
+
+            def publish(type: str, key: str, data: dict[str, Any]) -> dict[str, Any]:
+                check_update(type, key, data)
+                self._updates.take()
+                return self._call(
+                    attempt,
+                    "publish_update",
+                    {
+                        "type": type,
+                        "key": key,
+                        "data": data,
+                        "nodeId": attempt.node_id,
+                        "attemptId": attempt.attempt_id,
+                    },
+                )
+
+        state = copy.deepcopy(self.state)
+        return NodeContext(
+            input=state["input"],
+            outputs=state["outputs"],
+            results=state["results"],
+            state=state,
+            signal=attempt.signal,
+            node_id=attempt.node_id,
+            attempt_id=attempt.attempt_id,
+            _publish=publish,
+        )
+
+    def _call(self, attempt: _Attempt, method: str, payload: dict[str, Any]) -> Any:
+        """A store call from the attempt thread, executed by the engine thread."""
+        call = _StoreCall(attempt, method, payload)
+        self._inbox.put(call)
+        while not call.done.wait(0.05):
+            attempt.signal.raise_if_aborted()
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _node_thread(self, attempt: _Attempt, context: NodeContext) -> None:
+        try:
+            output = self._dispatch(attempt, context)
+        except BaseException as error:  # every failure is the attempt's outcome
+            self._inbox.put(_Done(attempt, error=error))
+            return
+        self._inbox.put(_Done(attempt, output=output))
+
+    def _dispatch(self, attempt: _Attempt, ctx: NodeContext) -> Any:
+        node = attempt.node
+        if node.node_type == "compute":
+            return node.run(ctx)
+        if node.node_type == "notify":
+            return self._notify(attempt, ctx)
+        if node.node_type == "action":
+            return self._action(attempt, ctx)
+        if node.node_type == "checkpoint":
+            if node.human_decision is not None:
+                return self._human_decision(attempt, ctx)
+            if node.run is not None:
+                return node.run(ctx)
+            return {"summary": node.summary or "checkpoint"}
+        return self._agent(attempt, ctx)
+
+    def _notify(self, attempt: _Attempt, ctx: NodeContext) -> Any:
+        node = attempt.node
+        content = node.message(ctx) if callable(node.message) else node.message
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInputError(f"Notify node {attempt.node_id!r} produced an empty message.")
+        # Stable across a crash retry (same index → deduplicated), new on loop re-entry.
+        index = 1 + sum(
+            1
+            for step in ctx.state["steps"]
+            if step["nodeId"] == attempt.node_id and step["outcome"] == "ok"
+        )
+        receipt = self._call(
+            attempt,
+            "request_notification",
+            {
+                "workflowName": self.definition.name,
+                "nodeId": attempt.node_id,
+                "attemptId": attempt.attempt_id,
+                "notificationIndex": index,
+                "kind": node.notify_kind,
+                "content": content.strip(),
+            },
+        )
+        return {
+            "notificationId": receipt["notificationId"],
+            "targetSessionId": receipt["targetSessionId"],
+        }
+
+    def _action(self, attempt: _Attempt, ctx: NodeContext) -> Any:
+        node = attempt.node
+        assert node.effect is not None
+        spec = node.exec(ctx) if node.is_shell else None
+        visit = 1 + sum(1 for step in ctx.state["steps"] if step["nodeId"] == attempt.node_id)
+        reservation = self._call(
+            attempt,
+            "reserve_effect",
+            {
+                "effectType": node.effect.type,
+                "policy": node.effect.policy,
+                "idempotencyKey": f"{self.run_id}:{node.effect.type}:{attempt.node_id}:{visit}",
+                "payload": {"nodeId": attempt.node_id, "exec": _as_json(spec, "shell exec")},
+                "nodeId": attempt.node_id,
+                "attemptId": attempt.attempt_id,
+            },
+        )
+        outcome = reservation["outcome"]
+        if outcome == "ambiguous":
+            raise _EffectAmbiguous(
+                f"Effect {node.effect.type!r} of node {attempt.node_id!r} may or may not have "
+                "been applied; check it, then resolve the effect or cancel the run."
+            )
+        if outcome == "conflict":
+            raise InvalidInputError(reservation["error"])
+        if outcome == "adopted":
+            raw = reservation["result"]
+        else:
+            attempt.effect = {"effectId": reservation["effectId"], "policy": node.effect.policy}
+            if node.is_shell:
+                raw = run_shell(spec, attempt.signal)
+            else:
+                raw = node.run(ctx)
+            raw = _as_json(raw, f"The result of action {attempt.node_id!r}")
+            attempt.effect_result, attempt.has_effect_result = raw, True
+        if node.is_shell:
+            attempt.action = {"actionType": "shell"} | {
+                key: raw[key] for key in ("command", "args", "cwd", "exitCode", "signal")
+            }
+            attempt.action["durationMs"] = raw["durationMs"]
+            return node.parse(raw, ctx) if node.parse is not None else raw
+        attempt.action = {"actionType": "function"}
+        return raw
+
+    def _human_decision(self, attempt: _Attempt, ctx: NodeContext) -> Any:
+        spec = attempt.node.human_decision
+        assert spec is not None
+        request = spec.request(ctx)
+        where = f"human_decision {attempt.node_id!r}"
+        if not isinstance(request, dict) or not isinstance(request.get("title"), str):
+            raise InvalidInputError(f"{where}: request must return a dict with a 'title'")
+        presentation = request.get("presentation")
+        if not isinstance(presentation, dict) or not isinstance(
+            presentation.get("blocks", []), list
+        ):
+            raise InvalidInputError(f"{where}: request needs a 'presentation' with 'blocks'")
+        record = self._call(
+            attempt,
+            "create_human_decision_request",
+            {
+                "nodeId": attempt.node_id,
+                "attemptId": attempt.attempt_id,
+                "audience": spec.audience,
+                "title": request["title"],
+                "subject": _as_json(request.get("subject"), f"{where} subject"),
+                "presentation": {
+                    "schema": "pi-workflows.decision-presentation.v1",
+                    **_as_json(presentation, f"{where} presentation"),
+                },
+                "choices": {key: value.snapshot() for key, value in spec.choices.items()},
+                "onTimeout": dict(spec.on_timeout) if spec.on_timeout else None,
+            },
+        )
+        record.pop("revision", None)
+        return record
+
+    def _agent(self, attempt: _Attempt, ctx: NodeContext) -> Any:
+        node = attempt.node
+        authored = node.prompt(ctx) if callable(node.prompt) else node.prompt
+        if not isinstance(authored, str) or not authored.strip():
+            raise InvalidInputError(f"Agent node {attempt.node_id!r} produced an empty prompt.")
+        attempt.prompt = step_prompt(
+            self.definition.name, attempt.node_id, attempt.attempt_id, node, authored
+        )
+        contract = {
+            "runId": self.run_id,
+            "workflowName": self.definition.name,
+            "nodeId": attempt.node_id,
+            "attemptId": attempt.attempt_id,
+            "expectedOutput": node.expected_output,
+            "completion": "submit",
+        }
+        if self._run_info.get("executionMode") == "interactive":
+            receipt = self._call(
+                attempt,
+                "request_interaction",
+                {
+                    "nodeId": attempt.node_id,
+                    "attemptId": attempt.attempt_id,
+                    "kind": "agent",
+                    "prompt": attempt.prompt,
+                    "contract": contract,
+                },
+            )
+            raise _AwaitInteraction(receipt["requestId"])
+        executor = self._agent_executor or headless_executor()
+        answer = executor.run_agent_step(
+            {
+                "contract": contract,
+                "prompt": attempt.prompt,
+                "presentation": {"statusDetail": node.status_detail},
+            },
+            attempt.signal,
+        )
+        output = parse_output(answer.get("output") if isinstance(answer, dict) else answer)
+        return node.validate(output, ctx) if node.validate is not None else output
+
+
+def _call_quietly(function: Any, argument: Any) -> Any:
+    try:
+        return function(argument)
+    except Exception:
+        return None
+
+
+def execute_command(
+    definition: Workflow, store: RunStore, command: dict[str, Any]
+) -> dict[str, Any]:
+    """Execute a worker run command (SPEC §7.3) to its next stop.
+
+    Returns ``{runId, status, finalOutput?, error?, waitingOn?}`` where status is the run
+    status, or ``parked`` (plus ``reason``: ``parked`` or ``effectAmbiguous``, and
+    ``detail``) when the run stopped without a terminal state. To cancel or park from
+    another thread, build an :class:`Engine` and call ``engine.execute(command)``.
+    """
+    return Engine(definition, store).execute(command)

@@ -1,0 +1,80 @@
+"""The store interface the engine executes against.
+
+Two implementations exist: :class:`~pi_workflows.engine.local_store.LocalStore` (in
+process, over a real state database; tests and embedding) and the worker's host-backed
+store, which forwards each call as one worker-protocol message. That is why every method
+maps to exactly one protocol operation (:data:`OPERATIONS`) and takes and returns plain
+JSON values only.
+
+Every method may raise :class:`~pi_workflows.errors.ClaimLostError` or
+:class:`~pi_workflows.errors.RevisionConflictError`; the engine lets them propagate and
+writes nothing more, because another owner now decides about the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+# worker-protocol operation → method name
+OPERATIONS = {
+    "store.readRunState": "read_run_state",
+    "store.writeSnapshot": "write_snapshot",
+    "store.publishUpdate": "publish_update",
+    "store.reserveEffect": "reserve_effect",
+    "store.settleEffect": "settle_effect",
+    "store.createHumanDecisionRequest": "create_human_decision_request",
+    "interaction.request": "request_interaction",
+    "notification.request": "request_notification",
+    "presentation.request": "request_presentation",
+}
+
+
+class RunStore(Protocol):
+    """Durable state of one run, as the engine sees it."""
+
+    @property
+    def run_id(self) -> str:
+        """The run this store writes to."""
+
+    def read_run_state(self, run_id: str | None = None) -> dict[str, Any]:
+        """The run (default: this store's run; a continuation reads its parent).
+
+        Returns ``{runId, workflowName, status, revision, input, parentRunId,
+        lineageKind, executionMode, originSessionId, workflowSource, definitionDigest,
+        state, acceptedInteraction}`` where ``state`` is the last run-state snapshot
+        (``pi-workflows.run-state.v1``) or ``None`` before the run started, and
+        ``acceptedInteraction`` is ``{requestId, attemptId, output}`` when the in-flight
+        agent attempt has an accepted submission, else ``None``.
+        """
+
+    def write_snapshot(self, snapshot: dict[str, Any], trace_event: dict[str, Any]) -> int:
+        """Commit one durable boundary: the full run state plus its trace event.
+
+        Returns the run's new revision.
+        """
+
+    def publish_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Store ``{type, key, data, nodeId, attemptId}``; returns ``{updateId, sequence}``."""
+
+    def reserve_effect(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Reserve ``{effectType, policy, idempotencyKey, payload, nodeId, attemptId}``.
+
+        Returns ``{effectId, outcome}`` with outcome ``reserved`` (run the action),
+        ``adopted`` (plus ``result``: do not run it again), ``ambiguous`` (a manual
+        effect was left applying: park) or ``conflict`` (plus ``error``).
+        """
+
+    def settle_effect(self, settlement: dict[str, Any]) -> dict[str, Any]:
+        """Settle ``{effectId, outcome: applied|rejected|ambiguous, result?, error?}``."""
+
+    def create_human_decision_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Create the decision request of a ``human_decision`` attempt; returns its record."""
+
+    def request_interaction(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Ask the origin session for an agent step; returns ``{requestId}``."""
+
+    def request_notification(self, notification: dict[str, Any]) -> dict[str, Any]:
+        """Deliver a notify node's message; returns ``{notificationId, targetSessionId}``."""
+
+    def request_presentation(self, presentation: dict[str, Any]) -> dict[str, Any]:
+        """Record ``{prompt}`` for the terminal message of the run."""

@@ -1,0 +1,496 @@
+"""The database side of the engine's store operations (engine/store.py).
+
+Each function is one durable change: call it inside ``StateStore.transaction()``. A
+change bumps the run revision once and appends one event (``record_run_change``); with
+``expected_revision`` a stale caller gets :class:`RevisionConflictError`. Claim fencing
+and lifecycle projection are the host's job and deliberately not done here.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from ..canonical import digest
+from ..clock import now_ms
+from ..errors import InvalidInputError, NotFoundError
+from .blobs import put_json, put_text, read_json
+from .models import (
+    TERMINAL_RUN_STATUSES,
+    Effect,
+    HumanDecision,
+    InteractiveRequest,
+    InteractiveSubmission,
+    NodeAttempt,
+    Run,
+    WorkflowMessage,
+    WorkflowUpdate,
+)
+from .revisions import record_run_change
+from .runs import get_run
+
+RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
+MAX_UPDATE_PAIRS = 1024
+ACTOR = "worker"
+ACTIVE_ATTEMPT_STATUSES = ("pending", "running", "waiting")
+OUTCOME_TO_ATTEMPT_STATUS = {
+    "ok": "completed",
+    "failed": "failed",
+    "timed_out": "timed_out",
+    "cancelled": "cancelled",
+}
+
+
+def _revision(run_id: str) -> int:
+    return Run.select(Run.revision).where(Run.run_id == run_id).scalar()
+
+
+def _change(
+    run_id: str,
+    event_type: str,
+    payload: dict[str, Any],
+    expected_revision: int | None,
+    **updates: Any,
+) -> int:
+    return record_run_change(
+        run_id,
+        event_type=event_type,
+        actor=ACTOR,
+        payload=payload,
+        expected_revision=expected_revision,
+        **updates,
+    )
+
+
+def read_run_state(run_id: str) -> dict[str, Any]:
+    """The run's identity, input and last snapshot (see ``RunStore.read_run_state``)."""
+    run = get_run(run_id)
+    state = read_json(run.state_hash)
+    return {
+        "runId": run.run_id,
+        "workflowName": run.workflow_name,
+        "status": run.status,
+        "revision": run.revision,
+        "input": read_json(run.input_hash),
+        "parentRunId": run.parent_run_id,
+        "lineageKind": run.lineage_kind,
+        "executionMode": run.execution_mode,
+        "originSessionId": run.origin_session_id,
+        "workflowSource": json.loads(run.workflow_source),
+        "definitionDigest": run.definition_digest,
+        "state": state,
+        "acceptedInteraction": _accepted_interaction(state),
+    }
+
+
+def _accepted_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    attempt_id = (state or {}).get("currentAttemptId")
+    if attempt_id is None:
+        return None
+    request = InteractiveRequest.get_or_none(InteractiveRequest.attempt_id == attempt_id)
+    if request is None or request.accepted_submission_id is None:
+        return None
+    submission = InteractiveSubmission.get_by_id(request.accepted_submission_id)
+    return {
+        "requestId": request.request_id,
+        "attemptId": attempt_id,
+        "output": read_json(submission.payload_hash),
+    }
+
+
+def write_snapshot(
+    run_id: str,
+    snapshot: dict[str, Any],
+    trace_event: dict[str, Any],
+    expected_revision: int | None = None,
+) -> int:
+    """Commit a run-state snapshot and its trace event; returns the new revision.
+
+    Also keeps ``node_attempts`` in step with the snapshot: recorded steps get their
+    final status, the in-flight attempt is ``running`` (``waiting`` for a waiting run),
+    and any other attempt left active is ``interrupted`` — a parked attempt is never
+    recorded as a step.
+    """
+    if snapshot.get("schema") != RUN_STATE_SCHEMA or snapshot.get("runId") != run_id:
+        raise InvalidInputError(
+            f"A snapshot for run {run_id} must have schema {RUN_STATE_SCHEMA} and its run id."
+        )
+    status = snapshot["status"]
+    updates: dict[str, Any] = {
+        "status": status,
+        "status_detail": snapshot.get("statusDetail"),
+        "state_hash": put_json(snapshot),
+        "final_output_hash": (
+            put_json(snapshot["finalOutput"]) if "finalOutput" in snapshot else None
+        ),
+        "error_hash": put_text(snapshot["error"]) if snapshot.get("error") else None,
+        "finished_at": now_ms() if status in TERMINAL_RUN_STATUSES else None,
+    }
+    revision = _change(
+        run_id,
+        trace_event["type"],
+        trace_event,
+        expected_revision,
+        **updates,
+    )
+    _sync_attempts(run_id, snapshot)
+    return revision
+
+
+def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
+    existing = {
+        row.attempt_id: row for row in NodeAttempt.select().where(NodeAttempt.run == run_id)
+    }
+    numbers: dict[str, int] = {}
+    for row in existing.values():
+        numbers[row.node_id] = max(numbers.get(row.node_id, 0), row.attempt_number)
+    wanted: dict[str, dict[str, Any]] = {}
+    for step in snapshot.get("steps", []):
+        wanted[step["attemptId"]] = {
+            "node_id": step["nodeId"],
+            "node_type": step["nodeType"],
+            "status": OUTCOME_TO_ATTEMPT_STATUS[step["outcome"]],
+            "started_at": step["startedAt"],
+            "finished_at": step["finishedAt"],
+            "output_hash": put_json(step["output"]) if step["outcome"] == "ok" else None,
+            "error_hash": put_text(step["error"]) if step.get("error") else None,
+        }
+    current = snapshot.get("currentAttemptId")
+    if current is not None:
+        wanted[current] = {
+            "node_id": snapshot["currentNode"],
+            "node_type": snapshot["currentNodeType"],
+            "status": "waiting" if snapshot["status"] == "waiting" else "running",
+            "started_at": snapshot["currentNodeStartedAt"],
+        }
+    # Interrupt first: the one-active-attempt index must allow the new attempt.
+    for attempt_id, row in existing.items():
+        if row.status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
+            NodeAttempt.update(status="interrupted", finished_at=now_ms()).where(
+                NodeAttempt.attempt_id == attempt_id
+            ).execute()
+    for attempt_id, fields in wanted.items():
+        row = existing.get(attempt_id)
+        if row is None:
+            numbers[fields["node_id"]] = numbers.get(fields["node_id"], 0) + 1
+            NodeAttempt.create(
+                attempt_id=attempt_id,
+                run=run_id,
+                attempt_number=numbers[fields["node_id"]],
+                **fields,
+            )
+        elif row.status != fields["status"]:
+            NodeAttempt.update(**fields).where(NodeAttempt.attempt_id == attempt_id).execute()
+
+
+def publish_update(
+    run_id: str, update: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Replace the current value of ``(type, key)`` and record one ``update_published``."""
+    existing = WorkflowUpdate.get_or_none(
+        (WorkflowUpdate.run == run_id)
+        & (WorkflowUpdate.update_type == update["type"])
+        & (WorkflowUpdate.update_key == update["key"])
+    )
+    if existing is None:
+        pairs = WorkflowUpdate.select().where(WorkflowUpdate.run == run_id).count()
+        if pairs >= MAX_UPDATE_PAIRS:
+            raise InvalidInputError(
+                f"Workflow run {run_id} already has {MAX_UPDATE_PAIRS} update keys; reuse a "
+                "key instead of adding new ones."
+            )
+    sequence = (
+        WorkflowUpdate.select(WorkflowUpdate.sequence)
+        .where(WorkflowUpdate.run == run_id)
+        .order_by(WorkflowUpdate.sequence.desc())
+        .limit(1)
+        .scalar()
+        or 0
+    ) + 1
+    stamp = now_ms()
+    update_id = f"upd-{uuid.uuid4().hex}"
+    fields = {
+        "attempt_id": update.get("attemptId"),
+        "data_hash": put_json(update["data"]),
+        "sequence": sequence,
+        "updated_at": stamp,
+    }
+    if existing is None:
+        WorkflowUpdate.create(
+            run=run_id,
+            update_type=update["type"],
+            update_key=update["key"],
+            created_at=stamp,
+            **fields,
+        )
+    else:
+        WorkflowUpdate.update(**fields).where(WorkflowUpdate.id == existing.id).execute()
+    revision = _change(
+        run_id,
+        "update_published",
+        {"updateId": update_id, "sequence": sequence, **update},
+        expected_revision,
+    )
+    return {"updateId": update_id, "sequence": sequence, "revision": revision}
+
+
+def reserve_effect(
+    run_id: str, request: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Reserve a managed effect before its action runs (see ``RunStore.reserve_effect``)."""
+    payload_hash = put_json(request.get("payload"))
+    effect = Effect.get_or_none(
+        (Effect.run == run_id)
+        & (Effect.effect_type == request["effectType"])
+        & (Effect.idempotency_key == request["idempotencyKey"])
+    )
+    stamp = now_ms()
+    if effect is None:
+        effect = Effect.create(
+            effect_id=f"eff-{uuid.uuid4().hex}",
+            run=run_id,
+            scope="run",
+            effect_type=request["effectType"],
+            idempotency_key=request["idempotencyKey"],
+            policy=request["policy"],
+            payload_hash=payload_hash,
+            status="applying",
+            attempt_count=1,
+            created_at=stamp,
+            updated_at=stamp,
+        )
+        return _effect_change(run_id, effect, "reserved", expected_revision)
+    if effect.payload_hash != payload_hash:
+        return {
+            "effectId": effect.effect_id,
+            "outcome": "conflict",
+            "error": f"Effect {effect.effect_type!r} was already reserved for another request.",
+            "revision": _revision(run_id),
+        }
+    if effect.status == "applied":
+        return {
+            "effectId": effect.effect_id,
+            "outcome": "adopted",
+            "result": read_json(effect.result_hash),
+            "revision": _revision(run_id),
+        }
+    if effect.status == "ambiguous" or (effect.status == "applying" and effect.policy == "manual"):
+        # A manual effect whose action may or may not have happened: only an operator
+        # can tell, so the run must not guess by running it again.
+        Effect.update(status="ambiguous", updated_at=stamp).where(
+            Effect.effect_id == effect.effect_id
+        ).execute()
+        return _effect_change(run_id, effect, "ambiguous", expected_revision)
+    Effect.update(
+        status="applying", attempt_count=Effect.attempt_count + 1, updated_at=stamp
+    ).where(Effect.effect_id == effect.effect_id).execute()
+    return _effect_change(run_id, effect, "reserved", expected_revision)
+
+
+def _effect_change(
+    run_id: str, effect: Effect, outcome: str, expected_revision: int | None
+) -> dict[str, Any]:
+    revision = _change(
+        run_id,
+        f"effect.{outcome}",
+        {"effectId": effect.effect_id, "effectType": effect.effect_type},
+        expected_revision,
+    )
+    return {"effectId": effect.effect_id, "outcome": outcome, "revision": revision}
+
+
+def settle_effect(
+    run_id: str, settlement: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Record what happened to a reserved effect: applied, rejected or ambiguous."""
+    outcome = settlement["outcome"]
+    if outcome not in ("applied", "rejected", "ambiguous"):
+        raise InvalidInputError(f"Unknown effect settlement {outcome!r}.")
+    effect = Effect.get_or_none(
+        (Effect.effect_id == settlement["effectId"]) & (Effect.run == run_id)
+    )
+    if effect is None:
+        raise NotFoundError(f"Effect {settlement['effectId']} of run {run_id} does not exist.")
+    stamp = now_ms()
+    Effect.update(
+        status=outcome,
+        result_hash=put_json(settlement.get("result")) if outcome == "applied" else None,
+        error_hash=put_text(settlement["error"]) if settlement.get("error") else None,
+        settled_at=stamp,
+        updated_at=stamp,
+    ).where(Effect.effect_id == effect.effect_id).execute()
+    revision = _change(
+        run_id,
+        "effect.settled",
+        {"effectId": effect.effect_id, "outcome": outcome},
+        expected_revision,
+    )
+    return {"effectId": effect.effect_id, "outcome": outcome, "revision": revision}
+
+
+def create_human_decision_request(
+    run_id: str, request: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Create (or return, for a repeated attempt) the request of a human decision."""
+    existing = HumanDecision.get_or_none(HumanDecision.attempt_id == request["attemptId"])
+    if existing is not None:
+        stored = read_json(existing.request_hash)
+        stored.pop("subject", None)
+        return {**stored, "revision": _revision(run_id)}
+    stamp = now_ms()
+    on_timeout = request.get("onTimeout")
+    record = {
+        "schema": "pi-workflows.human-decision-request.v1",
+        "decisionId": f"dec-{uuid.uuid4().hex}",
+        "runId": run_id,
+        "nodeId": request["nodeId"],
+        "attemptId": request["attemptId"],
+        "audience": request["audience"],
+        "title": request["title"],
+        "choices": request["choices"],
+        "subjectDigest": digest(request.get("subject")),
+        "presentationDigest": digest(request["presentation"]),
+        "presentation": request["presentation"],
+        "deadlineAt": stamp + on_timeout["after_ms"] if on_timeout else None,
+        "defaultResponse": on_timeout["response"] if on_timeout else None,
+        "createdAt": stamp,
+    }
+    record["requestDigest"] = digest({k: v for k, v in record.items() if k != "createdAt"})
+    HumanDecision.create(
+        decision_id=record["decisionId"],
+        run=run_id,
+        attempt_id=request["attemptId"],
+        node_id=request["nodeId"],
+        audience=request["audience"],
+        # The subject (machine data) is kept in the host's copy only; channels and the
+        # worker get the record without it.
+        request_hash=put_json({**record, "subject": request.get("subject")}),
+        request_digest=record["requestDigest"],
+        status="pending",
+        deadline_at=record["deadlineAt"],
+        default_response_hash=put_json(on_timeout["response"]) if on_timeout else None,
+        created_at=stamp,
+        updated_at=stamp,
+    )
+    revision = _change(
+        run_id,
+        "human_decision.requested",
+        {"decisionId": record["decisionId"], "nodeId": request["nodeId"]},
+        expected_revision,
+    )
+    return {**record, "revision": revision}
+
+
+def request_interaction(
+    run_id: str, request: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Create the durable request for an interactive agent step (one per attempt)."""
+    existing = InteractiveRequest.get_or_none(InteractiveRequest.attempt_id == request["attemptId"])
+    if existing is not None:
+        return {"requestId": existing.request_id, "revision": _revision(run_id)}
+    run = get_run(run_id)
+    stamp = now_ms()
+    request_id = f"req-{uuid.uuid4().hex}"
+    InteractiveRequest.create(
+        request_id=request_id,
+        run=run_id,
+        attempt_id=request["attemptId"],
+        node_id=request["nodeId"],
+        target_session_id=run.origin_session_id,
+        kind=request.get("kind", "agent"),
+        contract_hash=put_json({"contract": request["contract"], "prompt": request["prompt"]}),
+        status="pending",
+        created_at=stamp,
+        updated_at=stamp,
+    )
+    revision = _change(
+        run_id,
+        "interaction.requested",
+        {"requestId": request_id, "nodeId": request["nodeId"]},
+        expected_revision,
+    )
+    return {"requestId": request_id, "revision": revision}
+
+
+def request_notification(
+    run_id: str, notification: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Queue a notify node's message for the origin session, once per notification index."""
+    run = get_run(run_id)
+    if run.origin_session_id is None:
+        raise InvalidInputError(
+            f"Workflow run {run_id} has no origin session, so notify node "
+            f"{notification['nodeId']!r} has nobody to tell; run it from a session."
+        )
+    idempotency_key = f"notify:{notification['nodeId']}:{notification['notificationIndex']}"
+    existing = WorkflowMessage.get_or_none(
+        (WorkflowMessage.run == run_id)
+        & (WorkflowMessage.kind == "notification")
+        & (WorkflowMessage.idempotency_key == idempotency_key)
+    )
+    if existing is not None:
+        return {
+            "notificationId": existing.workflow_message_id,
+            "targetSessionId": existing.target_session_id,
+            "revision": _revision(run_id),
+        }
+    order = (
+        WorkflowMessage.select(WorkflowMessage.order_number)
+        .where(WorkflowMessage.target_session_id == run.origin_session_id)
+        .order_by(WorkflowMessage.order_number.desc())
+        .limit(1)
+        .scalar()
+        or 0
+    ) + 1
+    stamp = now_ms()
+    message_id = f"msg-{uuid.uuid4().hex}"
+    content = {
+        "text": notification["content"],
+        "details": {
+            "schema": "pi-workflows.notification.v1",
+            "runId": run_id,
+            "nodeId": notification["nodeId"],
+            "attemptId": notification["attemptId"],
+            "notificationIndex": notification["notificationIndex"],
+            "kind": notification["kind"],
+        },
+    }
+    WorkflowMessage.create(
+        workflow_message_id=message_id,
+        run=run_id,
+        target_session_id=run.origin_session_id,
+        kind="notification",
+        source_id=notification["attemptId"],
+        idempotency_key=idempotency_key,
+        content_hash=put_json(content),
+        order_number=order,
+        status="pending",
+        created_at=stamp,
+        updated_at=stamp,
+    )
+    revision = _change(
+        run_id,
+        "notification.requested",
+        {"notificationId": message_id, "nodeId": notification["nodeId"]},
+        expected_revision,
+    )
+    return {
+        "notificationId": message_id,
+        "targetSessionId": run.origin_session_id,
+        "revision": revision,
+    }
+
+
+def request_presentation(
+    run_id: str, presentation: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Save the presentation prompt the terminal message of this run will use."""
+    revision = _change(
+        run_id,
+        "presentation.requested",
+        {"promptDigest": digest(presentation["prompt"])},
+        expected_revision,
+        presentation_prompt_hash=put_text(presentation["prompt"]),
+    )
+    return {"revision": revision}

@@ -1,0 +1,116 @@
+"""Engine fixtures: runs in a real SQLite state store, executed in process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pi_workflows.authoring import Workflow
+from pi_workflows.engine import Engine
+from pi_workflows.engine.local_store import LocalStore
+from pi_workflows.storage import StateStore
+from pi_workflows.storage.runs import create_run, new_run_id
+
+SOURCE = {"kind": "builtin", "id": "test", "revision": "1"}
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    """Poll `predicate` until it is truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def count(path: Path) -> int:
+    """How many lines a side-effect counter file has."""
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def bump(path: Path) -> None:
+    with path.open("a") as handle:
+        handle.write("x\n")
+
+
+@dataclass
+class Runs:
+    store: StateStore
+    project: Path
+
+    def create(
+        self,
+        definition: Workflow,
+        input: Any = None,
+        *,
+        mode: str = "headless",
+        session: str | None = None,
+        parent: str | None = None,
+        lineage: str | None = None,
+    ) -> str:
+        run_id = new_run_id(definition.name)
+        with self.store.transaction():
+            create_run(
+                run_id=run_id,
+                workflow_name=definition.name,
+                workflow_ref=definition.name,
+                workflow_source=SOURCE,
+                definition_digest=definition.definition_digest,
+                project_path=str(self.project),
+                input=input,
+                actor="test",
+                execution_mode=mode,
+                origin_session_id=session,
+                parent_run_id=parent,
+                lineage_kind=lineage,
+            )
+        return run_id
+
+    def engine(self, definition: Workflow, run_id: str) -> Engine:
+        return Engine(definition, LocalStore(self.store, run_id))
+
+    def start(self, definition: Workflow, input: Any = None, **options: Any) -> dict[str, Any]:
+        run_id = self.create(definition, input, **options)
+        return self.engine(definition, run_id).execute({"kind": "start", "input": input})
+
+    def state(self, run_id: str) -> dict[str, Any]:
+        return LocalStore(self.store, run_id).read_run_state()["state"]
+
+    def in_thread(self, engine: Engine, command: dict[str, Any]) -> BackgroundRun:
+        background = BackgroundRun(engine, command)
+        background.thread.start()
+        return background
+
+
+class BackgroundRun:
+    """An engine executing a command on another thread (to cancel or park it)."""
+
+    def __init__(self, engine: Engine, command: dict[str, Any]) -> None:
+        self.engine = engine
+        self.outcome: dict[str, Any] | None = None
+        self.thread = threading.Thread(target=self._run, args=(command,), daemon=True)
+
+    def _run(self, command: dict[str, Any]) -> None:
+        self.outcome = self.engine.execute(command)
+
+    def join(self, timeout: float = 20.0) -> dict[str, Any]:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "engine did not stop"
+        assert self.outcome is not None
+        return self.outcome
+
+
+@pytest.fixture
+def runs(store: StateStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Runs:
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    return Runs(store, project)
