@@ -85,12 +85,11 @@ def store(home_env: HomeEnv) -> Iterator[StateStore]:
 
 
 @pytest.fixture
-def fresh_plugins() -> Iterator[None]:
-    """Reload the process-wide plugins after the test, which may have changed the env."""
-    try:
-        yield
-    finally:
-        plugins.reload()
+def plugin_env() -> Iterator[pytest.MonkeyPatch]:
+    """A MonkeyPatch for plugin variables; the process-wide plugins reload once it is undone."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+    plugins.reload()
 
 
 # --- the audit plugin distribution ---------------------------------------------------------

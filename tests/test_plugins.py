@@ -244,8 +244,12 @@ def test_notification_failures_are_logged_not_raised(caplog):
     assert seen == [("run-9", "running", "completed", None)]  # not starved by the failure
 
 
-def test_reload_picks_up_a_changed_environment(tmp_path, monkeypatch, fresh_plugins):
-    monkeypatch.setenv(plugins.DISABLE_ENV, TURNS)
+def test_reload_picks_up_a_changed_environment(plugin_env, run_record):
+    plugin_env.setenv(plugins.DISABLE_ENV, TURNS)
     registry = plugins.reload()
     assert plugins.registry() is registry
     assert not registry.manager.has_plugin(TURNS)
+    assert (
+        plugins.registry().manager.hook.piw_unproductive_turn_limit(run=run_record(), node_id="x")
+        is None
+    )
