@@ -6,6 +6,8 @@ DEFAULT_PLUGINS = (
     "pi_workflows.builtin.launch",
     "pi_workflows.builtin.turns",
     "pi_workflows.builtin.terminal",
+    "pi_workflows.builtin.workflows",
+    "pi_workflows.builtin.executors",
 )
 
 # Without these nothing can open state; PI_WORKFLOWS_DISABLE_PLUGINS cannot block them.

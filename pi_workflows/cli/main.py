@@ -15,6 +15,7 @@ from .host_commands import host_group
 from .plugins_command import plugins_command
 from .run_commands import run_group
 from .state_commands import state_group
+from .workflows_command import workflows_command
 
 
 class PiWorkflowsGroup(click.Group):
@@ -57,6 +58,7 @@ cli.add_command(host_group)
 cli.add_command(run_group)
 cli.add_command(plugins_command)
 cli.add_command(state_group)
+cli.add_command(workflows_command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,214 @@
+"""Workflow discovery (SPEC §12): files first, then plugin-registered workflows.
+
+Search order: every directory from `piw_workflow_dirs` (built-in: `<project>/.pi/workflows`
+then `<config>/workflows`), sorted `*.workflow.py` files in each, then the workflows of
+`piw_register_workflows`. The first name wins; a file's command name is its stem.
+
+Loading a workflow runs its code, so the host never calls :func:`discover`; it asks a
+resolver subprocess (:func:`resolve_in_subprocess`, :func:`list_in_subprocess`, which run
+``python -m pi_workflows.discovery``). Workers load by saved source identity with
+:func:`load_from_source`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import plugins
+from ..authoring import Workflow
+from ..canonical import sha256_hex
+from ..errors import PiWorkflowsError, WorkflowDefinitionError, WorkflowSourceChangedError
+from .loader import (
+    WORKFLOW_SUFFIX,
+    check_definition_object,
+    command_name,
+    definition_from_bytes,
+    load_workflow_file,
+)
+
+RESOLVER_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class DiscoveredWorkflow:
+    """One workflow name and what it resolved to: a definition, or why it is broken."""
+
+    name: str
+    source: dict[str, Any] | None
+    definition: Workflow | None = None
+    error: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The resolver's JSON answer for this workflow."""
+        described: dict[str, Any] = {"name": self.name, "source": self.source}
+        if self.definition is None:
+            described["error"] = self.error
+            return described
+        described["definitionDigest"] = self.definition.definition_digest
+        if isinstance(self.definition.presentation_prompt, str):
+            described["presentationPrompt"] = self.definition.presentation_prompt
+        return described
+
+
+def _registered() -> list[DiscoveredWorkflow]:
+    found: list[DiscoveredWorkflow] = []
+
+    def register(name: str, workflow: Any, revision: str) -> None:
+        source = {"kind": "builtin", "id": name, "revision": revision}
+        try:
+            definition = check_definition_object(workflow, f"registered workflow {name!r}")
+        except WorkflowDefinitionError as error:
+            found.append(DiscoveredWorkflow(name, source, error=str(error)))
+            return
+        found.append(DiscoveredWorkflow(name, source, definition))
+
+    try:
+        plugins.register_workflows(register)
+    except PiWorkflowsError as error:
+        # A broken plugin is listed as broken; file workflows still load.
+        found.append(DiscoveredWorkflow("(plugin workflows)", None, error=str(error)))
+    return found
+
+
+def _from_directories(project: Path) -> list[DiscoveredWorkflow]:
+    found: list[DiscoveredWorkflow] = []
+    for directory in plugins.workflow_dirs(project):
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.iterdir()):
+            if not path.name.endswith(WORKFLOW_SUFFIX) or not path.is_file():
+                continue
+            source = None
+            try:
+                content = path.read_bytes()
+                source = {
+                    "kind": "file",
+                    "path": str(path.resolve()),
+                    "hash": sha256_hex(content),
+                }
+                definition = definition_from_bytes(path.resolve(), content)
+            except OSError as error:
+                found.append(DiscoveredWorkflow(command_name(path), None, error=str(error)))
+                continue
+            except WorkflowDefinitionError as error:
+                found.append(DiscoveredWorkflow(command_name(path), source, error=str(error)))
+                continue
+            found.append(DiscoveredWorkflow(command_name(path), source, definition))
+    return found
+
+
+def discover(project: Path) -> list[DiscoveredWorkflow]:
+    """Every workflow visible from `project`, first name wins, broken ones included."""
+    winners: dict[str, DiscoveredWorkflow] = {}
+    for entry in [*_from_directories(project.resolve()), *_registered()]:
+        winners.setdefault(entry.name, entry)
+    return list(winners.values())
+
+
+def find(name: str, project: Path) -> DiscoveredWorkflow:
+    for entry in discover(project):
+        if entry.name == name:
+            return entry
+    return DiscoveredWorkflow(
+        name, None, error=f"No workflow named {name!r}; see 'pi-workflows workflows'."
+    )
+
+
+def load_from_source(source: dict[str, Any], definition_digest: str | None = None) -> Workflow:
+    """Load a workflow by its saved source identity, refusing any change (worker side).
+
+    Raises :class:`WorkflowSourceChangedError` when the file's bytes, the built-in
+    revision or the definition digest differ from what the run saved.
+    """
+    kind = source.get("kind")
+    if kind == "file":
+        path = Path(source["path"])
+        try:
+            content = path.read_bytes()
+        except OSError as error:
+            raise WorkflowSourceChangedError(
+                f"Workflow file {path} cannot be read any more ({error.strerror}); restore it "
+                "and resume the run, or cancel it."
+            ) from None
+        if sha256_hex(content) != source.get("hash"):
+            raise WorkflowSourceChangedError(
+                f"Workflow file {path} changed since the run was created; restore it and "
+                "resume the run, or cancel it."
+            )
+        definition = definition_from_bytes(path, content)
+    elif kind == "builtin":
+        entry = next((e for e in _registered() if e.name == source.get("id")), None)
+        if entry is None or entry.source is None:
+            raise WorkflowSourceChangedError(
+                f"Registered workflow {source.get('id')!r} is no longer installed; reinstall "
+                "it and resume the run, or cancel it."
+            )
+        if entry.source["revision"] != source.get("revision"):
+            raise WorkflowSourceChangedError(
+                f"Registered workflow {source.get('id')!r} is at another revision than the "
+                "run was created with; restore it and resume the run, or cancel it."
+            )
+        if entry.definition is None:
+            raise WorkflowDefinitionError(entry.error or "broken workflow")
+        definition = entry.definition
+    else:
+        raise WorkflowSourceChangedError(f"Unknown workflow source kind {kind!r}.")
+    if definition_digest is not None and definition.definition_digest != definition_digest:
+        raise WorkflowSourceChangedError(
+            f"Workflow {definition.name!r} now has another definition digest than the run "
+            "was created with; restore it and resume the run, or cancel it."
+        )
+    return definition
+
+
+def _resolver(arguments: list[str], project: Path) -> Any:
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ)
+    # The resolver must import this same pi_workflows, even from a source tree.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    completed = subprocess.run(
+        [sys.executable, "-m", "pi_workflows.discovery", *arguments, "--project", str(project)],
+        cwd=str(project),
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=RESOLVER_TIMEOUT_SECONDS,
+    )
+    try:
+        return json.loads(completed.stdout)
+    except ValueError:
+        detail = (completed.stderr.strip().splitlines() or ["no output"])[-1]
+        raise WorkflowDefinitionError(
+            f"The workflow resolver failed (exit {completed.returncode}): {detail}"
+        ) from None
+
+
+def resolve_in_subprocess(name: str, project: Path | str) -> dict[str, Any]:
+    """`{name, source, definitionDigest, presentationPrompt?}` or `{name, source, error}`."""
+    try:
+        return _resolver(["resolve", name], Path(project).resolve())
+    except (WorkflowDefinitionError, subprocess.TimeoutExpired) as error:
+        return {"name": name, "source": None, "error": str(error)}
+
+
+def list_in_subprocess(project: Path | str) -> list[dict[str, Any]]:
+    """Every workflow visible from `project`, as the resolver describes them."""
+    return _resolver(["list"], Path(project).resolve())
+
+
+__all__ = [
+    "DiscoveredWorkflow",
+    "discover",
+    "find",
+    "list_in_subprocess",
+    "load_from_source",
+    "load_workflow_file",
+    "resolve_in_subprocess",
+]
