@@ -146,7 +146,8 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
     for row in existing.values():
         numbers[row.node_id] = max(numbers.get(row.node_id, 0), row.attempt_number)
     wanted: dict[str, dict[str, Any]] = {}
-    for step in snapshot.get("steps", []):
+    # Steps carried over from a continuation's parent stay attempts of the parent.
+    for step in snapshot.get("steps", [])[snapshot.get("carriedStepCount", 0) :]:
         wanted[step["attemptId"]] = {
             "node_id": step["nodeId"],
             "node_type": step["nodeType"],
