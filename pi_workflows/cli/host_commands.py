@@ -8,6 +8,7 @@ from ..client.autostart import start_background_host
 from ..client.connection import HostConnection
 from ..errors import HostUnavailableError
 from ..host.lock import live_lock_holder
+from ..host.process_identity import is_running
 from .context import CliContext, emit_json, json_option, pass_cli
 
 
@@ -63,7 +64,7 @@ def stop_command(cli_ctx: CliContext, as_json: bool) -> None:
             click.echo("no host is running")
         return
     deadline = time.monotonic() + 30
-    while holder is not None and live_lock_holder(cli_ctx.home.lock_path) is not None:
+    while holder is not None and is_running(holder["pid"], holder["startIdentity"]):
         if time.monotonic() > deadline:
             raise click.ClickException("The host did not stop within 30 s.")
         time.sleep(0.05)

@@ -66,25 +66,14 @@ def start_command(
     as_json: bool,
 ) -> None:
     """Start WORKFLOW (optionally with TASK text as input) and print its run id."""
-    from ..discovery import resolve_workflow
+    from ..client.start_request import start_payload
 
     run_input = _parse_input(input_json, task)
     project_path = (project or Path.cwd()).resolve()
-    resolved = resolve_workflow(workflow, project_path)
     interactive = session_id is not None and not headless
-    payload = {
-        "workflowName": resolved.name,
-        "workflowRef": resolved.ref,
-        "workflowSource": resolved.source,
-        "definitionDigest": resolved.definition_digest,
-        "projectPath": str(project_path),
-        "input": run_input,
-        "executionMode": "interactive" if interactive else "headless",
-    }
-    if interactive:
-        payload["originSessionId"] = session_id
-    if resolved.presentation_prompt is not None:
-        payload["presentationPrompt"] = resolved.presentation_prompt
+    payload = start_payload(
+        workflow, project_path, run_input, session_id=session_id if interactive else None
+    )
     client = cli_ctx.client(autostart=False if no_autostart else None)
     receipt = client.start_run(payload)
     run_id = receipt["runId"]

@@ -15,3 +15,13 @@ def start_identity(pid: int) -> str | None:
 
 def is_same_process(pid: int, identity: str) -> bool:
     return start_identity(pid) == identity
+
+
+def is_running(pid: int, identity: str) -> bool:
+    """The exact process is alive and not a zombie waiting to be reaped."""
+    if not is_same_process(pid, identity):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

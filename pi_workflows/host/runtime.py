@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,10 @@ class Host:
         try:
             self.store = open_state(self.home, self.database_url)
             identity = start_identity(os.getpid()) or ""
+            if self.store.is_sqlite:
+                reaped = reap_orphan_workers()
+                if reaped:
+                    log.info("reaped %d orphan worker process group(s)", reaped)
             with self.store.transaction():
                 previous = epoch.previous_host()
                 previous_host_id = previous.host_id
@@ -170,8 +175,9 @@ class Host:
             for run_id, token in list(self.pending_claims.items()):
                 claims.park_run(run_id, token)
         self.pending_claims.clear()
+        handed_off = list(self.active_runs.values())
         stops = []
-        for active in list(self.active_runs.values()):
+        for active in handed_off:
             active.control = active.control or "handoff"
             if active.supervisor is not None:
                 task = active.supervisor.stop("orphaned")
@@ -179,11 +185,13 @@ class Host:
                     stops.append(task)
         if stops:
             await asyncio.gather(*stops, return_exceptions=True)
-        if self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        others = self._tasks - {asyncio.current_task()}
+        if others:
+            await asyncio.gather(*others, return_exceptions=True)
         with self.store.transaction():
-            for active in list(self.active_runs.values()):
-                claims.park_run(active.run_id, active.claim_token)
+            for active in handed_off:
+                if active.control == "handoff":
+                    claims.park_run(active.run_id, active.claim_token)
         self._release_identity()
         self.stopped.set()
         log.info("stopped")
@@ -427,10 +435,25 @@ class Host:
         return now_ms() - self.started_at if self.started_at else 0
 
 
+def reap_orphan_workers() -> int:
+    """Kill worker process groups a crashed host left running on this machine.
+
+    Only exact matches (pid and start identity) are killed, so a recycled pid is safe.
+    """
+    reaped = 0
+    rows = RunWorker.select(RunWorker.pid, RunWorker.process_start_identity).where(
+        RunWorker.status.in_(("starting", "ready", "running")) & RunWorker.pid.is_null(False)
+    )
+    for row in rows:
+        if row.process_start_identity and is_same_process(row.pid, row.process_start_identity):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(row.pid, signal.SIGKILL)
+                reaped += 1
+    return reaped
+
+
 def run_host_forever(home: Home, database_url: str | None) -> int:
     """`pi-workflows host run`: serve until SIGINT/SIGTERM or `host.stop`."""
-    import signal
-
     logging.basicConfig(
         level=logging.INFO, format="[pi-workflows host] %(message)s", stream=sys.stderr
     )

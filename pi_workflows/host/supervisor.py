@@ -104,7 +104,7 @@ class WorkerSupervisor:
             try:
                 line = await self.process.stdout.readline()
             except (ValueError, asyncio.LimitOverrunError):
-                self._note("worker sent a protocol line over 1 MiB")
+                self.note("worker sent a protocol line over 1 MiB")
                 self.stop("crashed")
                 return
             if not line:
@@ -113,12 +113,12 @@ class WorkerSupervisor:
                 message = decode_frame(line)
                 reply = await self.handler(message)
             except FrameError as error:
-                self._note(f"bad worker frame: {error}")
+                self.note(f"bad worker frame: {error}")
                 self.stop("crashed")
                 return
             except Exception as error:  # a host-side bug must not leave the worker hanging
                 log.exception("worker message handling failed")
-                self._note(f"host failed to handle a worker message: {error}")
+                self.note(f"host failed to handle a worker message: {error}")
                 self.stop("crashed")
                 return
             if reply is None:
@@ -138,10 +138,11 @@ class WorkerSupervisor:
         try:
             await asyncio.wait_for(self.ready.wait(), self.startup_timeout_s)
         except TimeoutError:
-            self._note("Workflow worker startup timed out")
+            self.note("Workflow worker startup timed out")
             self.stop("timedOut")
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
+        """Add a line to the worker's diagnostic (host-side reasons for stopping it)."""
         room = MAX_DIAGNOSTIC_BYTES - len(self._diagnostic)
         if room > 0:
             self._diagnostic.extend((text + "\n").encode()[:room])

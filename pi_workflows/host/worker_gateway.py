@@ -44,6 +44,8 @@ class WorkerGateway:
             or message["generation"] != active.generation
             or message["workerEpoch"] != active.worker_epoch
         ):
+            if active.supervisor is not None:
+                active.supervisor.note("Worker epoch is stale")
             return worker_response(message_id, "claimLost", error="Worker epoch is stale")
         fingerprint = digest(message)
         stored = WorkerMessage.get_or_none(
@@ -87,6 +89,8 @@ class WorkerGateway:
             ).on_conflict_ignore().execute()
 
     def _claim_lost(self, message_id: str) -> dict[str, Any]:
+        if self.active.supervisor is not None:
+            self.active.supervisor.note("Run claim expired")
         self.active.claim_lost = True
         self.active.stop("claimLost")
         return worker_response(message_id, "claimLost", error="Run claim expired")
@@ -108,6 +112,8 @@ class WorkerGateway:
             command = plugins.worker_run_command(record, None)
         except PiWorkflowsError as error:
             cause = error.__cause__ if isinstance(error.__cause__, ValueError) else error
+            if active.supervisor is not None:
+                active.supervisor.note(f"worker launch refused: {cause}")
             active.stop("crashed")
             return worker_response(message_id, "rejected", error=one_line_error(cause))
         run = Run.get_by_id(active.run_id)

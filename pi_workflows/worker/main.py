@@ -68,14 +68,12 @@ def main() -> int:
 
 
 def _run(channel: HostChannel, envelope: dict[str, Any]) -> int:
-    from ..discovery import load_workflow_from_source
+    from ..discovery import load_from_source
     from ..engine import execute_command
 
     ready = channel.call("worker.ready", {}, control=True)
     try:
-        definition = load_workflow_from_source(
-            envelope["workflowSource"], envelope["projectPath"], envelope["definitionDigest"]
-        )
+        definition = load_from_source(envelope["workflowSource"], envelope["definitionDigest"])
     except WorkflowSourceChangedError as error:
         channel.call(
             "worker.exiting", {"status": "workflowSourceChanged", "error": str(error)}, control=True
@@ -90,6 +88,6 @@ def _run(channel: HostChannel, envelope: dict[str, Any]) -> int:
         )
         return EXIT_FAILED
     store = HostBackedStore(channel)
-    final_status = execute_command(definition, store, ready["command"])
-    channel.call("worker.exiting", {"status": final_status}, control=True)
+    outcome = execute_command(definition, store, ready["command"])
+    channel.call("worker.exiting", {"status": outcome["status"]}, control=True)
     return EXIT_OK

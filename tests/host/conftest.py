@@ -111,6 +111,16 @@ class HostHarness:
             )
         return result
 
+    def wait_for_pid(self, filename: str, previous: int | None = None) -> int:
+        """The worker pid a test workflow wrote to `<project>/<filename>` (a new one)."""
+        path = self.project / filename
+
+        def read() -> int | None:
+            text = path.read_text() if path.exists() else ""
+            return int(text) if text and int(text) != previous else None
+
+        return wait_until(read, what=f"a worker pid in {filename}")
+
     def client(self) -> WorkflowClient:
         return WorkflowClient(self.home, autostart=False)
 

@@ -1,0 +1,42 @@
+"""Building a `run.start` payload: the client resolves the workflow, the host never does.
+
+Workflow modules run user code, so they are imported here (a client or resolver
+process) and in workers, never in the host; the host only stores the source identity
+and digest, and the worker verifies both before it runs anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..discovery import find
+from ..errors import WorkflowDefinitionError
+
+
+def start_payload(
+    workflow_name: str,
+    project: Path,
+    run_input: Any = None,
+    *,
+    session_id: str | None = None,
+) -> dict[str, Any]:
+    """The `run.start` payload for `workflow_name` as seen from `project`."""
+    project = project.resolve()
+    entry = find(workflow_name, project)
+    if entry.definition is None or entry.source is None:
+        raise WorkflowDefinitionError(entry.error or f"Workflow {workflow_name!r} is broken.")
+    payload: dict[str, Any] = {
+        "workflowName": entry.name,
+        "workflowRef": entry.name,
+        "workflowSource": entry.source,
+        "definitionDigest": entry.definition.definition_digest,
+        "projectPath": str(project),
+        "input": {} if run_input is None else run_input,
+        "executionMode": "interactive" if session_id else "headless",
+    }
+    if session_id:
+        payload["originSessionId"] = session_id
+    if isinstance(entry.definition.presentation_prompt, str):
+        payload["presentationPrompt"] = entry.definition.presentation_prompt
+    return payload

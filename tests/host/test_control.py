@@ -1,0 +1,92 @@
+"""Pause, resume and cancel on running, parked and pending runs (real host, workers)."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+
+from .conftest import HostHarness, wait_until
+from .workflows import BLOCKER
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_pause_and_resume_a_running_run(harness: HostHarness):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    run_id = harness.start_run("blocker")
+    worker = harness.wait_for_pid("blocker.pid")
+    receipt = json.loads(harness.cli("run", "pause", run_id, "--json").stdout)
+    assert receipt["paused"] is True
+    wait_until(lambda: _gone(worker), what="the paused worker to stop")
+    status = harness.client().run_status(run_id)
+    assert status["paused"] is True and status["queueStatus"] == "parked"
+    again = json.loads(harness.cli("run", "pause", run_id, "--json").stdout)
+    assert again["alreadyPaused"] is True
+
+    harness.cli("run", "resume", run_id)
+    second = harness.wait_for_pid("blocker.pid", previous=worker)
+    assert second != worker
+    (harness.project / "release").touch()
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["paused"] is False
+    assert status["finalOutput"] == {"released": True}
+
+
+def test_cancel_a_running_run_stops_its_worker(harness: HostHarness):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    run_id = harness.start_run("blocker")
+    worker = harness.wait_for_pid("blocker.pid")
+    harness.cli("run", "cancel", run_id)
+    wait_until(lambda: _gone(worker), what="the cancelled worker to stop")
+    status = harness.client().run_status(run_id)
+    assert status["status"] == "cancelled" and status["queueStatus"] == "cancelled"
+    assert status["error"] == "Workflow run cancelled"
+    repeat = harness.cli("run", "cancel", run_id, check=False)
+    assert repeat.returncode == 1 and "already terminal" in repeat.stderr
+
+
+def test_cancel_a_parked_run(harness: HostHarness):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    run_id = harness.start_run("blocker")
+    worker = harness.wait_for_pid("blocker.pid")
+    harness.cli("run", "pause", run_id)
+    wait_until(lambda: _gone(worker), what="the worker to stop")
+    harness.cli("run", "cancel", run_id)
+    status = harness.client().run_status(run_id)
+    assert status["status"] == "cancelled" and status["paused"] is False
+
+
+def test_pause_resume_and_cancel_pending_runs(harness: HostHarness):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1")
+    blocker = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    to_pause = harness.start_run("hello", {"name": "paused"})
+    to_cancel = harness.start_run("hello", {"name": "cancelled"})
+    later = harness.start_run("hello", {"name": "later"})
+    assert harness.client().run_status(to_pause)["queueStatus"] == "queued"
+
+    harness.cli("run", "pause", to_pause)
+    harness.cli("run", "cancel", to_cancel)
+    assert harness.client().run_status(to_pause)["queueStatus"] == "parked"
+    assert harness.client().run_status(to_cancel)["status"] == "cancelled"
+
+    (harness.project / "release").touch()
+    harness.wait_for_status(blocker, "completed")
+    harness.wait_for_status(later, "completed")
+    # The paused run is older than `later` but was skipped by every claim pass.
+    assert harness.client().run_status(to_pause)["status"] == "queued"
+    assert harness.workers(to_pause) == [] and harness.workers(to_cancel) == []
+
+    harness.cli("run", "resume", to_pause)
+    status = harness.wait_for_status(to_pause, "completed")
+    assert status["finalOutput"] == {"greeting": "Hello, paused!"}

@@ -1,0 +1,79 @@
+"""Host lifecycle with real processes: single instance, crash takeover, clean stop."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import psutil
+
+from .conftest import HostHarness, wait_until
+from .workflows import STEPS
+
+
+def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
+    first = harness.start_host()
+    result = harness.cli("host", "run", check=False)
+    assert result.returncode == 1
+    assert f"A workflow host is already running with PID {first.pid}" in result.stderr
+    assert first.poll() is None  # the first host is unharmed
+    assert json.loads(harness.cli("host", "status", "--json").stdout)["pid"] == first.pid
+
+
+def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: HostHarness):
+    started = json.loads(harness.cli("host", "start", "--json").stdout)
+    again = json.loads(harness.cli("host", "start", "--json").stdout)
+    assert started["alreadyRunning"] is False and again["alreadyRunning"] is True
+    assert started["pid"] == again["pid"]
+    assert oct(harness.home.socket_path.stat().st_mode & 0o777) == "0o600"
+    harness.cli("host", "stop")
+    assert not harness.home.socket_path.exists()
+    assert not harness.home.lock_path.exists()
+    assert not _alive(started["pid"])
+
+
+def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
+    first = harness.start_host()
+    first_epoch = json.loads(harness.cli("host", "status", "--json").stdout)["epoch"]
+    run_id = harness.start_run("steps")
+    old_worker = harness.wait_for_pid("b.pid")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert psutil.pid_exists(old_worker)  # its own process group outlived the host
+
+    harness.start_host()
+    status = json.loads(harness.cli("host", "status", "--json").stdout)
+    assert status["epoch"] == first_epoch + 1
+    # The orphaned worker was reaped and the run resumed in a new worker.
+    wait_until(lambda: not _alive(old_worker), what="the orphan worker to be reaped")
+    harness.wait_for_pid("b.pid", previous=old_worker)
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
+    wait_until(
+        lambda: [w[1] for w in harness.workers(run_id)] == ["orphaned", "exited"],
+        what="the worker records",
+    )
+    assert (harness.project / "trace").read_text().split() == ["a", "b", "b", "c"]
+
+
+def test_clean_stop_parks_a_running_run_and_the_next_host_finishes_it(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
+    first = harness.start_host()
+    run_id = harness.start_run("steps")
+    worker = harness.wait_for_pid("b.pid")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=20) == 0
+    assert not _alive(worker)
+    rows = harness.query("SELECT status FROM run_queue WHERE run_id = ?", run_id)
+    assert rows == [("parked",)]
+    harness.start_host()
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

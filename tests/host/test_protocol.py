@@ -1,0 +1,108 @@
+"""The client protocol against a real host: receipts, adoption, conflicts, bad frames."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from pi_workflows.client import HostConnection
+from pi_workflows.client.start_request import start_payload
+from pi_workflows.protocol.client_messages import SCHEMA
+
+from .conftest import HostHarness
+
+
+def _start_payload(harness: HostHarness, name: str = "hello") -> dict:
+    return start_payload("hello", harness.project, {"name": name})
+
+
+def test_repeated_request_id_and_idempotency_key_adopt_the_stored_receipt(harness: HostHarness):
+    harness.start_host()
+    with HostConnection(harness.home.socket_path) as connection:
+        payload = _start_payload(harness)
+        first = connection.request("run.start", payload, request_id="r-1", idempotency_key="k-1")
+        again = connection.request("run.start", payload, request_id="r-1", idempotency_key="k-1")
+        by_key = connection.request("run.start", payload, request_id="r-2", idempotency_key="k-1")
+        assert first.outcome == "accepted"
+        assert again.outcome == "adopted" and by_key.outcome == "adopted"
+        assert first.receipt == again.receipt == by_key.receipt
+        changed = _start_payload(harness, name="Grace")
+        key_conflict = connection.request(
+            "run.start", changed, request_id="r-3", idempotency_key="k-1"
+        )
+        id_conflict = connection.request(
+            "run.start", changed, request_id="r-1", idempotency_key="k-9"
+        )
+        assert key_conflict.outcome == "conflict"
+        assert "Idempotency key was reused" in key_conflict.error
+        assert id_conflict.outcome == "conflict"
+        assert "Request ID was reused" in id_conflict.error
+    runs = harness.query("SELECT run_id FROM runs")
+    assert runs == [(first.receipt["runId"],)]
+
+
+def test_a_new_client_with_the_same_request_id_still_adopts(harness: HostHarness):
+    harness.start_host()
+    payload = _start_payload(harness)
+    with HostConnection(harness.home.socket_path) as one:
+        first = one.request("run.start", payload, request_id="same", idempotency_key="same")
+    with HostConnection(harness.home.socket_path) as two:
+        two.client_id = one.client_id  # a restarted client keeps its id and request ids
+        second = two.request("run.start", payload, request_id="same", idempotency_key="same")
+    assert second.outcome == "adopted"
+    assert second.receipt["runId"] == first.receipt["runId"]
+
+
+def _raw_connection(harness: HostHarness) -> tuple[socket.socket, object]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(str(harness.home.socket_path))
+    reader = sock.makefile("rb")
+    hello = json.loads(reader.readline())
+    assert hello["type"] == "hello" and hello["schema"] == SCHEMA
+    return sock, reader
+
+
+def test_malformed_and_oversize_frames_close_only_that_connection(harness: HostHarness):
+    harness.start_host()
+    with HostConnection(harness.home.socket_path) as bystander:
+        bad, bad_reader = _raw_connection(harness)
+        bad.sendall(b"{this is not json\n")
+        assert bad_reader.readline() == b""  # closed by the host
+        bad.close()
+
+        big, big_reader = _raw_connection(harness)
+        big.sendall(b'{"x":"' + b"a" * (1024 * 1024 + 10) + b'"}\n')
+        assert big_reader.readline() == b""
+        big.close()
+
+        odd, odd_reader = _raw_connection(harness)
+        odd.sendall(
+            json.dumps(
+                {
+                    "schema": SCHEMA,
+                    "type": "request",
+                    "requestId": "q-1",
+                    "clientId": "c",
+                    "operation": "run.explode",
+                    "idempotencyKey": "q-1",
+                    "payload": {},
+                }
+            ).encode()
+            + b"\n"
+        )
+        reply = json.loads(odd_reader.readline())
+        assert reply["outcome"] == "rejected" and "Unknown operation" in reply["error"]
+        odd.close()
+
+        status = bystander.request("host.status")
+        assert status.outcome == "accepted"
+        assert status.receipt["state"] == "running"
+
+
+def test_unknown_run_is_not_found(harness: HostHarness):
+    harness.start_host()
+    with HostConnection(harness.home.socket_path) as connection:
+        reply = connection.request("run.status", {}, run_id="no-such-run")
+    assert reply.outcome == "notFound"
+    assert "does not exist" in reply.error

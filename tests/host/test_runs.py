@@ -1,0 +1,104 @@
+"""Runs through a real host and real workers: start, crash recovery, no-progress parking."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from .conftest import HostHarness, wait_until
+from .workflows import CRASHY, STEPS
+
+
+def test_run_start_hello_wait_starts_the_host_and_prints_the_greeting(harness: HostHarness):
+    result = harness.cli("run", "start", "hello", "--input-json", '{"name": "Ada"}', "--wait")
+    assert "Hello, Ada!" in result.stdout
+    assert harness.home.lock_path.exists()  # the host was started on demand
+    status = harness.cli("host", "status", "--json")
+    assert json.loads(status.stdout)["state"] == "running"
+    harness.cli("host", "stop")
+    assert json.loads(harness.cli("host", "status", "--json").stdout)["state"] == "stopped"
+
+
+def test_run_start_json_prints_the_status_object(harness: HostHarness):
+    harness.start_host()
+    result = harness.cli("run", "start", "hello", "--wait", "--json", "--no-autostart")
+    status = json.loads(result.stdout)
+    assert status["status"] == "completed"
+    assert status["queueStatus"] == "done"
+    assert status["finalOutput"] == {"greeting": "Hello, world!"}
+    for key in (
+        "runId",
+        "workflowName",
+        "paused",
+        "statusDetail",
+        "errorCode",
+        "error",
+        "parentRunId",
+        "restartNumber",
+        "revision",
+    ):
+        assert key in status
+    listed = json.loads(harness.cli("run", "list", "--json").stdout)
+    assert [run["runId"] for run in listed] == [status["runId"]]
+
+
+def test_shell_workflow_completes_in_a_worker(harness: HostHarness):
+    harness.start_host()
+    result = harness.cli("run", "start", "shell", "--wait", "--json", "--no-autostart")
+    status = json.loads(result.stdout)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] is not None
+
+
+def test_no_autostart_refuses_without_a_host(harness: HostHarness):
+    result = harness.cli("run", "start", "hello", "--no-autostart", check=False)
+    assert result.returncode == 1
+    assert "No workflow host is running" in result.stderr
+    assert not harness.home.lock_path.exists()
+
+
+def test_worker_sigkill_mid_node_resumes_with_a_higher_generation(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
+    harness.start_host()
+    run_id = harness.start_run("steps")
+    first_pid = harness.wait_for_pid("b.pid")
+    os.kill(first_pid, signal.SIGKILL)
+
+    # The new worker reruns the interrupted node b; completed node a is not run again.
+    harness.wait_for_pid("b.pid", previous=first_pid)
+    (harness.project / "release-b").touch()
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["finalOutput"] == {"sum": 3}
+    trace = (harness.project / "trace").read_text().split()
+    assert trace == ["a", "b", "b", "c"]
+    workers = wait_until(
+        lambda: (w := harness.workers(run_id)) and [x[1] for x in w] == ["crashed", "exited"] and w,
+        what="the worker records",
+    )
+    assert workers[0][0] < workers[1][0]
+
+
+def test_worker_dying_before_progress_is_parked_and_not_relaunched(harness: HostHarness):
+    harness.write_workflow("crashy", CRASHY)
+    (harness.project / "crash-on-load").touch()
+    harness.start_host()
+    run_id = harness.start_run("crashy")
+    wait_until(
+        lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
+        what="the no-progress park",
+    )
+    status = harness.client().run_status(run_id)
+    assert status["queueStatus"] == "parked"
+    assert "before it committed workflow progress" in status["statusDetail"]
+    # A newer run is claimed and finishes; had the parked run been claimable, the
+    # oldest-first claim pass would have taken it first.
+    other = harness.start_run("hello")
+    harness.wait_for_status(other, "completed")
+    assert len(harness.workers(run_id)) == 1
+
+    (harness.project / "crash-on-load").unlink()
+    harness.cli("run", "resume", run_id)
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["finalOutput"] == {"survived": True}
+    assert status["errorCode"] is None

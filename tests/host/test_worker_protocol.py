@@ -1,0 +1,172 @@
+"""Worker fencing and the run-command rules of SPEC §7.3, through real worker launches."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from pi_workflows.storage import open_state, read_json
+from pi_workflows.storage.models import Run, RunWorker, WorkerMessage
+from pi_workflows.storage.runs import create_run
+
+from .conftest import HostHarness, wait_until
+from .workflows import CHECKPOINTED, STALE_LAUNCH_PLUGIN, STEPS
+
+
+def _ready_commands(harness: HostHarness, run_id: str) -> list[dict]:
+    """The `command` the host answered to each worker.ready of the run, oldest first."""
+    store = open_state(harness.home)
+    try:
+        commands = []
+        workers = RunWorker.select().where(RunWorker.run == run_id).order_by(RunWorker.generation)
+        for worker in workers:
+            for message in WorkerMessage.select().where(WorkerMessage.worker == worker):
+                result = read_json(message.result_hash)
+                if isinstance(result, dict) and "command" in result:
+                    commands.append(result["command"])
+        return commands
+    finally:
+        store.close()
+
+
+def _diagnostics(harness: HostHarness, run_id: str) -> str:
+    rows = harness.query(
+        "SELECT b.content FROM run_workers w JOIN blobs b ON b.blob_hash = w.diagnostic_hash "
+        "WHERE w.run_id = ?",
+        run_id,
+    )
+    return "\n".join(bytes(row[0]).decode() for row in rows)
+
+
+def test_a_stale_worker_gets_claim_lost_and_writes_nothing(harness: HostHarness, tmp_path: Path):
+    (tmp_path / "stale_launch.py").write_text(STALE_LAUNCH_PLUGIN)
+    harness.write_workflow("steps", STEPS)
+    harness.start_host(
+        PI_WORKFLOWS_PLUGINS="stale_launch",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+    run_id = harness.start_run("steps")
+    first = harness.wait_for_pid("b.pid")
+    revision_before = harness.query("SELECT revision FROM runs WHERE run_id = ?", run_id)[0][0]
+    (harness.project / "stale-next").touch()
+    os.kill(first, signal.SIGKILL)
+
+    wait_until(lambda: "Worker epoch is stale" in _diagnostics(harness, run_id), what="claimLost")
+    wait_until(
+        lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
+        what="the stale launch to be parked",
+    )
+    # Between the crash and the refusal only host bookkeeping changed the run: the
+    # crashed worker's park, the new claim, and the no-progress park.
+    events = harness.query(
+        "SELECT event_type FROM events WHERE run_id = ? AND revision > ? ORDER BY revision",
+        run_id,
+        revision_before,
+    )
+    assert [e[0] for e in events] == [
+        "run.queue_parked",
+        "lease.claimed",
+        "run.worker_no_progress",
+    ]
+    generations = [w[0] for w in harness.workers(run_id)]
+    assert generations == sorted(generations) and len(generations) == 2
+
+    harness.cli("run", "resume", run_id)
+    harness.wait_for_pid("b.pid", previous=first)
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
+
+
+def test_start_and_resume_commands(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
+    harness.start_host()
+    run_id = harness.start_run("steps")
+    first = harness.wait_for_pid("b.pid")
+    os.kill(first, signal.SIGKILL)
+    harness.wait_for_pid("b.pid", previous=first)
+    (harness.project / "release-b").touch()
+    harness.wait_for_status(run_id, "completed")
+    commands = _ready_commands(harness, run_id)
+    assert [c["kind"] for c in commands] == ["start", "resume"]
+    assert commands[0]["input"] == {}
+
+
+def _derived_run(harness: HostHarness, parent_id: str | None, **lineage) -> str:
+    """Insert a run derived from `parent_id` straight into the state, as the host would."""
+    store = open_state(harness.home)
+    try:
+        template = Run.get_by_id(parent_id or lineage.pop("template"))
+        run_id = f"derived-{os.urandom(4).hex()}"
+        with store.transaction():
+            create_run(
+                run_id=run_id,
+                workflow_name=template.workflow_name,
+                workflow_ref=template.workflow_ref,
+                workflow_source=json.loads(template.workflow_source),
+                definition_digest=template.definition_digest,
+                project_path=template.project_path,
+                input=lineage.pop("input", {}),
+                actor="test",
+                parent_run_id=parent_id,
+                root_run_id=template.root_run_id,
+                **lineage,
+            )
+        return run_id
+    finally:
+        store.close()
+
+
+def test_restart_command_starts_the_same_definition_again(harness: HostHarness):
+    harness.start_host()
+    parent = harness.start_run("hello", {"name": "Ada"})
+    harness.wait_for_status(parent, "completed")
+    child = _derived_run(
+        harness,
+        parent,
+        lineage_kind="restart",
+        restart_number=1,
+        parent_terminal_fingerprint="f" * 64,
+        input={"name": "Ada"},
+    )
+    status = harness.wait_for_status(child, "completed")
+    assert status["finalOutput"] == {"greeting": "Hello, Ada!"}
+    assert [c["kind"] for c in _ready_commands(harness, child)] == ["restart"]
+
+
+def test_continue_command_carries_the_parent_and_input(harness: HostHarness):
+    harness.write_workflow("checkpointed", CHECKPOINTED)
+    harness.start_host()
+    parent = harness.start_run("checkpointed")
+    harness.wait_for_status(parent, "waiting")
+    child = _derived_run(harness, parent, lineage_kind="continuation", input={"ok": True})
+    status = harness.wait_for_status(child, "completed")
+    assert status["finalOutput"] == {"answer": {"ok": True}}
+    (command,) = _ready_commands(harness, child)
+    assert command == {"kind": "continue", "parentRunId": parent, "input": {"ok": True}}
+
+
+@pytest.mark.parametrize(
+    ("lineage", "message"),
+    [
+        ({"lineage_kind": "continuation"}, "has no parent run"),
+        ({"lineage_kind": None}, "has a parent without a lineage kind"),
+    ],
+)
+def test_run_command_errors_fail_the_launch(harness: HostHarness, lineage: dict, message: str):
+    harness.start_host()
+    template = harness.start_run("hello")
+    harness.wait_for_status(template, "completed")
+    if lineage["lineage_kind"] == "continuation":
+        run_id = _derived_run(harness, None, template=template, **lineage)
+    else:
+        run_id = _derived_run(harness, template, **lineage)
+    wait_until(
+        lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
+        what="the failed launch to be parked",
+    )
+    assert message in _diagnostics(harness, run_id)
+    assert [w[1] for w in harness.workers(run_id)] == ["crashed"]

@@ -1,0 +1,133 @@
+"""Workflow sources the host tests install into a project's `.pi/workflows/`."""
+
+# a → b → c; every node appends its name to <project>/trace; b records the worker pid
+# and blocks until <project>/release-b exists, so a test can kill the worker inside b.
+STEPS = """
+import os
+import time
+from pathlib import Path
+
+from pi_workflows import compute, edge, workflow
+
+TRACE = Path.cwd() / "trace"
+
+
+def _mark(name):
+    with open(TRACE, "a") as handle:
+        handle.write(name + "\\n")
+
+
+def a(ctx):
+    _mark("a")
+    return {"a": 1}
+
+
+def b(ctx):
+    _mark("b")
+    (Path.cwd() / "b.pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not (Path.cwd() / "release-b").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("release-b never appeared")
+        time.sleep(0.02)
+    return {"b": 2}
+
+
+def c(ctx):
+    _mark("c")
+    return {"sum": ctx.outputs["a"]["a"] + ctx.outputs["b"]["b"]}
+
+
+WORKFLOW = workflow(
+    name="steps",
+    start_at="a",
+    nodes={"a": compute(a), "b": compute(b), "c": compute(c)},
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+"""
+
+# Kills its own worker at import while <project>/crash-on-load exists: a worker that
+# dies before it commits any workflow progress. (The client imports it too, to resolve
+# it, so only a worker process — one with a launch envelope — dies.)
+CRASHY = """
+import os
+import signal
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+if "PI_WORKFLOWS_WORKER_LAUNCH" in os.environ and (Path.cwd() / "crash-on-load").exists():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+WORKFLOW = workflow(
+    name="crashy",
+    start_at="only",
+    nodes={"only": compute(lambda ctx: {"survived": True})},
+    edges=[],
+)
+"""
+
+# One node that blocks until <project>/release exists (for pause/cancel of live runs).
+BLOCKER = """
+import os
+import time
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+
+def wait(ctx):
+    (Path.cwd() / "blocker.pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not (Path.cwd() / "release").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("release never appeared")
+        time.sleep(0.02)
+    return {"released": True}
+
+
+WORKFLOW = workflow(
+    name="blocker",
+    start_at="wait",
+    nodes={"wait": compute(wait)},
+    edges=[],
+)
+"""
+
+# A local plugin (loaded through PI_WORKFLOWS_PLUGINS) that launches the next worker of
+# a run with a stale generation once <project>/stale-next exists.
+STALE_LAUNCH_PLUGIN = """
+import dataclasses
+import json
+from pathlib import Path
+
+from pi_workflows import hookimpl
+from pi_workflows.builtin import launch
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    marker = Path(envelope["projectPath"]) / "stale-next"
+    if envelope["generation"] < 2 or not marker.exists():
+        return None
+    marker.unlink()
+    spec = launch.piw_worker_process(envelope, settings)
+    stale = dict(envelope, generation=envelope["generation"] - 1)
+    env = dict(spec.env, **{launch.LAUNCH_ENV: json.dumps(stale)})
+    return dataclasses.replace(spec, env=env)
+"""
+
+# A checkpoint: the run ends `waiting`; a continuation carries the answer onward.
+CHECKPOINTED = """
+from pi_workflows import checkpoint, compute, edge, workflow
+
+WORKFLOW = workflow(
+    name="checkpointed",
+    start_at="ask",
+    nodes={
+        "ask": checkpoint(summary="Need an answer"),
+        "use": compute(lambda ctx: {"answer": ctx.outputs["ask"]}),
+    },
+    edges=[edge("ask", "use")],
+)
+"""
