@@ -23,10 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
-import peewee
 import pluggy
 
 from .records import (
@@ -40,6 +38,10 @@ from .records import (
     WorkerRunCommand,
     WorkerSettings,
 )
+
+if TYPE_CHECKING:  # workers never need click or peewee, so keep them off their import path
+    import click
+    import peewee
 
 PROJECT_NAME = "pi_workflows"
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import peewee
-from playhouse.db_url import connect
+from typing import TYPE_CHECKING
 
 from ..errors import DatabaseUrlError
 from ..hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    import peewee
 
 
 @hookimpl(trylast=True)
@@ -18,6 +19,10 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database:
     if url.startswith("sqlite:///"):
         return _sqlite(Path(url[len("sqlite:///") :]))
     if url.startswith(("postgresql://", "postgres://")):
+        # Imported here: workers load this plugin but never open a database.
+        import peewee
+        from playhouse.db_url import connect
+
         try:
             return connect(url, autoconnect=False)
         except (ImportError, peewee.ImproperlyConfigured) as exc:
@@ -34,6 +39,8 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database:
 
 
 def _sqlite(path: Path) -> peewee.SqliteDatabase:
+    import peewee
+
     return peewee.SqliteDatabase(
         str(path.resolve()),
         autoconnect=False,

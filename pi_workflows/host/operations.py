@@ -8,12 +8,12 @@ worker) are registered with `store.after_commit`.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import now_ms
 from ..errors import InvalidInputError, NotFoundError, PiWorkflowsError
-from ..protocol.client_messages import DURABLE_OPERATIONS, ClientRequest, response
+from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
 from ..storage import record_run_change
 from ..storage.models import (
@@ -31,42 +31,59 @@ from .receipts import OperationResult, execute_durable, outcome_for_error
 if TYPE_CHECKING:
     from .runtime import Host
 
-KNOWN_OPERATIONS = frozenset(
-    {
-        "run.start",
-        "run.list",
-        "run.status",
-        "run.pause",
-        "run.resume",
-        "run.cancel",
-        "host.status",
-        "host.stop",
-    }
-)
 RUN_LIST_LIMIT = 100
+
+DurableHandler = Callable[[ClientRequest], OperationResult]
+QueryHandler = Callable[[ClientRequest], Any]
+# Live operations belong to one connection (views, turn reports); they answer themselves.
+LiveHandler = Callable[[ClientRequest, Any], Awaitable[dict[str, Any]]]
 
 
 class Operations:
+    """The operation table. Feature modules add theirs through the `register_*` methods."""
+
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.durable: dict[str, Callable[[ClientRequest], OperationResult]] = {
+        self.durable: dict[str, DurableHandler] = {
             "run.start": self.run_start,
             "run.pause": self.run_pause,
             "run.resume": self.run_resume,
             "run.cancel": self.run_cancel,
         }
-        self.queries: dict[str, Callable[[ClientRequest], Any]] = {
+        self.queries: dict[str, QueryHandler] = {
             "run.status": self.run_status,
             "run.list": self.run_list,
             "host.status": self.host_status,
         }
+        self.live: dict[str, LiveHandler] = {}
 
-    async def dispatch(self, request: ClientRequest) -> dict[str, Any]:
+    def register_durable(self, operation: str, handler: DurableHandler) -> None:
+        """A command whose change and receipt commit together (adopted on repeat)."""
+        self.durable[operation] = handler
+
+    def register_query(self, operation: str, handler: QueryHandler) -> None:
+        self.queries[operation] = handler
+
+    def register_live(self, operation: str, handler: LiveHandler) -> None:
+        self.live[operation] = handler
+
+    @property
+    def known(self) -> frozenset[str]:
+        return frozenset({*self.durable, *self.queries, *self.live, "host.stop"})
+
+    async def dispatch(self, request: ClientRequest, connection: Any = None) -> dict[str, Any]:
         host = self.host
         if host.stopping or host.claim is None:
             return response(request.request_id, "unavailable", error="Workflow host is stopping")
         operation = request.operation
-        if operation in DURABLE_OPERATIONS:
+        if operation in self.live:
+            try:
+                return await self.live[operation](request, connection)
+            except PiWorkflowsError as error:
+                return response(
+                    request.request_id, outcome_for_error(error), error=one_line_error(error)
+                )
+        if operation in self.durable:
             handler = self.durable[operation]
             return execute_durable(host.store, request, host.claim.epoch, lambda: handler(request))
         if operation == "host.stop":

@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..storage.runs import run_record
 from . import claims, epoch
 from .active_run import ActiveRun
 from .lock import HostLock, acquire_host_lock
+from .operations import Operations
 from .process_identity import is_same_process, start_identity
 from .supervisor import WorkerExit, WorkerSupervisor
 from .worker_gateway import WorkerGateway
@@ -36,6 +38,9 @@ from .worker_gateway import WorkerGateway
 log = logging.getLogger("pi_workflows.host")
 
 DEFAULT_MAX_WORKERS = 4
+
+# Feature modules: each `install(host)` registers operations and listeners.
+FEATURES: tuple[Callable[[Host], None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,16 @@ class Host:
         self._timers: list[asyncio.Task] = []
         self._claim_pass_scheduled = False
         self.server: Any = None
+        self.operations = Operations(self)
+        # Extension points for the feature modules of FEATURES (sessions, terminal
+        # messages, decisions): work for every poll tick, follow-ups of worker store
+        # operations (inside their transaction), and after-commit reactions to a run
+        # leaving `running`.
+        self.poll_actions: list[Callable[[], None]] = [self.schedule_claim_pass]
+        self.worker_operation_listeners: dict[str, list[Callable[..., None]]] = {}
+        self.run_stopped_listeners: list[Callable[[str, str | None, str], None]] = []
+        for install in FEATURES:
+            install(self)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -137,7 +152,7 @@ class Host:
                 )
                 epoch.recover_previous_host(previous_host_id, self.claim.epoch)
             self.started_at = now_ms()
-            self.server = ClientServer(self)
+            self.server = ClientServer(self, self.operations)
             await self.server.listen()
         except BaseException:
             self._release_identity()
@@ -224,7 +239,11 @@ class Host:
                 active.stop("claimLost")
 
     def _poll(self) -> None:
-        self.schedule_claim_pass()
+        for action in self.poll_actions:
+            try:
+                action()
+            except Exception:
+                log.exception("poll action failed")
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         """Keep a reference to background tasks so they finish before stop returns."""
@@ -426,7 +445,12 @@ class Host:
             log.info("run parked after worker %s", outcome)
 
     def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
-        """After-commit effects of a run leaving `running` (notification hook)."""
+        """After-commit effects of a run leaving `running`; none of them may raise."""
+        for listener in self.run_stopped_listeners:
+            try:
+                listener(run_id, old_status, new_status)
+            except Exception:
+                log.exception("run-stopped listener failed")
         plugins.run_transition(run_id, old_status, new_status, None)
 
     # --- status ------------------------------------------------------------------------

@@ -7,13 +7,14 @@ import contextlib
 import logging
 import os
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..errors import PiWorkflowsError
 from ..protocol.client_messages import hello, parse_request, response
 from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame, valid_id
-from .operations import KNOWN_OPERATIONS, Operations
+from .operations import Operations
 
 if TYPE_CHECKING:
     from .runtime import Host
@@ -25,11 +26,11 @@ MAX_SOCKET_PATH_BYTES = 107
 
 
 class ClientServer:
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, operations: Operations) -> None:
         self.host = host
-        self.operations = Operations(host)
+        self.operations = operations
         self.server: asyncio.AbstractServer | None = None
-        self.connections: set[asyncio.StreamWriter] = set()
+        self.connections: set[ClientConnection] = set()
 
     async def listen(self) -> None:
         path = self.host.home.socket_path
@@ -51,8 +52,8 @@ class ClientServer:
     async def close(self) -> None:
         if self.server is not None:
             self.server.close()
-        for writer in list(self.connections):
-            writer.close()
+        for connection in list(self.connections):
+            connection.writer.close()
         if self.server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.server.wait_closed(), 2)
@@ -63,11 +64,10 @@ class ClientServer:
         return len(self.connections)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections.add(writer)
-        connection_id = f"connection-{secrets.token_hex(8)}"
+        connection = ClientConnection(f"connection-{secrets.token_hex(8)}", writer)
+        self.connections.add(connection)
         try:
-            writer.write(encode_frame(hello(connection_id, __version__)))
-            await writer.drain()
+            await connection.send(hello(connection.connection_id, __version__))
             while True:
                 try:
                     line = await reader.readline()
@@ -76,20 +76,20 @@ class ClientServer:
                     return
                 if not line:
                     return
-                reply = await self._answer(line)
+                reply = await self._answer(line, connection)
                 if reply is None:
                     return
-                writer.write(encode_frame(reply))
-                await writer.drain()
+                await connection.send(reply)
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         except Exception:
             log.exception("client connection failed")
         finally:
-            self.connections.discard(writer)
+            self.connections.discard(connection)
+            connection.closed()
             writer.close()
 
-    async def _answer(self, line: bytes) -> dict | None:
+    async def _answer(self, line: bytes, connection: ClientConnection) -> dict | None:
         """The response to one frame, or None to close the connection."""
         try:
             message = decode_frame(line)
@@ -97,11 +97,48 @@ class ClientServer:
             log.warning("closed a connection: %s", error)
             return None
         try:
-            request = parse_request(message, KNOWN_OPERATIONS)
+            request = parse_request(message, self.operations.known)
         except FrameError as error:
             request_id = message.get("requestId")
             if not valid_id(request_id):
                 log.warning("closed a connection: %s", error)
                 return None
             return response(request_id, "rejected", error=str(error))
-        return await self.operations.dispatch(request)
+        return await self.operations.dispatch(request, connection)
+
+
+class ClientConnection:
+    """One client: responses and pushed events share its writer, in order."""
+
+    def __init__(self, connection_id: str, writer: asyncio.StreamWriter) -> None:
+        self.connection_id = connection_id
+        self.writer = writer
+        self.is_open = True
+        self._on_close: list[Callable[[], None]] = []
+        self._lock = asyncio.Lock()
+
+    async def send(self, message: dict) -> None:
+        async with self._lock:
+            self.writer.write(encode_frame(message))
+            await self.writer.drain()
+
+    def push(self, message: dict) -> None:
+        """Send an event without waiting (views call this from synchronous code)."""
+        if self.is_open:
+            asyncio.get_running_loop().create_task(self._push(message))
+
+    async def _push(self, message: dict) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.send(message)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        self._on_close.append(callback)
+
+    def closed(self) -> None:
+        self.is_open = False
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("connection close callback failed")

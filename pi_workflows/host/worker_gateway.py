@@ -65,15 +65,27 @@ class WorkerGateway:
                 error=read_text(stored.error_hash),
                 revision=stored.accepted_revision,
             )
+        # The operation and its stored response commit together (one fsync, and a
+        # replay can never see an applied operation without its response).
+        try:
+            with self.host.store.transaction():
+                reply = self._dispatch(message)
+                self._record(message, fingerprint, reply)
+        except PiWorkflowsError as error:
+            revision = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
+            reply = worker_response(
+                message_id, "rejected", error=one_line_error(error), revision=revision
+            )
+            self._record(message, fingerprint, reply)
+        return reply
+
+    def _dispatch(self, message: dict[str, Any]) -> dict[str, Any]:
         operation = message["operation"]
         if operation == "worker.ready":
-            reply = self._ready(message)
-        elif operation == "worker.exiting":
-            reply = self._exiting(message)
-        else:
-            reply = self._store_operation(message)
-        self._record(message, fingerprint, reply)
-        return reply
+            return self._ready(message)
+        if operation == "worker.exiting":
+            return self._exiting(message)
+        return self._store_operation(message)
 
     def _record(self, message: dict[str, Any], fingerprint: str, reply: dict[str, Any]) -> None:
         with self.host.store.transaction():
@@ -144,33 +156,25 @@ class WorkerGateway:
     def _store_operation(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
         operation, payload = message["operation"], message["payload"]
-        terminal_status: str | None = None
-        try:
-            with self.host.store.transaction():
-                current = (
-                    Run.select(Run.revision, Run.status).where(Run.run_id == active.run_id).get()
-                )
-                if message["expectedRevision"] != current.revision:
-                    raise RevisionConflictError(
-                        f"Workflow run revision conflict: expected {message['expectedRevision']}, "
-                        f"got {current.revision}"
-                    )
-                if not claims.verify_claim(active.run_id, active.claim_token, active.generation):
-                    return self._claim_lost(message_id)
-                result = self._apply(operation, payload)
-                after = Run.get_by_id(active.run_id)
-                if operation == "store.writeSnapshot" and after.status != "running":
-                    claims.project_lifecycle(active.run_id, active.generation, after.status)
-                    terminal_status = after.status
-                revision = after.revision
-        except PiWorkflowsError as error:
-            revision = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
-            return worker_response(
-                message_id, "rejected", error=one_line_error(error), revision=revision
+        current = Run.select(Run.revision, Run.status).where(Run.run_id == active.run_id).get()
+        if message["expectedRevision"] != current.revision:
+            raise RevisionConflictError(
+                f"Workflow run revision conflict: expected {message['expectedRevision']}, "
+                f"got {current.revision}"
             )
-        if terminal_status is not None:
-            self.host.after_run_stopped(active.run_id, current.status, terminal_status)
-        return worker_response(message_id, "accepted", result=result, revision=revision)
+        if not claims.verify_claim(active.run_id, active.claim_token, active.generation):
+            return self._claim_lost(message_id)
+        result = self._apply(operation, payload)
+        for listener in self.host.worker_operation_listeners.get(operation, ()):
+            listener(active, payload, result)
+        after = Run.get_by_id(active.run_id)
+        if operation == "store.writeSnapshot" and after.status != "running":
+            claims.project_lifecycle(active.run_id, active.generation, after.status)
+            old_status, new_status = current.status, after.status
+            self.host.store.after_commit(
+                lambda: self.host.after_run_stopped(active.run_id, old_status, new_status)
+            )
+        return worker_response(message_id, "accepted", result=result, revision=after.revision)
 
     def _apply(self, operation: str, payload: dict[str, Any]) -> Any:
         """Forward to the state-store function the engine's local store also uses."""

@@ -12,23 +12,6 @@ SCHEMA = "pi-workflows.client.v1"
 
 OUTCOMES = ("accepted", "adopted", "rejected", "conflict", "notFound", "claimLost", "unavailable")
 
-# Operations whose receipts are stored and adopted on repeat.
-DURABLE_OPERATIONS = frozenset(
-    {
-        "run.start",
-        "run.pause",
-        "run.resume",
-        "run.cancel",
-        "run.restart",
-        "checkpoint.answer",
-        "decision.answer",
-        "interaction.submit",
-        "interaction.update",
-    }
-)
-QUERY_OPERATIONS = frozenset({"run.list", "run.status", "run.why", "decision.list", "host.status"})
-CONTROL_OPERATIONS = frozenset({"host.stop"})
-
 REQUEST_KEYS = {
     "schema",
     "type",
