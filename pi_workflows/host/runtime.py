@@ -114,7 +114,9 @@ class Host:
         # messages, decisions): work for every poll tick, follow-ups of worker store
         # operations (inside their transaction), and after-commit reactions to a run
         # leaving `running`.
+        self.startup_actions: list[Callable[[], None]] = []  # after recovery, before listen
         self.poll_actions: list[Callable[[], None]] = [self.schedule_claim_pass]
+        self.terminal_message_checks: list[Callable[[str], None]] = []
         self.worker_operation_listeners: dict[str, list[Callable[..., None]]] = {}
         self.run_stopped_listeners: list[Callable[[str, str | None, str], None]] = []
         for install in FEATURES:
@@ -151,6 +153,8 @@ class Host:
                     holder_is_dead=holder_is_dead,
                 )
                 epoch.recover_previous_host(previous_host_id, self.claim.epoch)
+            for action in self.startup_actions:
+                action()
             self.started_at = now_ms()
             self.server = ClientServer(self, self.operations)
             await self.server.listen()
@@ -452,6 +456,14 @@ class Host:
             except Exception:
                 log.exception("run-stopped listener failed")
         plugins.run_transition(run_id, old_status, new_status, None)
+
+    def check_terminal_message(self, run_id: str) -> None:
+        """Make sure a run that may have ended has its terminal message (never raises)."""
+        for check in self.terminal_message_checks:
+            try:
+                check(run_id)
+            except Exception:
+                log.exception("terminal message check failed")
 
     # --- status ------------------------------------------------------------------------
 

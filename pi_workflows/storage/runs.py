@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime
+import json
 import re
 import secrets
 from typing import Any
 
 from ..canonical import canonical_json
 from ..clock import now_ms
-from ..errors import NotFoundError
+from ..errors import ConflictError, NotFoundError
 from ..records import RunRecord
 from .blobs import put_json, put_text, read_json, read_text
 from .models import Lease, Run, RunQueue
@@ -76,6 +77,53 @@ def create_run(
     )
     Lease.create(run=run_id, generation=0)
     return run
+
+
+def create_derived_run(
+    parent: Run,
+    *,
+    run_id: str,
+    lineage_kind: str,
+    input: Any,
+    actor: str,
+    launch_options: dict[str, Any] | None = None,
+    restart_number: int | None = None,
+    parent_terminal_fingerprint: str | None = None,
+) -> tuple[Run, bool]:
+    """A continuation or restart of `parent` with a deterministic id (inside a transaction).
+
+    A retry with the same id adopts the existing run; one that differs is a conflict.
+    Returns the run and whether it was created now.
+    """
+    existing = Run.get_or_none(Run.run_id == run_id)
+    if existing is not None:
+        if (
+            existing.parent_run_id != parent.run_id
+            or existing.lineage_kind != lineage_kind
+            or read_json(existing.input_hash) != input
+        ):
+            raise ConflictError(f"Workflow run preparation conflicts: {run_id}")
+        return existing, False
+    run = create_run(
+        run_id=run_id,
+        workflow_name=parent.workflow_name,
+        workflow_ref=parent.workflow_ref,
+        workflow_source=json.loads(parent.workflow_source),
+        definition_digest=parent.definition_digest,
+        project_path=parent.project_path,
+        input=input,
+        actor=actor,
+        execution_mode=parent.execution_mode,
+        origin_session_id=parent.origin_session_id,
+        parent_run_id=parent.run_id,
+        root_run_id=parent.root_run_id,
+        lineage_kind=lineage_kind,
+        restart_number=parent.restart_number if restart_number is None else restart_number,
+        parent_terminal_fingerprint=parent_terminal_fingerprint,
+        launch_options=launch_options,
+        presentation_prompt=read_text(parent.presentation_prompt_hash),
+    )
+    return run, True
 
 
 def get_run(run_id: str) -> Run:
