@@ -648,6 +648,8 @@ class Engine:
 
     def _let_go(self, thread: threading.Thread) -> None:
         """Give an ended attempt's thread a moment to stop, refusing its store calls."""
+        # A finished attempt's thread ends right after posting its result: join first.
+        thread.join(timeout=0.005)
         deadline = time.monotonic() + ABANDON_GRACE_SECONDS
         while thread.is_alive() and time.monotonic() < deadline:
             try:
