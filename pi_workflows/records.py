@@ -96,11 +96,16 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class WorkerProcessSpec:
-    """How to start a worker process: argv, extra environment and working directory."""
+    """How to start a worker process: argv, extra environment and working directory.
+
+    `standby_ok` says the launch is the built-in worker command, so the host may hand it
+    to a pre-started standby worker (imports done) instead of spawning a cold one.
+    """
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    standby_ok: bool = False
 
 
 @dataclass(frozen=True)

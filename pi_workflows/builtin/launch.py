@@ -39,14 +39,21 @@ def piw_worker_run_command(
 
 @hookimpl(trylast=True)
 def piw_worker_process(envelope: dict[str, Any], settings: WorkerSettings) -> WorkerProcessSpec:
-    env = {LAUNCH_ENV: json.dumps(envelope)}
-    # The worker must import the same pi_workflows as the host, even from a source tree.
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p
-    )
+    env = {LAUNCH_ENV: json.dumps(envelope), "PYTHONPATH": worker_pythonpath()}
     return WorkerProcessSpec(
-        argv=[settings.python or sys.executable, "-m", "pi_workflows.worker"],
+        argv=worker_argv(settings.python),
         env=env,
         cwd=envelope.get("projectPath"),
+        standby_ok=True,
     )
+
+
+def worker_argv(python: str | None = None) -> list[str]:
+    """The built-in worker command (a standby adds `--standby`)."""
+    return [python or sys.executable, "-m", "pi_workflows.worker"]
+
+
+def worker_pythonpath() -> str:
+    """PYTHONPATH that lets a worker import this very pi_workflows, even from a tree."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)

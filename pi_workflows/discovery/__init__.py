@@ -56,7 +56,8 @@ class DiscoveredWorkflow:
         return described
 
 
-def _registered() -> list[DiscoveredWorkflow]:
+def registered_workflows() -> list[DiscoveredWorkflow]:
+    """Workflows registered by plugins (built-ins included), loading them on the way."""
     found: list[DiscoveredWorkflow] = []
 
     def register(name: str, workflow: Any, revision: str) -> None:
@@ -106,7 +107,7 @@ def _from_directories(project: Path) -> list[DiscoveredWorkflow]:
 def discover(project: Path) -> list[DiscoveredWorkflow]:
     """Every workflow visible from `project`, first name wins, broken ones included."""
     winners: dict[str, DiscoveredWorkflow] = {}
-    for entry in [*_from_directories(project.resolve()), *_registered()]:
+    for entry in [*_from_directories(project.resolve()), *registered_workflows()]:
         winners.setdefault(entry.name, entry)
     return list(winners.values())
 
@@ -143,7 +144,7 @@ def load_from_source(source: dict[str, Any], definition_digest: str | None = Non
             )
         definition = definition_from_bytes(path, content)
     elif kind == "builtin":
-        entry = next((e for e in _registered() if e.name == source.get("id")), None)
+        entry = next((e for e in registered_workflows() if e.name == source.get("id")), None)
         if entry is None or entry.source is None:
             raise WorkflowSourceChangedError(
                 f"Registered workflow {source.get('id')!r} is no longer installed; reinstall "

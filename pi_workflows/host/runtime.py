@@ -32,6 +32,7 @@ from .active_run import ActiveRun
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
 from .process_identity import is_same_process, start_identity
+from .standby import StandbyWorkers, standby_size_setting
 from .supervisor import WorkerExit, WorkerSupervisor
 from .worker_gateway import WorkerGateway
 
@@ -110,6 +111,7 @@ class Host:
         self._claim_pass_scheduled = False
         self.server: Any = None
         self.operations = Operations(self)
+        self.standby = StandbyWorkers(standby_size_setting(), sys.executable, str(home.root))
         # Extension points for the feature modules of FEATURES (sessions, terminal
         # messages, decisions): work for every poll tick, follow-ups of worker store
         # operations (inside their transaction), and after-commit reactions to a run
@@ -166,6 +168,7 @@ class Host:
             asyncio.create_task(self._every(self.timings.poll_s, self._poll)),
         ]
         log.info("ready at epoch %s", self.claim.epoch)
+        self.standby.fill()
         self.schedule_claim_pass()
 
     def _release_identity(self) -> None:
@@ -190,6 +193,7 @@ class Host:
             timer.cancel()
         if self.server is not None:
             await self.server.close()
+        await self.standby.close()
         with self.store.transaction():
             for run_id, token in list(self.pending_claims.items()):
                 claims.park_run(run_id, token)
@@ -385,7 +389,7 @@ class Host:
             spec, gateway.handle, startup_timeout_s=self.timings.worker_startup_s
         )
         active.supervisor = supervisor
-        await supervisor.start()
+        await supervisor.start(self.standby.take(spec))
         with self.store.transaction():
             RunWorker.update(
                 pid=supervisor.pid, process_start_identity=start_identity(supervisor.pid or 0)

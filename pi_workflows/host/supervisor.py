@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..builtin.launch import LAUNCH_ENV
 from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame
 from ..records import WorkerProcessSpec
 
@@ -59,7 +60,15 @@ class WorkerSupervisor:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    async def start(self) -> None:
+    async def start(self, standby: asyncio.subprocess.Process | None = None) -> None:
+        """Spawn the worker, or hand the launch envelope to a pre-started standby."""
+        if standby is not None:
+            self.process = standby
+            assert standby.stdin is not None
+            envelope = self.spec.env[LAUNCH_ENV].encode("utf-8")
+            standby.stdin.write(envelope + b"\n" + (self.spec.cwd or "").encode() + b"\n")
+            await standby.stdin.drain()
+            return
         env = {**os.environ, **self.spec.env}
         self.process = await asyncio.create_subprocess_exec(
             *self.spec.argv,
