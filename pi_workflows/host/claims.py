@@ -378,27 +378,38 @@ def _cancel_dependents(run_id: str, now: int) -> None:
     ).where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending")).execute()
 
 
-def claim_candidates(owner_id: str, exclude: set[str], limit: int = 32) -> list[str]:
-    """Run ids a claim pass may take now, oldest first (SPEC §6 claim pass)."""
+def claim_candidates(owner_id: str, exclude: set[str], limit: int = 16) -> list[str]:
+    """Run ids a claim pass may take now, oldest first (SPEC §6 claim pass).
+
+    One query per queue status walks the (status, available_at, created_at) index in
+    order and stops after `limit` rows, so the cost does not grow with the queue length.
+    """
     now = now_ms()
     pending_interactions = InteractiveRequest.select(InteractiveRequest.run).where(
         InteractiveRequest.status == "pending"
     )
-    query = (
-        RunQueue.select(RunQueue.run)
-        .join(Lease, on=(Lease.run == RunQueue.run))
-        .switch(RunQueue)
-        .join(Run, on=(Run.run_id == RunQueue.run))
-        .where(
-            RunQueue.status.in_(("queued", "parked", "starting", "running"))
-            & (RunQueue.available_at <= now)
-            & (Lease.owner_id.is_null() | (Lease.expires_at <= now))
-            & ~((RunQueue.status == "parked") & ((Run.status == "waiting") | (Run.paused == True)))  # noqa: E712
-            & (RunQueue.error_code.is_null() | RunQueue.error_code.not_in(NEVER_AUTO_CLAIMED))
-            & RunQueue.run.not_in(pending_interactions)
+    found: list[tuple[int, int, str]] = []
+    for status in ("queued", "parked", "starting", "running"):
+        query = (
+            RunQueue.select(RunQueue.run, RunQueue.available_at, RunQueue.created_at)
+            .join(Lease, on=(Lease.run == RunQueue.run))
+            .switch(RunQueue)
+            .join(Run, on=(Run.run_id == RunQueue.run))
+            .where(
+                (RunQueue.status == status)
+                & (RunQueue.available_at <= now)
+                & (Lease.owner_id.is_null() | (Lease.expires_at <= now))
+                & (RunQueue.error_code.is_null() | RunQueue.error_code.not_in(NEVER_AUTO_CLAIMED))
+                & RunQueue.run.not_in(pending_interactions)
+            )
+            .order_by(RunQueue.available_at, RunQueue.created_at)
         )
-        .order_by(RunQueue.available_at, RunQueue.created_at)
-    )
-    if exclude:
-        query = query.where(RunQueue.run.not_in(list(exclude)))
-    return [run_id for (run_id,) in query.limit(limit).tuples()]
+        if status == "parked":
+            query = query.where((Run.status != "waiting") & (Run.paused == False))  # noqa: E712
+        if exclude:
+            query = query.where(RunQueue.run.not_in(list(exclude)))
+        found.extend(
+            (available_at, created_at, run_id)
+            for run_id, available_at, created_at in query.limit(limit).tuples()
+        )
+    return [run_id for _, _, run_id in sorted(found)[:limit]]
