@@ -317,9 +317,10 @@ class Operations:
 
 
 ALLOWED_QUEUE_FOR_RUN = {
-    "queued": ("queued", "starting"),
+    # A run that never started may be parked (paused, or its launch made no progress).
+    "queued": ("queued", "starting", "parked"),
     "running": ("starting", "running", "parked"),
-    "waiting": ("parked",),
+    "waiting": ("parked", "done"),  # done: answered, a continuation run carries on
     "completed": ("done",),
     "failed": ("failed",),
     "timed_out": ("failed",),

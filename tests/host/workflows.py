@@ -131,3 +131,17 @@ WORKFLOW = workflow(
     edges=[edge("ask", "use")],
 )
 """
+
+# A local plugin whose worker never says ready (for the startup deadline).
+SILENT_WORKER_PLUGIN = """
+import sys
+
+from pi_workflows import hookimpl
+from pi_workflows.records import WorkerProcessSpec
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    code = "import os, time; open('silent.pid', 'w').write(str(os.getpid())); time.sleep(300)"
+    return WorkerProcessSpec(argv=[sys.executable, "-c", code], cwd=envelope["projectPath"])
+"""
