@@ -74,3 +74,7 @@ class HostUnavailableError(PiWorkflowsError):
 
 class WorkflowSourceChangedError(PiWorkflowsError):
     """The saved workflow source (file hash, built-in revision or digest) no longer matches."""
+
+
+class IncompleteTerminalStateError(PiWorkflowsError):
+    """A run needs a terminal workflow message but its terminal state cannot be read yet."""

@@ -28,6 +28,7 @@ from pi_workflows.storage import StateStore, open_state
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
+MARKDOWN_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-markdown"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("pi-workflows")
 PLUGIN_ENVS = (plugins.PLUGINS_ENV, plugins.DISABLE_ENV)
 
@@ -92,7 +93,7 @@ def plugin_env() -> Iterator[pytest.MonkeyPatch]:
     plugins.reload()
 
 
-# --- the audit plugin distribution ---------------------------------------------------------
+# --- the plugin distributions of plugins/ ----------------------------------------------------
 
 
 def _is_installed(distribution: str) -> bool:
@@ -103,34 +104,51 @@ def _is_installed(distribution: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="session")
-def audit_plugin() -> str:
-    """Make sure `plugins/pi-workflows-audit` is pip-installed; returns its entry point name.
+def _ensure_plugin_installed(distribution: str, directory: Path) -> None:
+    """Pip-install a plugin distribution of `plugins/` (editable) unless it is installed.
 
     The install is real (pip, entry point metadata), so subprocesses load it exactly as a
     user's installation would.
     """
-    if not _is_installed("pi-workflows-audit"):
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--no-build-isolation",
-                "-e",
-                str(AUDIT_PLUGIN_DIR),
-            ],
-            check=True,
-            timeout=300,
-        )
-        # Process the new editable-install .pth here too, as a fresh interpreter would.
-        site.addsitedir(sysconfig.get_paths()["purelib"])
-        importlib.invalidate_caches()
-        plugins.reload()
+    if _is_installed(distribution):
+        return
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-e",
+            str(directory),
+        ],
+        check=True,
+        timeout=300,
+    )
+    # Process the new editable-install .pth here too, as a fresh interpreter would.
+    site.addsitedir(sysconfig.get_paths()["purelib"])
+    importlib.invalidate_caches()
+    plugins.reload()
+
+
+@pytest.fixture(scope="session")
+def audit_plugin() -> str:
+    """Make sure `plugins/pi-workflows-audit` is pip-installed; returns its entry point name."""
+    _ensure_plugin_installed("pi-workflows-audit", AUDIT_PLUGIN_DIR)
     return "audit"
+
+
+@pytest.fixture(scope="session")
+def markdown_plugin() -> str:
+    """Make sure `plugins/pi-workflows-markdown` is pip-installed; returns its entry point name.
+
+    The plugin is inert until `<config dir>/markdown-results.toml` exists, so installing it
+    changes no other test's terminal messages.
+    """
+    _ensure_plugin_installed("pi-workflows-markdown", MARKDOWN_PLUGIN_DIR)
+    return "markdown"
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""`pi-workflows run start|list|status|pause|resume|cancel`."""
+"""`pi-workflows run start|list|status|pause|resume|cancel|restart`."""
 
 from __future__ import annotations
 
@@ -172,3 +172,29 @@ run_group.add_command(
     _control_command("pause", "pause_run", "Pause RUN_ID at its next durable boundary.")
 )
 run_group.add_command(_control_command("resume", "resume_run", "Resume a paused or parked RUN_ID."))
+
+
+@run_group.command("restart")
+@click.argument("run_id")
+@click.option(
+    "--message",
+    "workflow_message_id",
+    default=None,
+    help="The terminal workflow message the restart is about (default: the latest).",
+)
+@json_option
+@pass_cli
+def restart_command(
+    cli_ctx: CliContext, run_id: str, workflow_message_id: str | None, as_json: bool
+) -> None:
+    """Start RUN_ID's workflow again with the same input, as a restart of RUN_ID.
+
+    Allowed for a finished, not cancelled, interactive run, at most three times per
+    chain, and never into an outcome the chain has already had; repeating it prints
+    the existing restart.
+    """
+    receipt = cli_ctx.client().restart_run(run_id, workflow_message_id)
+    if as_json:
+        emit_json(receipt)
+    else:
+        click.echo(receipt["runId"])

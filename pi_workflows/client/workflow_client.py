@@ -64,6 +64,11 @@ class WorkflowClient:
     def resume_run(self, run_id: str) -> dict[str, Any]:
         return self.call("run.resume", {}, run_id=run_id)
 
+    def restart_run(self, run_id: str, workflow_message_id: str | None = None) -> dict[str, Any]:
+        """Restart a finished interactive run from its latest terminal message."""
+        payload = {} if workflow_message_id is None else {"workflowMessageId": workflow_message_id}
+        return self.call("run.restart", payload, run_id=run_id)
+
     def host_status(self) -> dict[str, Any]:
         return self.call("host.status")
 

@@ -27,7 +27,7 @@ from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, open_state, put_json, put_text
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_record
-from . import claims, epoch
+from . import claims, epoch, terminal
 from .active_run import ActiveRun
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
@@ -41,7 +41,7 @@ log = logging.getLogger("pi_workflows.host")
 DEFAULT_MAX_WORKERS = 4
 
 # Feature modules: each `install(host)` registers operations and listeners.
-FEATURES: tuple[Callable[[Host], None], ...] = ()
+FEATURES: tuple[Callable[[Host], None], ...] = (terminal.install,)
 
 
 @dataclass(frozen=True)

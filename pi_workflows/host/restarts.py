@@ -1,0 +1,107 @@
+"""`run.restart`: a fresh run of a finished run's workflow and input (SPEC §10).
+
+Lineage rules: the child is `restart-<sha256(terminal message id)[:40]>` with lineage
+`restart`, the parent's restart number + 1 and the parent's terminal fingerprint. A
+chain allows at most three restarts, never restarts a cancelled run, and never restarts
+into an outcome it has already seen; a repeat adopts the existing child.
+
+Session preconditions, simplified from the reference's live-coordinator check: the run
+must be interactive with an origin session; a `targetSessionId` in the payload must be
+that session; the restart is about the run's latest terminal message, which must exist
+and not be cancelled (a `workflowMessageId` in the payload must name it). The message
+need not be reported `sent`, so `pi-workflows run restart RUN` works from a terminal.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..canonical import sha256_hex
+from ..protocol.client_messages import ClientRequest
+from ..storage import read_json
+from ..storage.models import TERMINAL_RUN_STATUSES, Run
+from ..storage.runs import create_derived_run, get_run
+from ..storage.terminal_facts import latest_terminal_message
+from ..storage.workflow_messages import message_json
+from .operations import _run_id
+from .receipts import OperationResult
+
+if TYPE_CHECKING:
+    from .runtime import Host
+
+RESTART_LIMIT = 3
+
+
+def restart_run_id(workflow_message_id: str) -> str:
+    return "restart-" + sha256_hex(workflow_message_id)[:40]
+
+
+def run_restart(host: Host, request: ClientRequest) -> OperationResult:
+    run_id = _run_id(request)
+    run = get_run(run_id)
+    payload = request.payload
+
+    def refuse(error: str) -> OperationResult:
+        return OperationResult("rejected", error=error, run_id=run_id)
+
+    if run.execution_mode != "interactive" or run.origin_session_id is None:
+        return refuse("Only an interactive workflow run with an origin session can be restarted")
+    session = payload.get("targetSessionId")
+    if session is not None and session != run.origin_session_id:
+        return refuse("Workflow run belongs to another session")
+    if run.status == "cancelled":
+        return refuse("A cancelled workflow run cannot be restarted")
+    if run.status not in TERMINAL_RUN_STATUSES:
+        return refuse(f"Workflow run is {run.status}; only a finished run can be restarted")
+    child = Run.get_or_none((Run.parent_run_id == run_id) & (Run.lineage_kind == "restart"))
+    if child is not None:
+        return OperationResult("adopted", receipt=_receipt(child), run_id=child.run_id)
+    if run.restart_number >= RESTART_LIMIT:
+        return refuse(f"Workflow restart limit reached ({RESTART_LIMIT} restarts)")
+    message = latest_terminal_message(run_id)
+    if message is None:
+        return refuse("Workflow run has no terminal result yet; retry once it is delivered")
+    wanted = payload.get("workflowMessageId")
+    if message.status == "cancelled" or (
+        wanted is not None and wanted != message.workflow_message_id
+    ):
+        return refuse("Workflow terminal result is stale or was replaced")
+    terminal = _terminal_details(message_json(message)["details"])
+    if terminal is None:
+        return refuse("Workflow terminal result carries no terminal fingerprint")
+    if terminal.get("status") == "cancelled":
+        return refuse("A cancelled workflow run cannot be restarted")
+    fingerprint = terminal["terminalFingerprint"]
+    repeated = Run.select().where(
+        (Run.root_run_id == run.root_run_id) & (Run.parent_terminal_fingerprint == fingerprint)
+    )
+    if repeated.exists():
+        return refuse("The same terminal outcome already occurred in this restart chain")
+    child, _ = create_derived_run(
+        run,
+        run_id=restart_run_id(message.workflow_message_id),
+        lineage_kind="restart",
+        input=read_json(run.input_hash),
+        actor=f"client:{request.client_id}",
+        restart_number=run.restart_number + 1,
+        parent_terminal_fingerprint=fingerprint,
+    )
+    host.store.after_commit(host.schedule_claim_pass)
+    return OperationResult(
+        "accepted", receipt=_receipt(child), revision=child.revision, run_id=child.run_id
+    )
+
+
+def _terminal_details(details: Any) -> dict[str, Any] | None:
+    """The facts saved with a terminal message, if they carry a fingerprint."""
+    terminal = details.get("terminal") if isinstance(details, dict) else None
+    fingerprint = terminal.get("terminalFingerprint") if isinstance(terminal, dict) else None
+    return terminal if isinstance(fingerprint, str) else None
+
+
+def _receipt(child: Run) -> dict[str, Any]:
+    return {
+        "runId": child.run_id,
+        "parentRunId": child.parent_run_id,
+        "restartNumber": child.restart_number,
+    }

@@ -1,0 +1,3 @@
+"""pi-workflows-markdown: terminal workflow results rendered as Markdown."""
+
+__version__ = "0.1.0"
