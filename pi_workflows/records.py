@@ -98,14 +98,14 @@ class WorkerSettings:
 class WorkerProcessSpec:
     """How to start a worker process: argv, extra environment and working directory.
 
-    `standby_ok` says the launch is the built-in worker command, so the host may hand it
-    to a pre-started standby worker (imports done) instead of spawning a cold one.
+    `forkable` says the launch is the built-in worker command, so the host may fork it
+    from its worker fork server (imports already done) instead of spawning a cold one.
     """
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
-    standby_ok: bool = False
+    forkable: bool = False
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class TurnReport:
     workflow_message_id: str
     run_id: str
     target_session_id: str
-    coordinator_epoch: int
+    coordinator_epoch: str
     stop_reason: str | None = None
     response_session_entry_id: str | None = None
 

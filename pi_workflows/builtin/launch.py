@@ -44,12 +44,12 @@ def piw_worker_process(envelope: dict[str, Any], settings: WorkerSettings) -> Wo
         argv=worker_argv(settings.python),
         env=env,
         cwd=envelope.get("projectPath"),
-        standby_ok=True,
+        forkable=True,
     )
 
 
 def worker_argv(python: str | None = None) -> list[str]:
-    """The built-in worker command (a standby adds `--standby`)."""
+    """The built-in worker command (`--zygote` turns it into the fork server)."""
     return [python or sys.executable, "-m", "pi_workflows.worker"]
 
 

@@ -27,12 +27,12 @@ from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, open_state, put_json, put_text
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_record
-from . import claims, epoch, terminal
+from . import claims, decisions, epoch, sessions, terminal
 from .active_run import ActiveRun
+from .forkserver import ForkServer, fork_server_enabled
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
 from .process_identity import is_same_process, start_identity
-from .standby import StandbyWorkers, standby_size_setting
 from .supervisor import WorkerExit, WorkerSupervisor
 from .worker_gateway import WorkerGateway
 
@@ -41,7 +41,11 @@ log = logging.getLogger("pi_workflows.host")
 DEFAULT_MAX_WORKERS = 4
 
 # Feature modules: each `install(host)` registers operations and listeners.
-FEATURES: tuple[Callable[[Host], None], ...] = (terminal.install,)
+FEATURES: tuple[Callable[[Host], None], ...] = (
+    terminal.install,
+    decisions.install,
+    sessions.install,
+)
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,9 @@ class Host:
         self._claim_pass_scheduled = False
         self.server: Any = None
         self.operations = Operations(self)
-        self.standby = StandbyWorkers(standby_size_setting(), sys.executable, str(home.root))
+        self.fork_server = (
+            ForkServer(sys.executable, str(home.root)) if fork_server_enabled() else None
+        )
         # Extension points for the feature modules of FEATURES (sessions, terminal
         # messages, decisions): work for every poll tick, follow-ups of worker store
         # operations (inside their transaction), and after-commit reactions to a run
@@ -168,7 +174,8 @@ class Host:
             asyncio.create_task(self._every(self.timings.poll_s, self._poll)),
         ]
         log.info("ready at epoch %s", self.claim.epoch)
-        self.standby.fill()
+        if self.fork_server is not None:
+            await self.fork_server.start()
         self.schedule_claim_pass()
 
     def _release_identity(self) -> None:
@@ -193,7 +200,8 @@ class Host:
             timer.cancel()
         if self.server is not None:
             await self.server.close()
-        await self.standby.close()
+        if self.fork_server is not None:
+            await self.fork_server.close()
         with self.store.transaction():
             for run_id, token in list(self.pending_claims.items()):
                 claims.park_run(run_id, token)
@@ -306,10 +314,22 @@ class Host:
             plugins.run_claimed(chosen, claim)
             self.spawn(self.activate(chosen.run_id, token, claim.generation))
 
-    def claim_for_resume(self, run_id: str) -> int | None:
-        """Claim a parked run for `run resume` (inside the caller's transaction)."""
+    def claim_for_resume(
+        self, run_id: str, *, allow_pending_interaction: bool = False
+    ) -> int | None:
+        """Claim a parked run for `run resume` (inside the caller's transaction).
+
+        `allow_pending_interaction` lets a run that waits for its session be claimed to
+        validate a submission (SPEC §9.5).
+        """
         token = claims.new_claim_token()
-        claim = claims.claim_run(run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms)
+        claim = claims.claim_run(
+            run_id,
+            self.host_id,
+            token,
+            lease_ms=self.timings.run_lease_ms,
+            allow_pending_interaction=allow_pending_interaction,
+        )
         if claim is None:
             return None
         self.blocked_runs.discard(run_id)
@@ -389,7 +409,7 @@ class Host:
             spec, gateway.handle, startup_timeout_s=self.timings.worker_startup_s
         )
         active.supervisor = supervisor
-        await supervisor.start(self.standby.take(spec))
+        await supervisor.start(self.fork_server)
         with self.store.transaction():
             RunWorker.update(
                 pid=supervisor.pid, process_start_identity=start_identity(supervisor.pid or 0)

@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..builtin.launch import LAUNCH_ENV
 from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame
 from ..records import WorkerProcessSpec
+from .forkserver import ForkedWorker, ForkServer
 
 STARTUP_TIMEOUT_S = 15.0
 KILL_GRACE_S = 2.0
@@ -49,7 +49,7 @@ class WorkerSupervisor:
         self.spec = spec
         self.handler = handler
         self.startup_timeout_s = startup_timeout_s
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: asyncio.subprocess.Process | ForkedWorker | None = None
         self.ready = asyncio.Event()
         self.saw_exiting = False
         self._requested_outcome: str | None = None
@@ -60,15 +60,12 @@ class WorkerSupervisor:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    async def start(self, standby: asyncio.subprocess.Process | None = None) -> None:
-        """Spawn the worker, or hand the launch envelope to a pre-started standby."""
-        if standby is not None:
-            self.process = standby
-            assert standby.stdin is not None
-            envelope = self.spec.env[LAUNCH_ENV].encode("utf-8")
-            standby.stdin.write(envelope + b"\n" + (self.spec.cwd or "").encode() + b"\n")
-            await standby.stdin.drain()
-            return
+    async def start(self, fork_server: ForkServer | None = None) -> None:
+        """Fork the worker from the fork server when it can serve the spec, else spawn it."""
+        if fork_server is not None:
+            self.process = await fork_server.launch(self.spec)
+            if self.process is not None:
+                return
         env = {**os.environ, **self.spec.env}
         self.process = await asyncio.create_subprocess_exec(
             *self.spec.argv,

@@ -1,5 +1,10 @@
 import sys
 
+if "--zygote" in sys.argv[1:]:
+    from .zygote import serve
+
+    sys.exit(serve())
+
 from .main import main
 
 sys.exit(main())

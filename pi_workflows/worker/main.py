@@ -14,7 +14,6 @@ from typing import IO, Any
 
 from ..builtin.launch import LAUNCH_ENV
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
-from ..protocol.framing import MAX_FRAME_BYTES
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from .channel import HostChannel
 from .host_store import HostBackedStore
@@ -53,30 +52,9 @@ def parse_envelope(raw: str | None) -> dict[str, Any]:
     return envelope
 
 
-def _wait_as_standby(protocol_in: IO[bytes]) -> dict[str, Any] | None:
-    """Import everything a run needs, then wait for the host to hand over a launch."""
-    from .. import discovery, engine  # noqa: F401  (the point is the import)
-
-    discovery.registered_workflows()
-    raw = protocol_in.readline(MAX_FRAME_BYTES + 1)
-    cwd = protocol_in.readline(MAX_FRAME_BYTES + 1).decode("utf-8").strip()
-    if not raw:
-        return None  # the host went away before it needed this standby
-    text = raw.decode("utf-8").strip()
-    envelope = parse_envelope(text)
-    os.environ[LAUNCH_ENV] = text  # the same environment a cold worker sees
-    os.chdir(cwd or envelope["projectPath"])
-    return envelope
-
-
 def main(argv: list[str] | None = None) -> int:
-    is_standby = "--standby" in (sys.argv[1:] if argv is None else argv)
-    envelope = None if is_standby else parse_envelope(os.environ.get(LAUNCH_ENV))
+    envelope = parse_envelope(os.environ.get(LAUNCH_ENV))
     protocol_in, protocol_out = _claim_protocol_streams()
-    if is_standby:
-        envelope = _wait_as_standby(protocol_in)
-        if envelope is None:
-            return EXIT_OK
     channel = HostChannel(envelope, protocol_in, protocol_out)
     try:
         return _run(channel, envelope)

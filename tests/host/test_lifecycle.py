@@ -77,3 +77,25 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_runs_still_complete_after_the_worker_fork_server_dies(harness: HostHarness):
+    host = harness.start_host()
+    first = harness.start_run("hello", {"name": "one"})
+    harness.wait_for_status(first, "completed")
+    (zygote,) = [
+        child for child in psutil.Process(host.pid).children() if "--zygote" in child.cmdline()
+    ]
+    zygote.kill()
+    second = harness.start_run("hello", {"name": "two"})
+    status = harness.wait_for_status(second, "completed")
+    assert status["finalOutput"] == {"greeting": "Hello, two!"}
+    # A new fork server replaces the dead one.
+    wait_until(
+        lambda: [
+            child
+            for child in psutil.Process(host.pid).children()
+            if "--zygote" in child.cmdline() and child.pid != zygote.pid
+        ],
+        what="a new fork server",
+    )

@@ -63,6 +63,7 @@ def test_worker_sigkill_mid_node_resumes_with_a_higher_generation(harness: HostH
     harness.start_host()
     run_id = harness.start_run("steps")
     first_pid = harness.wait_for_pid("b.pid")
+    assert os.getpgid(first_pid) == first_pid  # every worker leads its own process group
     os.kill(first_pid, signal.SIGKILL)
 
     # The new worker reruns the interrupted node b; completed node a is not run again.

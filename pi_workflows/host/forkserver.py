@@ -1,0 +1,221 @@
+"""The host's side of the worker fork server (`pi_workflows.worker.zygote`).
+
+Launches of the built-in worker command are forked from a process that has already
+imported everything, so a worker is ready in milliseconds instead of after a cold
+interpreter start. The forked worker is the leader of its own process group and speaks
+the worker protocol on pipes the host created, exactly like a spawned one. When the
+fork server is not (yet) available the host spawns a cold worker instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+
+import psutil
+
+from ..builtin.launch import LAUNCH_ENV, worker_argv, worker_pythonpath
+from ..protocol.framing import MAX_FRAME_BYTES
+from ..records import WorkerProcessSpec
+
+FORK_SERVER_ENV = "PI_WORKFLOWS_FORK_SERVER"
+CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
+FORK_REPLY_TIMEOUT_S = 10.0
+
+log = logging.getLogger(__name__)
+
+
+def fork_server_enabled() -> bool:
+    return os.environ.get(FORK_SERVER_ENV, "1") != "0"
+
+
+def can_serve(spec: WorkerProcessSpec) -> bool:
+    """True when a forked worker behaves exactly like a cold launch of `spec`."""
+    return (
+        spec.forkable
+        and bool(spec.argv)
+        and spec.argv == worker_argv(spec.argv[0])
+        and LAUNCH_ENV in spec.env
+        and set(spec.env) <= {LAUNCH_ENV, "PYTHONPATH"}
+        and spec.env.get("PYTHONPATH", worker_pythonpath()) == worker_pythonpath()
+    )
+
+
+class ForkedWorker:
+    """A worker forked by the zygote, with the interface of an asyncio subprocess."""
+
+    def __init__(self, pid: int, stdin, stdout, stderr, exit_future: asyncio.Future) -> None:
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self._exit = exit_future
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exit.result() if self._exit.done() else None
+
+    async def wait(self) -> int:
+        return await self._exit
+
+
+class ForkServer:
+    def __init__(self, python: str, cwd: str) -> None:
+        self.python = python
+        self.cwd = cwd
+        self._socket: socket.socket | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._ready = False
+        self._closed = False
+        self._launches: dict[str, asyncio.Future] = {}
+        self._exits: dict[int, asyncio.Future] = {}
+        self._reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Start the zygote; launches are forked once it reports ready."""
+        host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *worker_argv(self.python),
+                "--zygote",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                cwd=self.cwd,
+                env={
+                    **os.environ,
+                    "PYTHONPATH": worker_pythonpath(),
+                    CONTROL_FD_ENV: str(zygote_end.fileno()),
+                },
+                pass_fds=(zygote_end.fileno(),),
+                start_new_session=True,
+            )
+        finally:
+            zygote_end.close()
+        host_end.setblocking(False)
+        self._socket = host_end
+        self._reader = asyncio.get_running_loop().create_task(self._read_replies())
+
+    async def _read_replies(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._socket is not None
+        while True:
+            try:
+                data = await loop.sock_recv(self._socket, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            reply = json.loads(data)
+            if reply.get("ready"):
+                self._ready = True
+            elif "launchId" in reply:
+                future = self._launches.pop(reply["launchId"], None)
+                if future is not None and not future.done():
+                    future.set_result(reply["pid"])
+            elif "exited" in reply:
+                future = self._exits.pop(reply["exited"], None)
+                if future is not None and not future.done():
+                    future.set_result(reply["code"])
+        self._ready = False
+        for future in self._launches.values():
+            if not future.done():
+                future.set_exception(OSError("the worker fork server exited"))
+        # Workers outlive a dead zygote but nobody reaps them for us any more.
+        for pid, future in list(self._exits.items()):
+            asyncio.get_running_loop().create_task(_watch_orphan(pid, future))
+        if not self._closed:
+            log.warning("worker fork server exited; restarting it")
+            await self._restart()
+
+    async def _restart(self) -> None:
+        if self._process is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._process.wait(), 5)
+        if not self._closed:
+            await self.start()
+
+    async def launch(self, spec: WorkerProcessSpec) -> ForkedWorker | None:
+        """Fork a worker for `spec`, or None when the fork server cannot serve it now."""
+        if not self._ready or self._socket is None or not can_serve(spec):
+            return None
+        loop = asyncio.get_running_loop()
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        stderr_r, stderr_w = os.pipe()
+        launch_id = secrets.token_hex(8)
+        pid_future: asyncio.Future = loop.create_future()
+        self._launches[launch_id] = pid_future
+        packet = json.dumps(
+            {"launchId": launch_id, "envelope": spec.env[LAUNCH_ENV], "cwd": spec.cwd or "/"}
+        ).encode("utf-8")
+        try:
+            socket.send_fds(self._socket, [packet], [stdin_r, stdout_w, stderr_w])
+        except OSError:
+            self._launches.pop(launch_id, None)
+            for fd in (stdin_r, stdin_w, stdout_r, stdout_w, stderr_r, stderr_w):
+                os.close(fd)
+            return None
+        finally:
+            for fd in (stdin_r, stdout_w, stderr_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        exit_future: asyncio.Future = loop.create_future()
+        try:
+            pid = await asyncio.wait_for(pid_future, FORK_REPLY_TIMEOUT_S)
+        except (TimeoutError, OSError):
+            for fd in (stdin_w, stdout_r, stderr_r):
+                os.close(fd)
+            return None
+        self._exits[pid] = exit_future
+        stdout = await _reader_for(stdout_r)
+        stderr = await _reader_for(stderr_r)
+        stdin = await _writer_for(stdin_w)
+        return ForkedWorker(pid, stdin, stdout, stderr, exit_future)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._socket is not None:
+            self._socket.close()
+        if self._reader is not None:
+            self._reader.cancel()
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._process.wait(), 5)
+
+
+async def _reader_for(fd: int) -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_FRAME_BYTES + 1)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader
+
+
+async def _writer_for(fd: int) -> asyncio.StreamWriter:
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(fd, "wb", buffering=0)
+    )
+    return asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def _watch_orphan(pid: int, future: asyncio.Future) -> None:
+    """Resolve the exit of a worker whose fork server died (exit code unknown: -1)."""
+    while psutil.pid_exists(pid):
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        await asyncio.sleep(0.05)
+    if not future.done():
+        future.set_result(-1)
