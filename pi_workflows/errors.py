@@ -78,3 +78,15 @@ class WorkflowSourceChangedError(PiWorkflowsError):
 
 class IncompleteTerminalStateError(PiWorkflowsError):
     """A run needs a terminal workflow message but its terminal state cannot be read yet."""
+
+
+class ChannelConfigError(PiWorkflowsError):
+    """The decision channel configuration file cannot be used (format, mode, credentials)."""
+
+
+class ChannelDeliveryError(PiWorkflowsError):
+    """A decision channel could definitely not deliver or settle; the host retries it."""
+
+
+class AnswerNotAllowedError(PiWorkflowsError):
+    """A decision answer from a channel or actor the configuration does not allow."""

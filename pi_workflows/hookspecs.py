@@ -218,10 +218,27 @@ def piw_render_terminal_message(facts: dict[str, Any], instructions: str) -> Mes
 def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register decision channel kinds: ``register(kind, factory)``.
 
-    Called once when the host loads its channel configuration. Every implementation
-    runs. ``factory(config)`` returns a channel object with ``deliver``, ``settle`` and
-    ``close``. The built-in (``pi_workflows.builtin.channels``) registers ``session``
-    and ``cli``.
+    Called once when the host starts and loads ``<config>/channels.toml`` (see
+    ``pi_workflows.host.channels``). Every implementation runs. For each configured
+    channel of that kind the host calls ``factory(context)`` with a
+    ``pi_workflows.host.channels.ChannelContext`` (``name``, ``options``,
+    ``credentials``, ``settings.allows(actor)``, ``report_answer(decision_id, choice,
+    input=None, *, actor)``, ``store_call(fn)``) and gets a channel object with:
+
+    - ``deliver(request) -> dict | None``: offer a decision (the channel request: its
+      presentation and choices, never the private subject);
+    - ``settle(request, resolution, delivery) -> dict | None``: the decision was
+      resolved (``resolution`` names the winner); e.g. remove buttons;
+    - ``close()``: the host is stopping.
+
+    Factories and methods run on the channel's own thread, never on the host's event
+    loop. Raise ``pi_workflows.errors.ChannelDeliveryError`` when a call definitely did
+    not happen (the host retries it, 3 attempts in all); any other exception, or no
+    return within the call timeout, makes the effect ambiguous until an operator runs
+    ``pi-workflows decision recover``. Answers are reported through ``report_answer``;
+    the host accepts them only from channels of the decision's audience and actors the
+    channel allows. The built-in (``pi_workflows.builtin.channels``) registers
+    ``session`` and ``cli``.
     """
 
 

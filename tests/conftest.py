@@ -29,6 +29,7 @@ from pi_workflows.storage import StateStore, open_state
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
 MARKDOWN_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-markdown"
+WEBHOOK_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-webhook"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("pi-workflows")
 PLUGIN_ENVS = (plugins.PLUGINS_ENV, plugins.DISABLE_ENV)
 
@@ -149,6 +150,13 @@ def markdown_plugin() -> str:
     """
     _ensure_plugin_installed("pi-workflows-markdown", MARKDOWN_PLUGIN_DIR)
     return "markdown"
+
+
+@pytest.fixture(scope="session")
+def webhook_plugin() -> str:
+    """Make sure `plugins/pi-workflows-webhook` is pip-installed; returns its entry point name."""
+    _ensure_plugin_installed("pi-workflows-webhook", WEBHOOK_PLUGIN_DIR)
+    return "webhook"
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------

@@ -316,13 +316,14 @@ def test_decision_channel_factories_collect_plugin_registrations():
     class WebhookPlugin:
         @hookimpl
         def piw_register_decision_channels(self, register):
-            register("webhook", _Webhook)
+            register("example-webhook", _Webhook)
 
     with plugins.temporary_plugin(WebhookPlugin()):
         factories = plugins.decision_channel_factories()
 
-    assert factories["webhook"] is _Webhook
-    assert "webhook" not in plugins.decision_channel_factories()
+    # (not "webhook": the pi-workflows-webhook distribution registers that kind)
+    assert factories["example-webhook"] is _Webhook
+    assert "example-webhook" not in plugins.decision_channel_factories()
 
 
 def test_a_registration_with_a_bad_name_names_the_plugin():

@@ -8,6 +8,7 @@ DEFAULT_PLUGINS = (
     "pi_workflows.builtin.terminal",
     "pi_workflows.builtin.workflows",
     "pi_workflows.builtin.executors",
+    "pi_workflows.builtin.channels",
 )
 
 # Without these nothing can open state; PI_WORKFLOWS_DISABLE_PLUGINS cannot block them.

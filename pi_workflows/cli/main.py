@@ -10,7 +10,9 @@ import click
 from .. import __version__, plugins
 from ..errors import PiWorkflowsError
 from ..home import HOME_ENV
+from .checkpoint_commands import checkpoint_group
 from .context import CliContext, database_url_from
+from .decision_commands import decision_group
 from .host_commands import host_group
 from .plugins_command import plugins_command
 from .run_commands import run_group
@@ -59,6 +61,8 @@ cli.add_command(run_group)
 cli.add_command(plugins_command)
 cli.add_command(state_group)
 cli.add_command(workflows_command)
+cli.add_command(checkpoint_group)
+cli.add_command(decision_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -69,6 +69,25 @@ class WorkflowClient:
         payload = {} if workflow_message_id is None else {"workflowMessageId": workflow_message_id}
         return self.call("run.restart", payload, run_id=run_id)
 
+    def answer_checkpoint(self, run_id: str, answer: Any) -> dict[str, Any]:
+        """Answer RUN's checkpoint; returns `{parentRunId, runId}` of its continuation."""
+        return self.call("checkpoint.answer", {"input": answer}, run_id=run_id)
+
+    def list_decisions(self, *, include_resolved: bool = False) -> list[dict[str, Any]]:
+        return self.call("decision.list", {"all": include_resolved})
+
+    def answer_decision(
+        self, decision_id: str, choice: str, input: Any = None, **source: Any
+    ) -> Response:
+        """Answer a human decision (`source`: `channel`, `sessionId`); the raw response.
+
+        A late answer comes back as `conflict` with a receipt naming the winner.
+        """
+        payload = {"decisionId": decision_id, "choice": choice, **source}
+        if input is not None:
+            payload["input"] = input
+        return self.send("decision.answer", payload)
+
     def host_status(self) -> dict[str, Any]:
         return self.call("host.status")
 

@@ -15,11 +15,11 @@ from typing import Any
 from ..canonical import digest
 from ..clock import now_ms
 from ..errors import InvalidInputError, NotFoundError
+from . import decisions
 from .blobs import put_json, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
-    HumanDecision,
     InteractiveRequest,
     InteractiveSubmission,
     NodeAttempt,
@@ -333,47 +333,13 @@ def settle_effect(
 def create_human_decision_request(
     run_id: str, request: dict[str, Any], expected_revision: int | None = None
 ) -> dict[str, Any]:
-    """Create (or return, for a repeated attempt) the request of a human decision."""
-    existing = HumanDecision.get_or_none(HumanDecision.attempt_id == request["attemptId"])
-    if existing is not None:
-        stored = read_json(existing.request_hash)
-        stored.pop("subject", None)
-        return {**stored, "revision": _revision(run_id)}
-    stamp = now_ms()
-    on_timeout = request.get("onTimeout")
-    record = {
-        "schema": "pi-workflows.human-decision-request.v1",
-        "decisionId": f"dec-{uuid.uuid4().hex}",
-        "runId": run_id,
-        "nodeId": request["nodeId"],
-        "attemptId": request["attemptId"],
-        "audience": request["audience"],
-        "title": request["title"],
-        "choices": request["choices"],
-        "subjectDigest": digest(request.get("subject")),
-        "presentationDigest": digest(request["presentation"]),
-        "presentation": request["presentation"],
-        "deadlineAt": stamp + on_timeout["after_ms"] if on_timeout else None,
-        "defaultResponse": on_timeout["response"] if on_timeout else None,
-        "createdAt": stamp,
-    }
-    record["requestDigest"] = digest({k: v for k, v in record.items() if k != "createdAt"})
-    HumanDecision.create(
-        decision_id=record["decisionId"],
-        run=run_id,
-        attempt_id=request["attemptId"],
-        node_id=request["nodeId"],
-        audience=request["audience"],
-        # The subject (machine data) is kept in the host's copy only; channels and the
-        # worker get the record without it.
-        request_hash=put_json({**record, "subject": request.get("subject")}),
-        request_digest=record["requestDigest"],
-        status="pending",
-        deadline_at=record["deadlineAt"],
-        default_response_hash=put_json(on_timeout["response"]) if on_timeout else None,
-        created_at=stamp,
-        updated_at=stamp,
-    )
+    """Create (or adopt, for a repeated attempt) the request record of a human decision.
+
+    The record (``storage.decisions``) comes back without its subject.
+    """
+    record, created = decisions.create_request(run_id, request)
+    if not created:
+        return {**record, "revision": _revision(run_id)}
     revision = _change(
         run_id,
         "human_decision.requested",

@@ -1,0 +1,120 @@
+"""Built-in decision channels: ``session`` (the origin session) and ``cli``.
+
+``session`` delivers a ``decision`` workflow message to the run's origin session; the
+session answers with ``decision.answer {channel: "session", sessionId}``. ``cli``
+delivers nothing: ``pi-workflows decision list`` shows pending decisions and
+``pi-workflows decision answer`` answers them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..hookspecs import hookimpl
+from ..records import MessageContent
+from ..storage.models import HumanDecision, Run
+from ..storage.workflow_messages import create_workflow_message
+
+# The message key: revision 1 of the request, first presentation (SPEC §9.2).
+DECISION_MESSAGE_KEY = "1:initial"
+
+
+def render_decision_text(request: dict[str, Any]) -> str:
+    """The plain-text presentation: title, summary, blocks, default, choices."""
+    presentation = request["presentation"]
+    lines = [request["title"]]
+    if presentation.get("summary"):
+        lines += ["", presentation["summary"]]
+    for block in presentation["blocks"]:
+        lines.append("")
+        kind = block["type"]
+        if kind == "section":
+            lines.append(f"## {block['title']}")
+        elif kind == "bullets":
+            lines += [f"• {item}" for item in block["items"]]
+        elif kind == "fields":
+            lines += [f"{item['label']}: {item['value']}" for item in block["items"]]
+        else:
+            lines.append(block["text"])
+    default = request.get("defaultResponse")
+    if request.get("expiresAt") and default:
+        label = request["choices"][default["choice"]]["label"]
+        lines += [
+            "",
+            f"If no answer is accepted by {request['expiresAt']}, this decision continues "
+            f"automatically with: {label}.",
+        ]
+    lines += ["", "Choices:"]
+    for key, choice in request["choices"].items():
+        text_input = choice.get("input")
+        extra = f"; input: {text_input['prompt']}" if text_input else ""
+        lines.append(f"- {key}: {choice['label']}{extra}")
+    return "\n".join(lines)
+
+
+class _QuietSettlement:
+    """Channels with nothing to take back once a decision is resolved."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+
+    def settle(
+        self, request: dict[str, Any], resolution: dict[str, Any], delivery: Any
+    ) -> dict[str, Any]:
+        return {"settled": True}
+
+    def close(self) -> None:
+        return None
+
+
+class SessionChannel(_QuietSettlement):
+    """A `decision` workflow message in the run's origin session.
+
+    Settling needs nothing more: resolving the decision cancelled its pending message in
+    the same transaction, and a message the session has shown stays in its transcript.
+    """
+
+    def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
+        def write() -> dict[str, Any]:
+            decision_id = request["decisionId"]
+            run = Run.get_by_id(request["runId"])
+            if run.origin_session_id is None:
+                return {"delivered": False, "reason": "the run has no origin session"}
+            if HumanDecision.get_by_id(decision_id).status != "pending":
+                return {"delivered": False, "reason": "already resolved"}
+            text = render_decision_text(request) + (
+                "\n\nA human must answer this protected decision "
+                f"(pi-workflows decision answer {decision_id} CHOICE)."
+            )
+            message, _ = create_workflow_message(
+                run_id=run.run_id,
+                target_session_id=run.origin_session_id,
+                kind="decision",
+                source_id=decision_id,
+                idempotency_key=DECISION_MESSAGE_KEY,
+                content=MessageContent(
+                    text,
+                    {
+                        "kind": "decision",
+                        "decisionId": decision_id,
+                        "runId": run.run_id,
+                        "choices": request["choices"],
+                    },
+                ),
+            )
+            return {"delivered": True, "workflowMessageId": message.workflow_message_id}
+
+        return self.context.store_call(write)
+
+
+class CliChannel(_QuietSettlement):
+    """Nothing to push: the CLI lists and answers decisions through the host."""
+
+    def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"listed": True}
+
+
+@hookimpl
+def piw_register_decision_channels(register: Any) -> None:
+    register("session", SessionChannel)
+    register("cli", CliChannel)

@@ -1,0 +1,415 @@
+"""Decision channel adapters: configuration, the channel interface's host side, and lanes.
+
+A channel is an object a plugin factory builds (``piw_register_decision_channels``).
+The host calls its ``deliver``, ``settle`` and ``close`` on a **lane**: one daemon
+thread per channel, so a slow or hung channel delays only itself, never the host's
+event loop or another channel. Answers come back through
+:meth:`ChannelContext.report_answer`, which any thread may call.
+
+Configuration: ``<config>/channels.toml`` (or ``channels.json``), mode 0600::
+
+    [audiences]
+    operator = ["session", "cli", "ops-hook"]
+
+    [channels.ops-hook]
+    kind = "webhook"                 # a registered channel kind
+    allowed_actors = ["alice"]       # who may answer through this channel
+    secret_file = "/abs/path/secret" # credentials by file reference (mode 0600)
+    url = "https://example.test/decisions"
+
+Every ``*_file`` key is a credential reference: the host reads the file and hands the
+channel ``credentials[<key without _file>]``; the value is never logged. Audiences
+that the file does not name use the built-in channels ``session`` and ``cli``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import re
+import stat
+import threading
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import plugins
+from ..canonical import is_json_value
+from ..clock import now_ms
+from ..errors import ChannelConfigError, ChannelDeliveryError
+from ..storage import decisions
+from ..storage.models import HumanDecision
+
+log = logging.getLogger("pi_workflows.host.channels")
+
+DEFAULT_CHANNELS = ("session", "cli")
+CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+RESERVED_KEYS = ("kind", "allowed_actors")
+
+
+@dataclass(frozen=True)
+class ChannelSettings:
+    """One configured channel; `allowed_actors` None means any actor of the channel."""
+
+    name: str
+    kind: str
+    allowed_actors: tuple[str, ...] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def allows(self, actor: str) -> bool:
+        return self.allowed_actors is None or actor in self.allowed_actors
+
+
+@dataclass(frozen=True)
+class ChannelConfig:
+    audiences: Mapping[str, tuple[str, ...]]
+    channels: Mapping[str, ChannelSettings]
+
+    def channels_for(self, audience: str) -> tuple[str, ...]:
+        return self.audiences.get(audience, DEFAULT_CHANNELS)
+
+    @classmethod
+    def defaults(cls) -> ChannelConfig:
+        return cls({}, {name: ChannelSettings(name, name) for name in DEFAULT_CHANNELS})
+
+
+def load_channel_config(config_dir: Path) -> ChannelConfig:
+    """Read `<config>/channels.toml` or `.json`; the built-ins alone when neither exists."""
+    for name, parse in (("channels.toml", tomllib.loads), ("channels.json", json.loads)):
+        path = config_dir / name
+        if path.exists():
+            _require_private_file(path, "The decision channel configuration")
+            try:
+                raw = parse(path.read_text())
+            except (ValueError, tomllib.TOMLDecodeError) as error:
+                raise ChannelConfigError(f"{path} is not valid: {error}") from None
+            return _parse_config(raw, path)
+    return ChannelConfig.defaults()
+
+
+def _require_private_file(path: Path, what: str) -> None:
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ChannelConfigError(f"{what} {path} must be a regular file.")
+    if info.st_mode & 0o077:
+        raise ChannelConfigError(f"{what} {path} is readable by others; run 'chmod 600 {path}'.")
+
+
+def _parse_config(raw: Any, path: Path) -> ChannelConfig:
+    if not isinstance(raw, dict) or set(raw) - {"audiences", "channels"}:
+        raise ChannelConfigError(f"{path} may contain only 'audiences' and 'channels'.")
+    channels = dict(ChannelConfig.defaults().channels)
+    for name, table in (raw.get("channels") or {}).items():
+        channels[name] = _parse_channel(name, table, path)
+    audiences: dict[str, tuple[str, ...]] = {}
+    for audience, names in (raw.get("audiences") or {}).items():
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ChannelConfigError(f"{path}: audience {audience!r} needs a list of channels.")
+        for name in names:
+            if name not in channels:
+                raise ChannelConfigError(
+                    f"{path}: audience {audience!r} references unknown channel {name!r}."
+                )
+        audiences[audience] = tuple(names)
+    return ChannelConfig(audiences, channels)
+
+
+def _parse_channel(name: str, table: Any, path: Path) -> ChannelSettings:
+    if not CHANNEL_NAME.match(name) or not isinstance(table, dict):
+        raise ChannelConfigError(f"{path}: channel {name!r} needs a simple name and a table.")
+    kind = table.get("kind", name)
+    actors = table.get("allowed_actors")
+    if actors is not None and (
+        not isinstance(actors, list) or not all(isinstance(a, str) and a for a in actors)
+    ):
+        raise ChannelConfigError(f"{path}: channel {name!r} allowed_actors must list names.")
+    options: dict[str, Any] = {}
+    credentials: dict[str, str] = {}
+    for key, value in table.items():
+        if key in RESERVED_KEYS:
+            continue
+        if key.endswith("_file"):
+            credentials[key.removesuffix("_file")] = _read_credential(name, key, value)
+        else:
+            options[key] = value
+    return ChannelSettings(
+        name,
+        kind,
+        tuple(actors) if actors is not None else None,
+        options,
+        credentials,
+    )
+
+
+def _read_credential(channel: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not os.path.isabs(value):
+        raise ChannelConfigError(f"Channel {channel!r}: {key} must be an absolute path.")
+    path = Path(value)
+    if not path.exists():
+        raise ChannelConfigError(f"Channel {channel!r}: credential file {path} does not exist.")
+    _require_private_file(path, f"Channel {channel!r} credential file")
+    secret = path.read_text().strip()
+    if not secret:
+        raise ChannelConfigError(f"Channel {channel!r}: credential file {path} is empty.")
+    return secret
+
+
+@dataclass(frozen=True)
+class ChannelContext:
+    """What a channel factory gets: its settings and its two ways back into the host.
+
+    ``report_answer(decision_id, choice, input=None, *, actor)`` submits a human answer
+    from this channel (any thread but the host's loop may call it; it blocks until the
+    host decided) and returns ``{"outcome": "accepted"|"adopted"|"conflict"|"rejected",
+    "receipt"?, "error"?}``. ``store_call(fn)`` runs ``fn()`` in a state-store
+    transaction on the host's loop and returns its result; it is for built-in channels
+    whose delivery is a database write.
+    """
+
+    settings: ChannelSettings
+    report_answer: Callable[..., dict[str, Any]]
+    store_call: Callable[[Callable[[], Any]], Any]
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return self.settings.options
+
+    @property
+    def credentials(self) -> Mapping[str, str]:
+        return self.settings.credentials
+
+
+class Lane:
+    """One daemon thread that runs a channel's calls in order.
+
+    Daemon, so a channel stuck in a call can never keep the host process alive.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=f"piw-channel-{name}", daemon=True)
+        self._thread.start()
+
+    def call(self, function: Callable[..., Any], *args: Any) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._calls.put((function, args, future, loop))
+        return future
+
+    def close(self) -> None:
+        self._calls.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            item = self._calls.get()
+            if item is None:
+                return
+            function, args, future, loop = item
+            try:
+                outcome: tuple[Any, BaseException | None] = (function(*args), None)
+            except BaseException as error:  # handed to the waiting coroutine
+                outcome = (None, error)
+            try:
+                loop.call_soon_threadsafe(_settle_future, future, *outcome)
+            except RuntimeError:
+                return  # the loop is gone: the host has stopped
+
+
+def _settle_future(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return  # the host stopped waiting (timeout); the late result is dropped
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+CALL_TIMEOUT_ENV = "PI_WORKFLOWS_CHANNEL_CALL_TIMEOUT_S"
+ANSWER_TIMEOUT_S = 30.0
+
+
+class ChannelRunner:
+    """Runs the configured channels for one host: deliveries, settlements, answers.
+
+    `answer(decision_id, response, channel, actor)` is the host's answer path (runs on
+    the loop, inside a transaction) and returns the protocol-style result.
+    """
+
+    def __init__(self, host: Any, answer: Callable[..., dict[str, Any]]) -> None:
+        self.host = host
+        self._answer = answer
+        self.config = ChannelConfig.defaults()
+        self.channels: dict[str, Any] = {}
+        self.lanes: dict[str, Lane] = {}
+        self.in_flight: set[str] = set()
+        self.call_timeout_s = float(os.environ.get(CALL_TIMEOUT_ENV) or 30.0)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self, config_dir: Path) -> None:
+        """Load the configuration and build every channel on its own lane."""
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        try:
+            self.config = load_channel_config(config_dir)
+        except ChannelConfigError as error:
+            log.error("decision channels use the built-ins only: %s", error)
+        with self.host.store.transaction():
+            interrupted = decisions.mark_interrupted_channel_effects()
+        if interrupted:
+            log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
+        factories = plugins.decision_channel_factories()
+        for settings in self.config.channels.values():
+            factory = factories.get(settings.kind)
+            if factory is None:
+                log.error(
+                    "decision channel %s has unknown kind %r (no plugin registers it)",
+                    settings.name,
+                    settings.kind,
+                )
+                continue
+            lane = self.lanes[settings.name] = Lane(settings.name)
+            context = ChannelContext(
+                settings,
+                self._report_answer_for(settings.name),
+                self._store_call,
+            )
+            self.host.spawn(self._build(settings.name, lane, factory, context))
+        self._loop.create_task(self._close_on_stop())
+
+    async def _build(self, name: str, lane: Lane, factory: Any, context: ChannelContext) -> None:
+        try:
+            self.channels[name] = await asyncio.wait_for(
+                asyncio.shield(lane.call(factory, context)), self.call_timeout_s
+            )
+        except Exception as error:
+            log.error("decision channel %s failed to start: %s", name, _describe(error))
+            return
+        self.pump()
+
+    async def _close_on_stop(self) -> None:
+        # The host has no stop hook for features; its stop sets `stopping` first.
+        while not self.host.stopping:
+            await asyncio.sleep(0.05)
+        for name, lane in self.lanes.items():
+            channel = self.channels.get(name)
+            if channel is not None and hasattr(channel, "close"):
+                lane.call(channel.close)
+            lane.close()
+
+    # --- answers and store calls from channel threads ------------------------------------
+
+    def _report_answer_for(self, channel: str) -> Callable[..., dict[str, Any]]:
+        def report_answer(
+            decision_id: str, choice: str, input: Any = None, *, actor: str
+        ) -> dict[str, Any]:
+            response: dict[str, Any] = {"choice": choice}
+            if input is not None:
+                response["input"] = input
+            return self._from_thread(lambda: self._answer(decision_id, response, channel, actor))
+
+        return report_answer
+
+    def _store_call(self, function: Callable[[], Any]) -> Any:
+        def in_transaction() -> Any:
+            with self.host.store.transaction():
+                return function()
+
+        return self._from_thread(in_transaction)
+
+    def _from_thread(self, function: Callable[[], Any]) -> Any:
+        loop = self._loop
+        if loop is None or self.host.stopping:
+            raise ChannelConfigError("The workflow host is not accepting channel calls.")
+        if threading.get_ident() == self._loop_thread:
+            raise RuntimeError("Channel callbacks must not be called on the host's event loop.")
+
+        async def run() -> Any:
+            return function()
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(ANSWER_TIMEOUT_S)
+
+    # --- deliveries and settlements ------------------------------------------------------
+
+    def pump(self) -> None:
+        """Start every delivery and settlement that is due (poll timer and events)."""
+        if self.host.stopping or self._loop is None:
+            return
+        now = now_ms()
+        due: list[tuple[str, str, str, int]] = []
+        with self.host.store.transaction():
+            pending = HumanDecision.select().where(HumanDecision.status == "pending")
+            for decision in pending:
+                for name in self.config.channels_for(decision.audience):
+                    due.append((decision.decision_id, name, "delivery", now))
+            for decision, name in decisions.deliveries_to_settle():
+                due.append((decision.decision_id, name, "settlement", now))
+            started = []
+            for decision_id, name, purpose, stamp in due:
+                if name not in self.channels:
+                    continue  # not built (yet), or failed to start: nothing to call
+                effect_id = decisions.channel_effect_id(decision_id, name, purpose)
+                if effect_id in self.in_flight:
+                    continue
+                attempt = decisions.begin_channel_effect(decision_id, name, purpose, stamp)
+                if attempt is not None:
+                    self.in_flight.add(effect_id)
+                    started.append((effect_id, attempt, decision_id, name, purpose))
+        for effect_id, attempt, decision_id, name, purpose in started:
+            self.host.spawn(self._perform(effect_id, attempt, decision_id, name, purpose))
+
+    async def _perform(
+        self, effect_id: str, attempt: int, decision_id: str, name: str, purpose: str
+    ) -> None:
+        channel = self.channels[name]
+        with self.host.store.transaction():
+            decision = decisions.get_decision(decision_id)
+            request = decisions.channel_request(decision)
+            if purpose == "delivery":
+                call: tuple[Any, ...] = (channel.deliver, request)
+            else:
+                resolution = decisions.decision_json(decision)["resolution"]
+                delivered = decisions.delivery_result(decision_id, name)
+                call = (channel.settle, request, resolution, delivered)
+        result, error = None, None
+        try:
+            result = await asyncio.wait_for(
+                asyncio.shield(self.lanes[name].call(*call)), self.call_timeout_s
+            )
+            outcome = "applied"
+        except TimeoutError:
+            outcome, error = "ambiguous", f"no answer within {self.call_timeout_s:g} s"
+        except ChannelDeliveryError as failure:
+            outcome, error = "rejected", str(failure)
+        except Exception as failure:
+            outcome, error = "ambiguous", _describe(failure)
+        finally:
+            self.in_flight.discard(effect_id)
+        if self.host.stopping:
+            return  # left `applying`: the next start marks it ambiguous for an operator
+        with self.host.store.transaction():
+            decisions.finish_channel_effect(
+                effect_id, attempt, outcome, result=_json_or_none(result), error=error
+            )
+        if outcome != "applied":
+            log.warning("decision channel %s %s attempt %d: %s", name, purpose, attempt, outcome)
+
+
+def _json_or_none(value: Any) -> Any:
+    return value if is_json_value(value) else None
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:500]

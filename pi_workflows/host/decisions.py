@@ -1,0 +1,291 @@
+"""Checkpoints and human decisions on the host (SPEC §11).
+
+Operations: ``checkpoint.answer`` and ``decision.answer`` (durable), ``decision.list``
+and ``decision.effects`` (queries), ``decision.recover`` (durable, for ambiguous
+channel effects). The poll timer and startup apply decision deadlines with no worker
+alive: the default response is recorded (provenance ``timeout``) and the continuation
+run reserved in one transaction. Channels (``host.channels``) deliver and settle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+from typing import TYPE_CHECKING, Any
+
+from ..clock import now_ms
+from ..errors import AnswerNotAllowedError, InvalidInputError, NotFoundError
+from ..home import config_dir
+from ..protocol.client_messages import ClientRequest
+from ..protocol.framing import valid_id
+from ..storage import decisions, read_json
+from ..storage.models import HumanDecision, Run
+from ..storage.runs import get_run
+from .channels import ChannelRunner
+from .receipts import OperationResult
+
+if TYPE_CHECKING:
+    from .runtime import Host
+
+log = logging.getLogger("pi_workflows.host.decisions")
+
+CLI_CHANNEL = "cli"
+SESSION_CHANNEL = "session"
+
+
+def install(host: Host) -> None:
+    """Register the decision operations, the deadline sweep and the channel runner."""
+    feature = DecisionFeature(host)
+    host.operations.register_durable("checkpoint.answer", feature.checkpoint_answer)
+    host.operations.register_durable("decision.answer", feature.decision_answer)
+    host.operations.register_durable("decision.recover", feature.decision_recover)
+    host.operations.register_query("decision.list", feature.decision_list)
+    host.operations.register_query("decision.effects", feature.decision_effects)
+    host.startup_actions.append(feature.startup)
+    host.poll_actions.append(feature.poll)
+    host.worker_operation_listeners.setdefault("store.createHumanDecisionRequest", []).append(
+        feature.request_created
+    )
+    host.run_stopped_listeners.append(feature.run_stopped)
+
+
+class DecisionFeature:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.channels = ChannelRunner(host, self.answer_from_channel)
+
+    # --- timers and listeners ----------------------------------------------------------
+
+    def startup(self) -> None:
+        # A host that was down at a deadline applies it before it serves anyone.
+        self.apply_deadlines()
+        self.channels.start(config_dir())
+
+    def poll(self) -> None:
+        self.apply_deadlines()
+        self.channels.pump()
+
+    def request_created(self, active: Any, payload: dict[str, Any], result: Any) -> None:
+        """After the worker stored a decision request: offer it to its channels."""
+        self.host.store.after_commit(self.channels.pump)
+
+    def run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+        # A cancelled run cancelled its open decisions; their channels settle now.
+        self.channels.pump()
+
+    def apply_deadlines(self) -> None:
+        """Resolve every expired decision with its default, exactly once each."""
+        with self.host.store.transaction():
+            continuations = decisions.reserve_pending_continuations()
+            for decision in decisions.expired_decisions(now_ms()):
+                if decisions.parent_is_parked(decision.run_id):
+                    resolution = self._apply_default(decision)
+                    if resolution.continuation_run_id:
+                        continuations.append(resolution.continuation_run_id)
+        if continuations:
+            self.host.schedule_claim_pass()
+            self.channels.pump()
+
+    def _apply_default(self, decision: HumanDecision) -> decisions.Resolution:
+        resolution = decisions.resolve(
+            decision,
+            provenance=decisions.PROVENANCE_TIMEOUT,
+            response=read_json(decision.default_response_hash),
+        )
+        if resolution.won and not resolution.adopted:
+            log.info("human decision %s resolved by its timeout default", decision.decision_id)
+        return resolution
+
+    # --- answers -----------------------------------------------------------------------
+
+    def answer(self, decision_id: str, response: Any, channel: str, actor: str) -> OperationResult:
+        """The one answer path of every channel (inside the caller's transaction)."""
+        decision = decisions.get_decision(decision_id)
+        config = self.channels.config
+        if channel not in config.channels_for(decision.audience):
+            raise AnswerNotAllowedError(
+                f"Channel {channel!r} may not answer decisions for audience {decision.audience!r}."
+            )
+        settings = config.channels.get(channel)
+        if settings is None or not settings.allows(actor):
+            raise AnswerNotAllowedError(
+                f"Actor {actor!r} may not answer decisions through channel {channel!r}."
+            )
+        record = decisions.public_request(decision)
+        response = decisions.validate_response(
+            record["choices"], _with_input_name(record["choices"], response), "The answer"
+        )
+        is_late = decision.deadline_at is not None and decision.deadline_at <= now_ms()
+        if is_late and decision.status == "pending":
+            # The deadline passed before this answer: the default wins, even if the
+            # poll timer has not applied it yet.
+            self._apply_default(decision)
+        resolution = decisions.resolve(
+            decision,
+            provenance=decisions.PROVENANCE_HUMAN,
+            response=response,
+            channel=channel,
+            actor=actor,
+        )
+        self.host.store.after_commit(self.host.schedule_claim_pass)
+        self.host.store.after_commit(self.channels.pump)
+        receipt = {
+            "decisionId": decision_id,
+            "parentRunId": decision.run_id,
+            "status": decisions.get_decision(decision_id).status,
+            "winner": resolution.winner,
+            "continuationRunId": resolution.continuation_run_id,
+        }
+        if not resolution.won:
+            return OperationResult(
+                "conflict",
+                receipt=receipt,
+                error=f"Decision {decision_id} was already resolved by "
+                f"{_who(resolution.winner)} at {resolution.winner['resolvedAt']}.",
+                run_id=decision.run_id,
+            )
+        return OperationResult(
+            "adopted" if resolution.adopted else "accepted",
+            receipt=receipt,
+            revision=get_run(decision.run_id).revision,
+            run_id=decision.run_id,
+        )
+
+    def answer_from_channel(
+        self, decision_id: str, response: Any, channel: str, actor: str
+    ) -> dict[str, Any]:
+        """`ChannelContext.report_answer`, on the loop: one transaction, a result dict."""
+        try:
+            with self.host.store.transaction():
+                result = self.answer(decision_id, response, channel, actor)
+        except (AnswerNotAllowedError, InvalidInputError, NotFoundError) as error:
+            return {"outcome": "rejected", "error": str(error)}
+        return {"outcome": result.outcome, "receipt": result.receipt, "error": result.error}
+
+    def decision_answer(self, request: ClientRequest) -> OperationResult:
+        """`decision.answer {decisionId, choice, input?, channel?, sessionId?}`."""
+        payload = request.payload
+        decision_id = payload.get("decisionId")
+        if not valid_id(decision_id):
+            raise NotFoundError("payload.decisionId must name a decision.")
+        channel = payload.get("channel", CLI_CHANNEL)
+        if channel == CLI_CHANNEL:
+            actor = local_user()
+        elif channel == SESSION_CHANNEL:
+            actor = self._session_actor(decision_id, payload.get("sessionId"))
+        else:
+            raise AnswerNotAllowedError(
+                f"Channel {channel!r} answers through its own adapter, not decision.answer."
+            )
+        response: dict[str, Any] = {"choice": payload.get("choice")}
+        if payload.get("input") is not None:
+            response["input"] = payload["input"]
+        return self.answer(decision_id, response, channel, actor)
+
+    def _session_actor(self, decision_id: str, session_id: Any) -> str:
+        decision = decisions.get_decision(decision_id)
+        origin = Run.get_by_id(decision.run_id).origin_session_id
+        if origin is None or session_id != origin:
+            raise AnswerNotAllowedError(
+                f"Only the origin session of run {decision.run_id} may answer decision "
+                f"{decision_id} through the session channel."
+            )
+        # The session id itself is never stored as an actor name (it is a secret handle).
+        return "origin-session"
+
+    # --- checkpoints -------------------------------------------------------------------
+
+    def checkpoint_answer(self, request: ClientRequest) -> OperationResult:
+        """`checkpoint.answer {input}` for RUN: reserve its deterministic continuation."""
+        run_id = request.run_id or request.payload.get("runId")
+        if not valid_id(run_id):
+            raise NotFoundError("The request names no run; pass a run id.")
+        parent = get_run(run_id)
+        answer = request.payload.get("input")
+        continuation_id = decisions.continuation_id_for_checkpoint(run_id)
+        receipt = {"parentRunId": run_id, "runId": continuation_id}
+        if Run.get_or_none(Run.run_id == continuation_id) is not None:
+            # Adopts the same answer; another answer is a ConflictError.
+            decisions.reserve_continuation(
+                parent, continuation_id, input=answer, launch_options={}, actor="checkpoint"
+            )
+            return OperationResult(
+                "adopted", receipt={**receipt, "alreadyAnswered": True}, run_id=run_id
+            )
+        state = decisions.checkpoint_state(parent)
+        if state is not None and _is_human_decision(run_id, state["waitingOn"]):
+            return OperationResult(
+                "rejected",
+                error="Protected human decisions require a human channel; use "
+                "'pi-workflows decision answer'.",
+                run_id=run_id,
+            )
+        if state is None or not decisions.parent_is_parked(run_id):
+            return OperationResult(
+                "rejected",
+                error=f"Workflow run {run_id} is not waiting at a checkpoint.",
+                run_id=run_id,
+            )
+        decisions.reserve_continuation(
+            parent,
+            continuation_id,
+            input=answer,
+            launch_options={},
+            actor=f"client:{request.client_id}",
+        )
+        self.host.store.after_commit(self.host.schedule_claim_pass)
+        return OperationResult(
+            "accepted",
+            receipt={**receipt, "status": "queued"},
+            revision=get_run(run_id).revision,
+            run_id=run_id,
+        )
+
+    # --- listing and operator recovery -------------------------------------------------
+
+    def decision_list(self, request: ClientRequest) -> list[dict[str, Any]]:
+        include_resolved = request.payload.get("all", False)
+        if not isinstance(include_resolved, bool):
+            raise InvalidInputError("payload.all must be true or false.")
+        return decisions.list_decisions(include_resolved=include_resolved)
+
+    def decision_effects(self, request: ClientRequest) -> list[dict[str, Any]]:
+        return decisions.channel_effects(request.payload.get("status"))
+
+    def decision_recover(self, request: ClientRequest) -> OperationResult:
+        receipt = decisions.recover_channel_effect(
+            str(request.payload.get("effectId")), str(request.payload.get("action"))
+        )
+        self.host.store.after_commit(self.channels.pump)
+        return OperationResult("accepted", receipt=receipt)
+
+
+def _is_human_decision(run_id: str, node_id: str) -> bool:
+    return (
+        HumanDecision.select()
+        .where((HumanDecision.run == run_id) & (HumanDecision.node_id == node_id))
+        .exists()
+    )
+
+
+def _with_input_name(choices: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """A bare text input (`--input TEXT`) belongs to the chosen choice's text field."""
+    given = response.get("input")
+    spec = (choices.get(response.get("choice")) or {}).get("input")
+    if isinstance(given, str) and spec is not None:
+        return {**response, "input": {spec["name"]: given}}
+    return response
+
+
+def _who(winner: dict[str, Any]) -> str:
+    if winner["provenance"] == decisions.PROVENANCE_TIMEOUT:
+        return "its timeout default"
+    if winner["provenance"] == decisions.PROVENANCE_CANCELLATION:
+        return "the cancellation of its run"
+    return f"{winner['actor']} through channel {winner['channel']}"
+
+
+def local_user() -> str:
+    """The CLI actor: the socket is private to its owner, so a client is that user."""
+    return pwd.getpwuid(os.getuid()).pw_name

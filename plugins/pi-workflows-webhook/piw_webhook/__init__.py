@@ -1,0 +1,1 @@
+"""pi-workflows-webhook: an HTTP webhook decision channel."""
