@@ -187,10 +187,12 @@ def piw_presentation_instructions(run: RunRecord, facts: dict[str, Any]) -> str 
     """The instruction line of a terminal workflow message.
 
     :param run: the terminal run.
-    :param facts: the terminal facts (``pi-workflows.terminal-result.v1``).
+    :param facts: the terminal facts (``pi-workflows.terminal-result.v1``, without the
+        fingerprint).
     :returns: one or more sentences telling the model how to present the result.
 
-    Called after a run ended, before rendering. ``firstresult``. The built-in
+    Called in the host, after the run's terminal state committed and outside any
+    transaction, before rendering. ``firstresult``. The built-in
     (``pi_workflows.builtin.terminal``) returns the run's ``presentation_prompt`` for a
     completed run, else "Explain the final workflow result to the user in a normal
     response."
@@ -206,8 +208,11 @@ def piw_render_terminal_message(facts: dict[str, Any], instructions: str) -> Mes
     :returns: :class:`~pi_workflows.records.MessageContent` (text and details).
 
     Called once per terminal run (again only if an earlier attempt failed).
-    ``firstresult``. An exception leaves the run terminal and schedules a retry. The
-    built-in (``pi_workflows.builtin.terminal``) produces the reference layout of SPEC §10.
+    ``firstresult``. An exception leaves the run terminal and schedules a retry (at most
+    once a second). The core sets ``workflowMessageId``, ``runId``, ``kind`` and
+    ``terminal`` (the facts with the fingerprint) in the returned details, whatever the
+    plugin put there. The built-in (``pi_workflows.builtin.terminal``) produces the
+    reference layout of SPEC §10; ``docs/terminal-messages.md`` walks through a plugin.
     """
 
 

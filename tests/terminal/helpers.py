@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from host.conftest import HostHarness
 
+from pi_workflows.client.start_request import start_payload
 from pi_workflows.storage import open_state
 from pi_workflows.storage.workflow_messages import session_messages
 
@@ -16,12 +16,16 @@ SESSION = "session-terminal-tests"
 def start_interactive(
     harness: HostHarness, workflow: str, input: Any = None, *, session: str = SESSION
 ) -> str:
-    """`run start WORKFLOW --session SESSION`: an interactive run with an origin session."""
-    args = ["run", "start", workflow, "--session", session]
-    args += ["--project", str(harness.project), "--no-autostart"]
-    if input is not None:
-        args += ["--input-json", json.dumps(input)]
-    return harness.cli(*args).stdout.strip()
+    """What `run start WORKFLOW --session SESSION` sends, from this process (faster).
+
+    An interactive run with an origin session; the CLI path is covered elsewhere.
+    """
+    payload = start_payload(workflow, harness.project, input, session_id=session)
+    client = harness.client()
+    try:
+        return client.start_run(payload)["runId"]
+    finally:
+        client.close()
 
 
 def messages(harness: HostHarness, session: str = SESSION) -> list[dict[str, Any]]:

@@ -12,33 +12,6 @@ def explode(ctx):
 WORKFLOW = workflow(name="failing", start_at="only", nodes={"only": compute(explode)}, edges=[])
 """
 
-# Fails with a different error on its first two runs, completes on the third: each run
-# of a restart chain has its own terminal outcome. The count lives in <project>/attempts.
-FLAKY = """
-from pathlib import Path
-
-from pi_workflows import compute, workflow
-
-COUNTER = Path.cwd() / "attempts"
-
-
-def attempt(ctx):
-    number = int(COUNTER.read_text()) + 1 if COUNTER.exists() else 1
-    COUNTER.write_text(str(number))
-    if number < 3:
-        raise RuntimeError(f"attempt {number} failed")
-    return {"attempt": number}
-
-
-WORKFLOW = workflow(
-    name="flaky",
-    start_at="only",
-    nodes={"only": compute(attempt)},
-    edges=[],
-    presentation_prompt="Tell the user which attempt finally worked.",
-)
-"""
-
 # Imports fine in the client, fails to import in a worker (which has a launch envelope).
 LOAD_BROKEN = """
 import os
@@ -74,4 +47,49 @@ def piw_render_terminal_message(facts, instructions):
     if calls == 1 and os.environ["RENDER_FAILURE"] == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     return None
+"""
+
+# Completes with the number of its run in this project: every run of a restart chain has
+# its own outcome (and so its own terminal fingerprint).
+COUNTING = """
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+COUNTER = Path.cwd() / "count"
+
+
+def count(ctx):
+    number = int(COUNTER.read_text()) + 1 if COUNTER.exists() else 1
+    COUNTER.write_text(str(number))
+    return {"run": number}
+
+
+WORKFLOW = workflow(name="counting", start_at="only", nodes={"only": compute(count)}, edges=[])
+"""
+
+# A checkpoint, then an attempt that fails twice and succeeds on the third try: a chain
+# of continuations (answers) and restarts (after each failure).
+GATED = """
+from pathlib import Path
+
+from pi_workflows import checkpoint, compute, edge, workflow
+
+COUNTER = Path.cwd() / "attempts"
+
+
+def attempt(ctx):
+    number = int(COUNTER.read_text()) + 1 if COUNTER.exists() else 1
+    COUNTER.write_text(str(number))
+    if number < 3:
+        raise RuntimeError(f"attempt {number} failed")
+    return {"attempt": number, "answer": ctx.outputs["ask"]}
+
+
+WORKFLOW = workflow(
+    name="gated",
+    start_at="ask",
+    nodes={"ask": checkpoint(summary="Go ahead?"), "try": compute(attempt)},
+    edges=[edge("ask", "try")],
+)
 """
