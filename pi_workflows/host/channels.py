@@ -348,23 +348,29 @@ class ChannelRunner:
         if self.host.stopping or self._loop is None:
             return
         now = now_ms()
-        due: list[tuple[str, str, str, int]] = []
+        candidates: list[tuple[str, str, str]] = []
+        pending = HumanDecision.select().where(HumanDecision.status == "pending")
+        for decision in pending:
+            for name in self.config.channels_for(decision.audience):
+                candidates.append((decision.decision_id, name, "delivery"))
+        for decision, name in decisions.deliveries_to_settle():
+            candidates.append((decision.decision_id, name, "settlement"))
+        # Reads first: an idle tick takes no write lock.
+        due = [
+            (decision_id, name, purpose)
+            for decision_id, name, purpose in candidates
+            if name in self.channels  # not built (yet), or failed to start: nothing to call
+            and decisions.channel_effect_id(decision_id, name, purpose) not in self.in_flight
+            and decisions.channel_effect_is_due(decision_id, name, purpose, now)
+        ]
+        if not due:
+            return
+        started = []
         with self.host.store.transaction():
-            pending = HumanDecision.select().where(HumanDecision.status == "pending")
-            for decision in pending:
-                for name in self.config.channels_for(decision.audience):
-                    due.append((decision.decision_id, name, "delivery", now))
-            for decision, name in decisions.deliveries_to_settle():
-                due.append((decision.decision_id, name, "settlement", now))
-            started = []
-            for decision_id, name, purpose, stamp in due:
-                if name not in self.channels:
-                    continue  # not built (yet), or failed to start: nothing to call
-                effect_id = decisions.channel_effect_id(decision_id, name, purpose)
-                if effect_id in self.in_flight:
-                    continue
-                attempt = decisions.begin_channel_effect(decision_id, name, purpose, stamp)
+            for decision_id, name, purpose in due:
+                attempt = decisions.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
+                    effect_id = decisions.channel_effect_id(decision_id, name, purpose)
                     self.in_flight.add(effect_id)
                     started.append((effect_id, attempt, decision_id, name, purpose))
         for effect_id, attempt, decision_id, name, purpose in started:

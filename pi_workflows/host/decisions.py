@@ -15,7 +15,7 @@ import pwd
 from typing import TYPE_CHECKING, Any
 
 from ..clock import now_ms
-from ..errors import AnswerNotAllowedError, InvalidInputError, NotFoundError
+from ..errors import AnswerNotAllowedError, InvalidInputError, NotFoundError, PiWorkflowsError
 from ..home import config_dir
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
@@ -23,7 +23,7 @@ from ..storage import decisions, read_json
 from ..storage.models import HumanDecision, Run
 from ..storage.runs import get_run
 from .channels import ChannelRunner
-from .receipts import OperationResult
+from .receipts import OperationResult, outcome_for_error
 
 if TYPE_CHECKING:
     from .runtime import Host
@@ -76,6 +76,8 @@ class DecisionFeature:
 
     def apply_deadlines(self) -> None:
         """Resolve every expired decision with its default, exactly once each."""
+        if not (decisions.expired_decisions(now_ms()) or decisions.has_pending_continuations()):
+            return  # an idle tick takes no write lock
         with self.host.store.transaction():
             continuations = decisions.reserve_pending_continuations()
             for decision in decisions.expired_decisions(now_ms()):
@@ -159,8 +161,8 @@ class DecisionFeature:
         try:
             with self.host.store.transaction():
                 result = self.answer(decision_id, response, channel, actor)
-        except (AnswerNotAllowedError, InvalidInputError, NotFoundError) as error:
-            return {"outcome": "rejected", "error": str(error)}
+        except PiWorkflowsError as error:
+            return {"outcome": outcome_for_error(error), "error": str(error)}
         return {"outcome": result.outcome, "receipt": result.receipt, "error": result.error}
 
     def decision_answer(self, request: ClientRequest) -> OperationResult:

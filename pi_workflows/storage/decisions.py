@@ -443,18 +443,28 @@ def reserve_continuation(
     return run, created
 
 
-def reserve_pending_continuations() -> list[str]:
-    """Continuations of accepted decisions whose parent was not parked yet at acceptance."""
-    rows = (
+def _unreserved_continuations() -> Any:
+    return (
         HumanDecisionResolution.select(HumanDecisionResolution, HumanDecision)
         .join(HumanDecision)
+        .join(Run, on=(Run.run_id == HumanDecision.run))
         .where(
             HumanDecisionResolution.continuation_run_id.is_null()
             & HumanDecisionResolution.response_hash.is_null(False)
+            # A parent that ended (e.g. cancelled) will never take its continuation.
+            & (Run.status == "waiting")
         )
     )
+
+
+def has_pending_continuations() -> bool:
+    return _unreserved_continuations().exists()
+
+
+def reserve_pending_continuations() -> list[str]:
+    """Continuations of accepted decisions whose parent was not parked yet at acceptance."""
     reserved = []
-    for row in rows:
+    for row in _unreserved_continuations():
         if not parent_is_parked(row.decision.run_id):
             continue
         run_id = _reserve_decision_continuation(row.decision, read_json(row.response_hash))
@@ -564,6 +574,8 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
     """
     effect_id = channel_effect_id(decision_id, channel, purpose)
     effect = Effect.get_or_none(Effect.effect_id == effect_id)
+    if not _is_due(effect, now):
+        return None
     if effect is None:
         Effect.create(
             effect_id=effect_id,
@@ -579,13 +591,6 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
             updated_at=now,
         )
         return 1
-    is_retryable = (
-        effect.status == "rejected"
-        and effect.attempt_count < MAX_AUTOMATIC_ATTEMPTS
-        and (effect.next_attempt_at or 0) <= now
-    )
-    if not is_retryable:
-        return None
     Effect.update(
         status="applying",
         attempt_count=effect.attempt_count + 1,
@@ -593,6 +598,20 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
         updated_at=now,
     ).where((Effect.effect_id == effect_id) & (Effect.status == "rejected")).execute()
     return effect.attempt_count + 1
+
+
+def _is_due(effect: Effect | None, now: int) -> bool:
+    return effect is None or (
+        effect.status == "rejected"
+        and effect.attempt_count < MAX_AUTOMATIC_ATTEMPTS
+        and (effect.next_attempt_at or 0) <= now
+    )
+
+
+def channel_effect_is_due(decision_id: str, channel: str, purpose: str, now: int) -> bool:
+    """A read-only check, so an idle poll tick needs no write transaction."""
+    effect_id = channel_effect_id(decision_id, channel, purpose)
+    return _is_due(Effect.get_or_none(Effect.effect_id == effect_id), now)
 
 
 def finish_channel_effect(
