@@ -255,6 +255,7 @@ class ChannelRunner:
         self.call_timeout_s = float(os.environ.get(CALL_TIMEOUT_ENV) or 30.0)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self._closer: asyncio.Task | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -287,7 +288,8 @@ class ChannelRunner:
                 self._store_call,
             )
             self.host.spawn(self._build(settings.name, lane, factory, context))
-        self._loop.create_task(self._close_on_stop())
+        # Not a host task: `Host.stop` waits for those, and this one waits for `stop`.
+        self._closer = self._loop.create_task(self._close_on_stop())
 
     async def _build(self, name: str, lane: Lane, factory: Any, context: ChannelContext) -> None:
         try:

@@ -439,6 +439,7 @@ def reserve_continuation(
             event_type="run.queue_done_for_continuation",
             actor=actor,
             payload={"continuationRunId": run_id},
+            status_detail=f"Answered; continued by {run_id}",
         )
     return run, created
 

@@ -31,4 +31,5 @@ def test_checkpoint_answer_continues_and_a_repeat_adopts(harness: HostHarness):
     assert other.returncode == 1 and "conflicts" in other.stderr
     assert harness.query("SELECT COUNT(*) FROM runs WHERE parent_run_id = ?", parent) == [(1,)]
     assert harness.query("SELECT status FROM run_queue WHERE run_id = ?", parent) == [("done",)]
+    assert harness.client().run_status(parent)["statusDetail"] == f"Answered; continued by {child}"
     assert harness.client().host_status()["lifecycleContradictions"] == 0
