@@ -80,6 +80,10 @@ class IncompleteTerminalStateError(PiWorkflowsError):
     """A run needs a terminal workflow message but its terminal state cannot be read yet."""
 
 
+class TurnConflictError(PiWorkflowsError):
+    """A session's turn or branch report contradicts what the host saved (or its fencing)."""
+
+
 class ChannelConfigError(PiWorkflowsError):
     """The decision channel configuration file cannot be used (format, mode, credentials)."""
 

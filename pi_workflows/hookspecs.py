@@ -158,15 +158,29 @@ def piw_worker_process(
 def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | None:
     """Decide which workflow turn a session's model turn belongs to (SPEC §9.4).
 
-    :param report: the ``workflowTurn.report`` payload.
-    :param ctx: the adjudication context: the open transaction's store access, the
-        session's coordinator state and the clock.
-    :returns: a :class:`~pi_workflows.records.TurnReceipt`, or ``None``.
+    :param report: the ``workflowTurn.report`` payload. The host has already checked
+        that the reporter is the session's current coordinator and reported its branch.
+    :param ctx: a :class:`pi_workflows.host.session_turns.TurnContext`. Reads:
+        ``get_turn(id)`` (the saved turn as ``pi-workflows.workflow-turn.v1`` JSON, or
+        ``None``), ``message(id)`` (``{workflowMessageId, kind, sourceId, runId,
+        targetSessionId, status}``), ``run_is_terminal(run_id)`` (missing, or queue done,
+        failed or cancelled), ``run_is_paused(run_id)``, ``open_message_id(session_id)``
+        and ``now`` (epoch ms). Writes: ``start_turn(report)`` (opens a turn, or returns
+        the saved one of a repeated start), ``begin_step_turn(message)`` (cancels the
+        step's superseded pending prompts) and ``apply_turn_end(report)`` (records the
+        end and applies its consequences to a pending step: pause on ``aborted``,
+        reminder or, at ``piw_unproductive_turn_limit``, failure of the run). Writes raise
+        :class:`~pi_workflows.errors.TurnConflictError` for a conflicting report, which
+        the host answers ``rejected``.
+    :returns: a :class:`~pi_workflows.records.TurnReceipt` (outcome ``accepted`` or
+        ``adopted``; ownership ``absent`` with no turn, or ``active``/``settled`` with
+        the saved turn), or ``None`` to defer to the next implementation.
 
     Called by the host **inside** the report's transaction; it must only use ``ctx`` to
-    read and write. ``firstresult``. The built-in (``pi_workflows.builtin.turns``)
-    implements the 0.16.2 rules: ownership ``absent``/``active``/``settled``, adoption of
-    late and duplicate reports, rejection of conflicting ends.
+    read and write, and an exception rolls the whole report back. ``firstresult``. The
+    built-in (``pi_workflows.builtin.turns``) implements the 0.16.2 rules: ownership
+    ``absent``/``active``/``settled``, adoption of late and duplicate reports, rejection
+    of conflicting ends.
     """
 
 

@@ -66,6 +66,12 @@ class LocalStore:
     def request_interaction(self, request: dict[str, Any]) -> dict[str, Any]:
         return self._change(run_state.request_interaction, request)
 
+    def accept_interaction(self, acceptance: dict[str, Any]) -> dict[str, Any]:
+        return self._change(run_state.accept_interaction, acceptance)
+
+    def reject_interaction(self, rejection: dict[str, Any]) -> dict[str, Any]:
+        return self._change(run_state.reject_interaction, rejection)
+
     def request_notification(self, notification: dict[str, Any]) -> dict[str, Any]:
         return self._change(run_state.request_notification, notification)
 

@@ -226,9 +226,13 @@ class Engine:
         if status in TERMINAL_STATUSES:
             return self._outcome()
         if status == "waiting":
+            current = state.get("currentAttemptId")
             accepted = info.get("acceptedInteraction")
-            if accepted and accepted["attemptId"] == state.get("currentAttemptId"):
+            if accepted and accepted["attemptId"] == current:
                 return self._drive(lambda: self._complete_interaction(accepted))
+            candidate = info.get("candidateInteraction")
+            if candidate and candidate["attemptId"] == current:
+                return self._drive(lambda: self._complete_interaction(candidate, candidate=True))
             return self._outcome()
         return self._drive(self._resume_running)
 
@@ -388,21 +392,43 @@ class Engine:
                 return step["output"]
         return None
 
-    def _complete_interaction(self, accepted: dict[str, Any]) -> None:
-        """Record the waiting agent attempt with its accepted submission, then go on."""
+    def _complete_interaction(self, submitted: dict[str, Any], *, candidate: bool = False) -> None:
+        """Record the waiting agent attempt with its submission, then go on.
+
+        A `candidate` submission is still validating: the node's validator decides. A
+        refusal goes back to the host (the request stays pending and the run keeps
+        waiting, so the session can correct its output); an acceptance settles the
+        request before the attempt is recorded.
+        """
         state = self.state
         node_id = state["currentNode"]
         node = self.definition.nodes[node_id]
         attempt = _Attempt(node_id, state["currentAttemptId"], node, state["currentNodeStartedAt"])
-        state["status"] = "running"
-        state.pop("waitingOn", None)
+        failure: str | None = None
+        output: Any = None
         try:
-            output: Any = parse_output(accepted["output"])
+            output = parse_output(submitted["output"])
             if node.validate is not None:
                 output = node.validate(output, self._context(attempt))
-            result = self._record(attempt, "ok", output=_as_json(output, "The agent output"))
+            output = _as_json(output, "The agent output")
         except Exception as error:
-            result = self._record(attempt, "failed", error=_describe(error))
+            failure = _describe(error)
+        if candidate:
+            coordinates = {
+                "requestId": submitted["requestId"],
+                "submissionId": submitted["submissionId"],
+                "attemptId": attempt.attempt_id,
+            }
+            if failure is not None:
+                self.store.reject_interaction({**coordinates, "error": failure})
+                return
+            self.store.accept_interaction(coordinates)
+        state["status"] = "running"
+        state.pop("waitingOn", None)
+        if failure is None:
+            result = self._record(attempt, "ok", output=output)
+        else:
+            result = self._record(attempt, "failed", error=failure)
         self._run_from(None, self._last_output(), after=(node_id, result))
 
     def _drive(self, body: Any) -> dict[str, Any]:

@@ -24,6 +24,8 @@ OPERATIONS = {
     "store.settleEffect": "settle_effect",
     "store.createHumanDecisionRequest": "create_human_decision_request",
     "interaction.request": "request_interaction",
+    "interaction.accept": "accept_interaction",
+    "interaction.reject": "reject_interaction",
     "notification.request": "request_notification",
     "presentation.request": "request_presentation",
 }
@@ -41,10 +43,12 @@ class RunStore(Protocol):
 
         Returns ``{runId, workflowName, status, revision, input, parentRunId,
         lineageKind, executionMode, originSessionId, workflowSource, definitionDigest,
-        state, acceptedInteraction}`` where ``state`` is the last run-state snapshot
-        (``pi-workflows.run-state.v1``) or ``None`` before the run started, and
-        ``acceptedInteraction`` is ``{requestId, attemptId, output}`` when the in-flight
-        agent attempt has an accepted submission, else ``None``.
+        state, acceptedInteraction, candidateInteraction}`` where ``state`` is the last
+        run-state snapshot (``pi-workflows.run-state.v1``) or ``None`` before the run
+        started, ``acceptedInteraction`` is ``{requestId, attemptId, output}`` when the
+        in-flight agent attempt has an accepted submission, and ``candidateInteraction``
+        is ``{requestId, attemptId, submissionId, output}`` when it has a submission that
+        waits for the node's validator (else ``None``).
         """
 
     def write_snapshot(self, snapshot: dict[str, Any], trace_event: dict[str, Any]) -> int:
@@ -72,6 +76,12 @@ class RunStore(Protocol):
 
     def request_interaction(self, request: dict[str, Any]) -> dict[str, Any]:
         """Ask the origin session for an agent step; returns ``{requestId}``."""
+
+    def accept_interaction(self, acceptance: dict[str, Any]) -> dict[str, Any]:
+        """The validator accepted ``{requestId, submissionId, attemptId}``: settle it."""
+
+    def reject_interaction(self, rejection: dict[str, Any]) -> dict[str, Any]:
+        """The validator refused ``{requestId, submissionId, attemptId, error}``."""
 
     def request_notification(self, notification: dict[str, Any]) -> dict[str, Any]:
         """Deliver a notify node's message; returns ``{notificationId, targetSessionId}``."""

@@ -21,6 +21,8 @@ STORE_OPERATIONS = frozenset(
         "store.settleEffect",
         "store.createHumanDecisionRequest",
         "interaction.request",
+        "interaction.accept",
+        "interaction.reject",
         "notification.request",
         "presentation.request",
     }

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..canonical import digest
 from ..clock import now_ms
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import ConflictError, InvalidInputError, NotFoundError
+from ..records import MessageContent
 from . import decisions
 from .blobs import put_json, put_text, read_json
 from .models import (
@@ -24,11 +25,15 @@ from .models import (
     InteractiveSubmission,
     NodeAttempt,
     Run,
-    WorkflowMessage,
     WorkflowUpdate,
 )
 from .revisions import record_run_change
 from .runs import get_run
+from .workflow_messages import (
+    cancel_pending_for_source,
+    create_workflow_message,
+    workflow_message_id,
+)
 
 RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
 MAX_UPDATE_PAIRS = 1024
@@ -81,6 +86,7 @@ def read_run_state(run_id: str) -> dict[str, Any]:
         "definitionDigest": run.definition_digest,
         "state": state,
         "acceptedInteraction": _accepted_interaction(state),
+        "candidateInteraction": _candidate_interaction(state),
     }
 
 
@@ -97,6 +103,100 @@ def _accepted_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None
         "attemptId": attempt_id,
         "output": read_json(submission.payload_hash),
     }
+
+
+def _candidate_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The submission of the in-flight agent attempt that waits for its validator."""
+    attempt_id = (state or {}).get("currentAttemptId")
+    if attempt_id is None:
+        return None
+    request = InteractiveRequest.get_or_none(
+        (InteractiveRequest.attempt_id == attempt_id) & (InteractiveRequest.status == "pending")
+    )
+    if request is None:
+        return None
+    submission = InteractiveSubmission.get_or_none(
+        (InteractiveSubmission.request == request.request_id)
+        & (InteractiveSubmission.outcome == "validating")
+    )
+    if submission is None:
+        return None
+    return {
+        "requestId": request.request_id,
+        "attemptId": attempt_id,
+        "submissionId": submission.submission_id,
+        "output": read_json(submission.payload_hash),
+    }
+
+
+def _validating_submission(run_id: str, decision: dict[str, Any]) -> InteractiveSubmission:
+    submission = InteractiveSubmission.get_or_none(
+        InteractiveSubmission.submission_id == decision["submissionId"]
+    )
+    request = InteractiveRequest.get_or_none(InteractiveRequest.request_id == decision["requestId"])
+    if (
+        submission is None
+        or request is None
+        or submission.request_id != request.request_id
+        or request.run_id != run_id
+        or request.attempt_id != decision["attemptId"]
+    ):
+        raise ConflictError("Interactive submission does not match the worker candidate")
+    return submission
+
+
+def accept_interaction(
+    run_id: str, acceptance: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """The validator accepted a submission: settle its request (SPEC §9.5)."""
+    submission = _validating_submission(run_id, acceptance)
+    request = submission.request
+    if (
+        submission.outcome == "accepted"
+        and request.accepted_submission_id == submission.submission_id
+    ):
+        return {"requestId": request.request_id, "revision": _revision(run_id)}
+    if submission.outcome != "validating" or request.status != "pending":
+        raise ConflictError("Interactive submission does not match the worker candidate")
+    stamp = now_ms()
+    InteractiveSubmission.update(
+        outcome="accepted", receipt_hash=put_json({"status": "accepted"})
+    ).where(InteractiveSubmission.submission_id == submission.submission_id).execute()
+    InteractiveRequest.update(
+        status="settled",
+        accepted_submission_id=submission.submission_id,
+        settled_at=stamp,
+        updated_at=stamp,
+        revision=InteractiveRequest.revision + 1,
+    ).where(InteractiveRequest.request_id == request.request_id).execute()
+    cancel_pending_for_source(request.request_id)
+    revision = _change(
+        run_id,
+        "interaction.accepted",
+        {"requestId": request.request_id, "submissionId": submission.submission_id},
+        expected_revision,
+    )
+    return {"requestId": request.request_id, "revision": revision}
+
+
+def reject_interaction(
+    run_id: str, rejection: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """The validator refused a submission: the request stays pending for another try."""
+    submission = _validating_submission(run_id, rejection)
+    if submission.outcome != "validating":
+        raise ConflictError("Interactive submission does not match the worker candidate")
+    error = str(rejection.get("error") or "Workflow step output failed validation")
+    InteractiveSubmission.update(
+        outcome="rejected", receipt_hash=put_json({"status": "rejected", "error": error})
+    ).where(InteractiveSubmission.submission_id == submission.submission_id).execute()
+    revision = _change(
+        run_id,
+        "interaction.rejected",
+        {"requestId": submission.request_id, "submissionId": submission.submission_id},
+        expected_revision,
+    )
+    return {"requestId": submission.request_id, "revision": revision}
 
 
 def write_snapshot(
@@ -390,60 +490,45 @@ def request_notification(
             f"Workflow run {run_id} has no origin session, so notify node "
             f"{notification['nodeId']!r} has nobody to tell; run it from a session."
         )
-    idempotency_key = f"notify:{notification['nodeId']}:{notification['notificationIndex']}"
-    existing = WorkflowMessage.get_or_none(
-        (WorkflowMessage.run == run_id)
-        & (WorkflowMessage.kind == "notification")
-        & (WorkflowMessage.idempotency_key == idempotency_key)
-    )
-    if existing is not None:
-        return {
-            "notificationId": existing.workflow_message_id,
-            "targetSessionId": existing.target_session_id,
-            "revision": _revision(run_id),
-        }
-    order = (
-        WorkflowMessage.select(WorkflowMessage.order_number)
-        .where(WorkflowMessage.target_session_id == run.origin_session_id)
-        .order_by(WorkflowMessage.order_number.desc())
-        .limit(1)
-        .scalar()
-        or 0
-    ) + 1
-    stamp = now_ms()
-    message_id = f"msg-{uuid.uuid4().hex}"
-    content = {
-        "text": notification["content"],
-        "details": {
-            "schema": "pi-workflows.notification.v1",
-            "runId": run_id,
-            "nodeId": notification["nodeId"],
-            "attemptId": notification["attemptId"],
-            "notificationIndex": notification["notificationIndex"],
-            "kind": notification["kind"],
-        },
-    }
-    WorkflowMessage.create(
-        workflow_message_id=message_id,
-        run=run_id,
+    if notification.get("workflowName", run.workflow_name) != run.workflow_name:
+        raise InvalidInputError("Workflow notification provenance does not match the active run")
+    index = notification["notificationIndex"]
+    if type(index) is not int or index < 1 or notification["kind"] not in ("progress", "final"):
+        raise InvalidInputError(
+            "A notification needs a positive notificationIndex and kind progress or final"
+        )
+    notification_id = f"notification-{run_id}-{notification['attemptId']}-{index}"
+    message_id = workflow_message_id("notification", notification_id, "initial")
+    _, created = create_workflow_message(
+        run_id=run_id,
         target_session_id=run.origin_session_id,
         kind="notification",
-        source_id=notification["attemptId"],
-        idempotency_key=idempotency_key,
-        content_hash=put_json(content),
-        order_number=order,
-        status="pending",
-        created_at=stamp,
-        updated_at=stamp,
+        source_id=notification_id,
+        idempotency_key="initial",
+        content=MessageContent(
+            text=notification["content"],
+            details={
+                "workflowMessageId": message_id,
+                "notificationId": notification_id,
+                "runId": run_id,
+                "nodeId": notification["nodeId"],
+                "notificationIndex": index,
+                "kind": notification["kind"],
+            },
+        ),
     )
-    revision = _change(
-        run_id,
-        "notification.requested",
-        {"notificationId": message_id, "nodeId": notification["nodeId"]},
-        expected_revision,
+    revision = (
+        _change(
+            run_id,
+            "notification.requested",
+            {"notificationId": notification_id, "nodeId": notification["nodeId"]},
+            expected_revision,
+        )
+        if created
+        else _revision(run_id)
     )
     return {
-        "notificationId": message_id,
+        "notificationId": notification_id,
         "targetSessionId": run.origin_session_id,
         "revision": revision,
     }

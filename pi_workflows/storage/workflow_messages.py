@@ -13,12 +13,16 @@ from peewee import fn
 
 from ..canonical import digest
 from ..clock import now_ms
-from ..errors import ConflictError, NotFoundError
+from ..errors import ConflictError, NotFoundError, TurnConflictError
 from ..records import MessageContent
 from .blobs import put_json, read_json
-from .models import WorkflowMessage
+from .models import InteractiveRequest, WorkflowMessage
 
 KINDS = ("step", "decision", "notification", "terminal", "followUp")
+# Kinds whose message starts a model turn in the session (the others are only shown).
+TURN_KINDS = ("step", "terminal", "followUp")
+STEP_REASONS = ("initial", "reminder", "resumed")
+STEP_MESSAGE_SCHEMA = "pi-workflows.agent-step-message.v1"
 
 
 def workflow_message_id(kind: str, source_id: str, idempotency_key: str) -> str:
@@ -105,3 +109,83 @@ def session_messages(session_id: str) -> list[dict[str, Any]]:
         .order_by(WorkflowMessage.order_number)
     )
     return [message_json(message) for message in query]
+
+
+def cancel_pending_for_source(source_id: str, kind: str | None = None) -> int:
+    """`pending → cancelled` for every message of a source (optionally of one kind)."""
+    query = WorkflowMessage.update(status="cancelled", updated_at=now_ms()).where(
+        (WorkflowMessage.source_id == source_id) & (WorkflowMessage.status == "pending")
+    )
+    if kind is not None:
+        query = query.where(WorkflowMessage.kind == kind)
+    return query.execute()
+
+
+def step_message_content(
+    request: InteractiveRequest, message_id: str, reason: str
+) -> MessageContent:
+    """What the session shows for an agent step: the prompt, plus the submit coordinates."""
+    contract = read_json(request.contract_hash)
+    reminder = ""
+    if reason == "reminder":
+        reminder = (
+            f"Reminder ({request.unproductive_turn_ends} earlier turn(s) ended without a valid "
+            "submission): submit the output of this workflow step.\n\n"
+        )
+    return MessageContent(
+        text=reminder + contract["prompt"],
+        details={
+            "schema": STEP_MESSAGE_SCHEMA,
+            "kind": "step",
+            "workflowMessageId": message_id,
+            "runId": request.run_id,
+            "requestId": request.request_id,
+            "step": request.node_id,
+            "attempt": request.attempt_id,
+            "requestRevision": request.revision,
+            "reason": reason,
+            "contract": contract["contract"],
+        },
+    )
+
+
+def ensure_interaction_message(request: InteractiveRequest, reason: str) -> WorkflowMessage | None:
+    """The step message of an agent request for its current revision and `reason`.
+
+    Keyed by ``"<revision>:<reason>"``, so a repeat adopts; callers bump the request
+    revision (and cancel the pending step) before presenting it again.
+    """
+    if reason not in STEP_REASONS:
+        raise ValueError(f"Unknown step message reason {reason!r}")
+    if request.target_session_id is None or request.kind == "decision":
+        return None
+    key = f"{request.revision}:{reason}"
+    message_id = workflow_message_id("step", request.request_id, key)
+    message, _ = create_workflow_message(
+        run_id=request.run_id,
+        target_session_id=request.target_session_id,
+        kind="step",
+        source_id=request.request_id,
+        idempotency_key=key,
+        content=step_message_content(request, message_id, reason),
+    )
+    return message
+
+
+def adopt_branch(session_id: str, entries: list[tuple[str, str]]) -> None:
+    """Mark the messages a session's branch shows as `sent` (evidence beats `cancelled`)."""
+    for message_id, entry_id in entries:
+        message = WorkflowMessage.get_or_none(WorkflowMessage.workflow_message_id == message_id)
+        if message is None:
+            raise TurnConflictError(
+                f"Workflow branch report contains an unknown message: {message_id}"
+            )
+        if message.target_session_id != session_id:
+            raise TurnConflictError("Workflow branch report targets the wrong origin session")
+        if message.status == "sent":
+            if message.session_entry_id != entry_id:
+                raise TurnConflictError("Workflow message has conflicting session entry evidence")
+            continue
+        WorkflowMessage.update(status="sent", session_entry_id=entry_id, updated_at=now_ms()).where(
+            WorkflowMessage.workflow_message_id == message_id
+        ).execute()

@@ -18,6 +18,8 @@ KIND_FOR_OPERATION = {
     "store.settleEffect": "effect.settle",
     "store.createHumanDecisionRequest": "interaction.requested",
     "interaction.request": "interaction.requested",
+    "interaction.accept": "interaction.accepted",
+    "interaction.reject": "interaction.rejected",
     "notification.request": "notification.requested",
     "presentation.request": "presentation.requested",
 }

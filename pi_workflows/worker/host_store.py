@@ -45,6 +45,16 @@ class HostBackedStore:
     def request_interaction(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.channel.call("interaction.request", {"request": request})
 
+    def accept_interaction(self, acceptance: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call(
+            "interaction.accept", {"acceptance": acceptance}, attempt_id=acceptance["attemptId"]
+        )
+
+    def reject_interaction(self, rejection: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call(
+            "interaction.reject", {"rejection": rejection}, attempt_id=rejection["attemptId"]
+        )
+
     def request_notification(self, notification: dict[str, Any]) -> dict[str, Any]:
         return self.channel.call("notification.request", {"notification": notification})
 

@@ -155,7 +155,7 @@ def test_notify_indexes_count_earlier_ok_attempts(runs) -> None:
     assert [c["details"]["notificationIndex"] for c in contents] == [1, 2]
     assert {c["text"] for c in contents} == {"step done"}
     assert outcome["finalOutput"] == {
-        "notificationId": messages[1].workflow_message_id,
+        "notificationId": messages[1].source_id,
         "targetSessionId": "session-1",
     }
 

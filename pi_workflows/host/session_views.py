@@ -1,0 +1,159 @@
+"""The session view (`pi-workflows.session-view.v1`): what a session should show next.
+
+Computed from the database alone, so every coordinator, watcher and CLI call sees the
+same answer; only the coordinator fields depend on who is asking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..storage import read_json
+from ..storage.models import (
+    TERMINAL_RUN_STATUSES,
+    HumanDecision,
+    InteractiveRequest,
+    InteractiveSubmission,
+    Run,
+    WorkflowMessage,
+)
+from ..storage.runs import run_status_json
+from ..storage.turns import latest_turn_for_message, open_turn_for_message, turn_json
+from ..storage.workflow_messages import message_json
+
+SESSION_VIEW_SCHEMA = "pi-workflows.session-view.v1"
+MAX_PENDING_INTERACTIONS = 256
+
+
+def is_validating(request_id: str) -> bool:
+    """Does a submission of this request wait for the node's validator?"""
+    return (
+        InteractiveSubmission.select()
+        .where(
+            (InteractiveSubmission.request == request_id)
+            & (InteractiveSubmission.outcome == "validating")
+        )
+        .exists()
+    )
+
+
+def pending_interaction_json(request: InteractiveRequest) -> dict[str, Any]:
+    contract = read_json(request.contract_hash)
+    return {
+        "requestId": request.request_id,
+        "runId": request.run_id,
+        "kind": request.kind,
+        "step": request.node_id,
+        "attempt": request.attempt_id,
+        "revision": request.revision,
+        "unproductiveTurnEnds": request.unproductive_turn_ends,
+        "validating": is_validating(request.request_id),
+        "prompt": contract.get("prompt"),
+        "contract": contract.get("contract"),
+    }
+
+
+def _request_pending(source_id: str) -> bool:
+    request = InteractiveRequest.get_or_none(InteractiveRequest.request_id == source_id)
+    if request is not None:
+        return request.status == "pending"
+    decision = HumanDecision.get_or_none(HumanDecision.decision_id == source_id)
+    return decision is not None and decision.status == "pending"
+
+
+def _eligible(message: WorkflowMessage, run: Run) -> bool:
+    """May this pending message be sent now (SPEC §9.1, reference §3.6)?"""
+    if message.kind == "step":
+        return _request_pending(message.source_id) and not run.paused
+    if message.kind == "decision":
+        return _request_pending(message.source_id)
+    if message.kind == "terminal":
+        return run.status in TERMINAL_RUN_STATUSES
+    return True
+
+
+def _is_open(message: WorkflowMessage, run: Run) -> bool:
+    """A sent message that still owns the session's next model turn."""
+    if message.kind == "step":
+        return _request_pending(message.source_id) and not run.paused
+    if message.kind in ("terminal", "followUp"):
+        latest = latest_turn_for_message(message.workflow_message_id)
+        return latest is None or latest.state == "started"
+    return False
+
+
+def open_message_id(session_id: str) -> str | None:
+    """The newest sent message of the session that is still open, if any."""
+    sent = (
+        WorkflowMessage.select(WorkflowMessage, Run)
+        .join(Run, on=(Run.run_id == WorkflowMessage.run))
+        .where(
+            (WorkflowMessage.target_session_id == session_id) & (WorkflowMessage.status == "sent")
+        )
+        .order_by(WorkflowMessage.order_number.desc())
+    )
+    for message in sent:
+        if _is_open(message, message.run):
+            return message.workflow_message_id
+    return None
+
+
+def _current_run(session_id: str) -> Run | None:
+    live = (
+        Run.select()
+        .where((Run.origin_session_id == session_id) & Run.status.not_in(TERMINAL_RUN_STATUSES))
+        .order_by(Run.created_at.desc())
+        .first()
+    )
+    if live is not None:
+        return live
+    return (
+        Run.select()
+        .where(Run.origin_session_id == session_id)
+        .order_by(Run.created_at.desc())
+        .first()
+    )
+
+
+def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[str, Any]:
+    """The view for one viewer; `coordinator` is ``{epoch, active, branchReported}`` or None."""
+    messages = list(
+        WorkflowMessage.select(WorkflowMessage, Run)
+        .join(Run, on=(Run.run_id == WorkflowMessage.run))
+        .where(WorkflowMessage.target_session_id == session_id)
+        .order_by(WorkflowMessage.order_number)
+    )
+    next_id = next(
+        (m.workflow_message_id for m in messages if m.status == "pending" and _eligible(m, m.run)),
+        None,
+    )
+    may_send = coordinator is None or (coordinator["active"] and coordinator["branchReported"])
+    open_id = open_message_id(session_id)
+    open_turn = open_turn_for_message(open_id) if open_id else None
+    requests = (
+        InteractiveRequest.select()
+        .where(
+            (InteractiveRequest.target_session_id == session_id)
+            & (InteractiveRequest.status == "pending")
+        )
+        .order_by(InteractiveRequest.created_at, InteractiveRequest.request_id)
+    )
+    current = _current_run(session_id)
+    return {
+        "schema": SESSION_VIEW_SCHEMA,
+        "sessionId": session_id,
+        "run": run_status_json(current) if current is not None else None,
+        "pendingInteractions": [
+            pending_interaction_json(r) for r in requests.limit(MAX_PENDING_INTERACTIONS)
+        ],
+        "pendingInteractionTotal": requests.count(),
+        "workflowMessages": [message_json(m) for m in messages],
+        "nextWorkflowMessageId": next_id if may_send else None,
+        "openWorkflowMessageId": open_id,
+        "openWorkflowTurn": turn_json(open_turn) if open_turn is not None else None,
+        "coordinatorEpoch": coordinator["epoch"] if coordinator else None,
+        "coordinatorActive": bool(coordinator and coordinator["active"]),
+        "branchReportRequired": bool(
+            coordinator and coordinator["active"] and not coordinator["branchReported"]
+        ),
+    }

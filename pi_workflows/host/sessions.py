@@ -1,0 +1,583 @@
+"""Sessions: coordinators, live session views, branch and turn reports, submissions (SPEC §9).
+
+Coordinator state lives in host memory for one host epoch: a session's coordinator is
+the connection that last asked for it, identified by a random epoch; a newer one fences
+the older one, and closing the connection ends it. Everything durable (messages, turns,
+requests, submissions) is in the database, so a session that reconnects to a new host
+picks up where it was by reporting its branch again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import peewee
+
+from .. import plugins
+from ..canonical import digest
+from ..clock import now_ms
+from ..errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PiWorkflowsError,
+    PluginError,
+    TurnConflictError,
+)
+from ..protocol.client_messages import SCHEMA, ClientRequest, response
+from ..protocol.framing import valid_id
+from ..records import TurnReport
+from ..storage import put_json, read_json, record_run_change, run_state
+from ..storage.models import InteractiveRequest, InteractiveSubmission, Lease, Run, WorkflowMessage
+from ..storage.turns import STOP_REASONS, open_turns_for_session
+from ..storage.workflow_messages import (
+    adopt_branch,
+    cancel_pending_for_source,
+    ensure_interaction_message,
+)
+from . import claims
+from .receipts import OperationResult
+from .session_turns import TurnContext
+from .session_views import is_validating, session_view
+
+if TYPE_CHECKING:
+    from .runtime import Host
+
+log = logging.getLogger(__name__)
+
+SUBMIT_POLL_S = 0.025
+SUBMIT_WAIT_S = 300.0
+STALE_VALIDATION_ERROR = (
+    "The validation worker stopped before it decided about this output; submit it again."
+)
+
+
+@dataclass
+class Coordinator:
+    connection_id: str
+    epoch: str
+    branch_reported: bool = False
+    model_turn_active: bool = False
+
+
+@dataclass
+class Watch:
+    connection: Any
+    subscription_id: str
+    session_id: str
+    last_digest: str | None = None
+    revision: int = 0
+
+
+def _require_text(payload: dict[str, Any], key: str) -> str:
+    value = payload.get(key)
+    if not valid_id(value):
+        raise InvalidInputError(f"{key} must be text")
+    return value
+
+
+class Sessions:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.coordinators: dict[str, Coordinator] = {}
+        self.watches: dict[tuple[str, str], Watch] = {}
+        self._tracked_connections: set[str] = set()
+        self._publish_scheduled = False
+        # Submissions a validation worker was launched for: if the worker is gone and
+        # the submission still validates, nobody will decide it any more.
+        self._validations_launched: set[str] = set()
+
+    def install(self) -> None:
+        host = self.host
+        ops = host.operations
+        ops.register_live("view.session.watch", self.watch)
+        ops.register_live("view.unwatch", self.unwatch)
+        ops.register_live("workflowMessage.reportBranch", self.report_branch)
+        ops.register_live("workflowTurn.report", self.report_turn)
+        ops.register_live("interaction.submit", self.submit)
+        ops.register_durable("interaction.update", self.update)
+        plain_resume = ops.durable["run.resume"]
+        ops.register_durable("run.resume", lambda request: self.resume(request, plain_resume))
+        listeners = host.worker_operation_listeners
+        listeners.setdefault("interaction.request", []).append(self._on_interaction_request)
+        listeners.setdefault("interaction.reject", []).append(self._on_interaction_rejected)
+        for operation in ("interaction.accept", "notification.request"):
+            listeners.setdefault(operation, []).append(
+                lambda *_: host.store.after_commit(self.publish_soon)
+            )
+        host.run_stopped_listeners.append(lambda *_: self.publish_soon())
+        host.poll_actions.append(self.poll)
+
+    # --- coordinators and views -----------------------------------------------------------
+
+    def _track(self, connection: Any) -> None:
+        if connection.connection_id in self._tracked_connections:
+            return
+        self._tracked_connections.add(connection.connection_id)
+        connection.on_close(lambda: self._detach(connection.connection_id))
+
+    def _detach(self, connection_id: str) -> None:
+        self._tracked_connections.discard(connection_id)
+        for key in [key for key in self.watches if key[0] == connection_id]:
+            del self.watches[key]
+        for session_id, coordinator in list(self.coordinators.items()):
+            if coordinator.connection_id == connection_id:
+                del self.coordinators[session_id]
+        self.publish_soon()
+
+    def _coordinator_view(self, watch: Watch) -> dict[str, Any] | None:
+        coordinator = self.coordinators.get(watch.session_id)
+        if coordinator is None:
+            return None
+        return {
+            "epoch": coordinator.epoch,
+            "active": coordinator.connection_id == watch.connection.connection_id,
+            "branchReported": coordinator.branch_reported,
+        }
+
+    def require_coordinator(self, connection: Any, session_id: str, epoch: Any) -> Coordinator:
+        coordinator = self.coordinators.get(session_id)
+        if (
+            connection is None
+            or coordinator is None
+            or coordinator.connection_id != connection.connection_id
+            or coordinator.epoch != epoch
+        ):
+            raise TurnConflictError("Workflow session coordinator was replaced")
+        return coordinator
+
+    async def watch(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        if connection is None:
+            raise InvalidInputError("view.session.watch requires a live client connection")
+        payload = request.payload
+        subscription_id = _require_text(payload, "subscriptionId")
+        session_id = _require_text(payload, "sessionId")
+        as_coordinator = payload.get("coordinator", False)
+        if not isinstance(as_coordinator, bool):
+            raise InvalidInputError("view.session.watch coordinator must be a boolean")
+        self._track(connection)
+        self.watches[(connection.connection_id, subscription_id)] = Watch(
+            connection, subscription_id, session_id
+        )
+        receipt: dict[str, Any] = {"subscribed": True}
+        if as_coordinator:
+            epoch = f"session-epoch-{secrets.token_hex(16)}"
+            self.coordinators[session_id] = Coordinator(connection.connection_id, epoch)
+            receipt["coordinatorEpoch"] = epoch
+        self.publish_soon()
+        return response(request.request_id, "accepted", receipt=receipt)
+
+    async def unwatch(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        subscription_id = _require_text(request.payload, "subscriptionId")
+        if connection is not None:
+            self.watches.pop((connection.connection_id, subscription_id), None)
+        return response(request.request_id, "accepted", receipt={"subscribed": False})
+
+    def publish_soon(self) -> None:
+        """Push changed session views once the current step of the event loop is done."""
+        if self._publish_scheduled or not self.watches:
+            return
+        self._publish_scheduled = True
+        asyncio.get_running_loop().call_soon(self.publish)
+
+    def publish(self) -> None:
+        self._publish_scheduled = False
+        for watch in list(self.watches.values()):
+            if not watch.connection.is_open:
+                continue
+            with self.host.store.transaction():
+                view = session_view(watch.session_id, self._coordinator_view(watch))
+            fingerprint = digest(view)
+            if fingerprint == watch.last_digest:
+                continue
+            watch.last_digest = fingerprint
+            watch.revision += 1
+            watch.connection.push(
+                {
+                    "schema": SCHEMA,
+                    "type": "event",
+                    "subscriptionId": watch.subscription_id,
+                    "event": "session_snapshot",
+                    "revision": watch.revision,
+                    "payload": view,
+                }
+            )
+
+    # --- branch and turn reports ----------------------------------------------------------
+
+    async def report_branch(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        payload = request.payload
+        session_id = _require_text(payload, "targetSessionId")
+        epoch = payload.get("coordinatorEpoch")
+        coordinator = self.require_coordinator(connection, session_id, epoch)
+        entries = payload.get("entries")
+        if not isinstance(entries, list):
+            raise InvalidInputError("Workflow branch entries must be an array")
+        pairs: list[tuple[str, str]] = []
+        for entry in entries:
+            if not isinstance(entry, dict):
+                raise InvalidInputError("Workflow branch entries must be objects")
+            pairs.append(
+                (_require_text(entry, "workflowMessageId"), _require_text(entry, "sessionEntryId"))
+            )
+        if len({message_id for message_id, _ in pairs}) != len(pairs):
+            raise InvalidInputError("Workflow branch report has duplicate messages")
+        is_idle, has_pending = payload.get("isIdle"), payload.get("hasPendingMessages")
+        if not isinstance(is_idle, bool) or not isinstance(has_pending, bool):
+            raise InvalidInputError("isIdle and hasPendingMessages must be booleans")
+        ctx = TurnContext(self.host)
+        with _no_raw_integrity_errors():
+            with self.host.store.transaction():
+                adopt_branch(session_id, pairs)
+                if is_idle and not has_pending:
+                    self._reconcile_idle(session_id, epoch, {m for m, _ in pairs}, ctx)
+        coordinator.branch_reported = True
+        coordinator.model_turn_active = not is_idle
+        self._after_report(ctx)
+        return response(
+            request.request_id,
+            "accepted",
+            receipt={"recorded": True, "coordinatorEpoch": epoch},
+        )
+
+    def _reconcile_idle(
+        self, session_id: str, epoch: str, branch_ids: set[str], ctx: TurnContext
+    ) -> None:
+        """An idle session with nothing pending proves its open turns are gone (SPEC §9.3)."""
+        for turn in open_turns_for_session(session_id):
+            ctx.apply_turn_end(
+                TurnReport(
+                    state="ended",
+                    workflow_turn_id=turn.workflow_turn_id,
+                    workflow_message_id=turn.workflow_message_id,
+                    run_id=turn.run_id,
+                    target_session_id=session_id,
+                    coordinator_epoch=epoch,
+                    stop_reason="lost",
+                )
+            )
+            ctx.settled_runs.add(turn.run_id)
+        pending = InteractiveRequest.select().where(
+            (InteractiveRequest.target_session_id == session_id)
+            & (InteractiveRequest.status == "pending")
+            & (InteractiveRequest.kind != "decision")
+        )
+        for request in pending:
+            messages = list(
+                WorkflowMessage.select().where(WorkflowMessage.source_id == request.request_id)
+            )
+            was_sent = any(m.status == "sent" for m in messages)
+            if was_sent and not any(m.workflow_message_id in branch_ids for m in messages):
+                self._present_again(request)
+
+    def _present_again(self, request: InteractiveRequest) -> None:
+        """A new `resumed` step message replaces whatever is pending for the request."""
+        cancel_pending_for_source(request.request_id)
+        InteractiveRequest.update(revision=InteractiveRequest.revision + 1).where(
+            InteractiveRequest.request_id == request.request_id
+        ).execute()
+        ensure_interaction_message(InteractiveRequest.get_by_id(request.request_id), "resumed")
+
+    async def report_turn(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        report = _parse_turn_report(request.payload)
+        coordinator = self.require_coordinator(
+            connection, report.target_session_id, report.coordinator_epoch
+        )
+        if not coordinator.branch_reported:
+            raise TurnConflictError("Workflow branch must be reported before model turns")
+        ctx = TurnContext(self.host)
+        with _no_raw_integrity_errors():
+            with self.host.store.transaction():
+                receipt = plugins.adjudicate_turn_report(report, ctx)
+                if receipt is None:
+                    raise PiWorkflowsError(
+                        "No plugin adjudicates turn reports; enable pi_workflows.builtin.turns."
+                    )
+        coordinator.model_turn_active = receipt.ownership == "active"
+        if receipt.ownership == "settled":
+            ctx.settled_runs.add(report.run_id)
+        self._after_report(ctx)
+        return response(request.request_id, receipt.outcome, receipt=receipt.to_json())
+
+    def _after_report(self, ctx: TurnContext) -> None:
+        for run_id, old_status, new_status in ctx.stopped_runs:
+            self.host.after_run_stopped(run_id, old_status, new_status)
+        for run_id in ctx.settled_runs:
+            self.host.check_terminal_message(run_id)
+        self.publish_soon()
+
+    # --- interactions -------------------------------------------------------------------
+
+    def _on_interaction_request(self, active: Any, payload: Any, result: dict[str, Any]) -> None:
+        request = InteractiveRequest.get_by_id(result["requestId"])
+        if request.status == "pending":
+            ensure_interaction_message(request, "initial")
+        self.host.store.after_commit(self.publish_soon)
+
+    def _on_interaction_rejected(self, active: Any, payload: Any, result: Any) -> None:
+        # The request stays pending: the run waits again, without a claim or a worker.
+        if not claims.park_run(
+            active.run_id,
+            active.claim_token,
+            event_type="run.interaction_rejected",
+            to_waiting=True,
+        ):
+            raise ConflictError("Rejected interaction could not release the run claim")
+        active.control = "handoff"
+        self.host.store.after_commit(self.publish_soon)
+
+    def _pending_request(self, request: ClientRequest) -> InteractiveRequest:
+        payload = request.payload
+        request_id = _require_text(payload, "requestId")
+        interaction = InteractiveRequest.get_or_none(InteractiveRequest.request_id == request_id)
+        if interaction is None or (request.run_id and request.run_id != interaction.run_id):
+            raise NotFoundError(f"Interactive request not found: {request_id}")
+        return interaction
+
+    def _check_current(self, request: ClientRequest, interaction: InteractiveRequest) -> None:
+        payload = request.payload
+        if Run.get_by_id(interaction.run_id).paused:
+            raise ConflictError("Workflow run is paused")
+        if (
+            interaction.status != "pending"
+            or payload.get("attempt") != interaction.attempt_id
+            or payload.get("step") != interaction.node_id
+        ):
+            raise ConflictError("Interactive request attempt is stale")
+        if request.expected_revision is None:
+            raise InvalidInputError(
+                f"{request.operation} requires expectedRevision (the request revision shown "
+                "in the session view)"
+            )
+        if request.expected_revision != interaction.revision:
+            raise ConflictError("Interactive request revision is stale")
+
+    async def submit(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        key = _require_text(request.payload, "submissionId")
+        if "value" not in request.payload:
+            raise InvalidInputError("interaction.submit needs the step output as value")
+        with self.host.store.transaction():
+            interaction = self._pending_request(request)
+            submission, created = self._begin_validation(request, interaction, key)
+        if submission.outcome == "validating":
+            self._launch_validation(interaction.run_id, submission.submission_id)
+        deadline = time.monotonic() + SUBMIT_WAIT_S
+        while submission.outcome == "validating":
+            if self.host.stopping or time.monotonic() > deadline:
+                return response(
+                    request.request_id,
+                    "unavailable",
+                    error="The submission is still being validated; repeat it to see the result.",
+                )
+            await asyncio.sleep(SUBMIT_POLL_S)
+            submission = InteractiveSubmission.get_by_id(submission.submission_id)
+        receipt = {
+            "requestId": interaction.request_id,
+            "submissionId": key,
+            "runId": interaction.run_id,
+            **read_json(submission.receipt_hash),
+        }
+        if submission.outcome == "rejected":
+            return response(
+                request.request_id,
+                "rejected",
+                receipt=receipt,
+                error=receipt.get("error") or "Workflow step output failed validation",
+            )
+        return response(request.request_id, "accepted" if created else "adopted", receipt=receipt)
+
+    def _begin_validation(
+        self, request: ClientRequest, interaction: InteractiveRequest, key: str
+    ) -> tuple[InteractiveSubmission, bool]:
+        """Record a `validating` submission, or adopt the one with the same key."""
+        payload_hash = put_json(request.payload["value"])
+        existing = InteractiveSubmission.get_or_none(
+            (InteractiveSubmission.request == interaction.request_id)
+            & (InteractiveSubmission.idempotency_key == key)
+        )
+        if existing is not None:
+            if existing.payload_hash != payload_hash:
+                raise ConflictError("This submissionId was already used with another value")
+            return existing, False
+        self._check_current(request, interaction)
+        if is_validating(interaction.request_id):
+            raise ConflictError("Another submission of this step is still being validated")
+        submission = InteractiveSubmission.create(
+            submission_id="submission-" + digest([interaction.request_id, key])[:40],
+            request=interaction.request_id,
+            idempotency_key=key,
+            request_revision=interaction.revision,
+            payload_hash=payload_hash,
+            outcome="validating",
+            submitted_at=now_ms(),
+        )
+        record_run_change(
+            interaction.run_id,
+            event_type="interaction.submitted",
+            actor=f"client:{request.client_id}",
+            payload={"requestId": interaction.request_id, "submissionId": submission.submission_id},
+        )
+        return submission, True
+
+    def _launch_validation(self, run_id: str, submission_id: str) -> None:
+        """Claim the waiting run so a supervised worker runs the step's validator."""
+        host = self.host
+        if run_id in host.active_runs or run_id in host.pending_claims or host.stopping:
+            return  # the poll action tries again once the run's worker is gone
+        with host.store.transaction():
+            generation = host.claim_for_resume(run_id, allow_pending_interaction=True)
+        if generation is not None:
+            self._validations_launched.add(submission_id)
+
+    def poll(self) -> None:
+        validating = (
+            InteractiveSubmission.select(InteractiveSubmission, InteractiveRequest)
+            .join(InteractiveRequest)
+            .where(InteractiveSubmission.outcome == "validating")
+        )
+        for submission in validating:
+            run_id = submission.request.run_id
+            if run_id in self.host.active_runs or run_id in self.host.pending_claims:
+                continue
+            if submission.submission_id in self._validations_launched:
+                self._abandon_validation(submission)
+            else:
+                self._launch_validation(run_id, submission.submission_id)
+        self.publish_soon()
+
+    def _abandon_validation(self, submission: InteractiveSubmission) -> None:
+        self._validations_launched.discard(submission.submission_id)
+        with self.host.store.transaction():
+            InteractiveSubmission.update(
+                outcome="rejected",
+                receipt_hash=put_json({"status": "rejected", "error": STALE_VALIDATION_ERROR}),
+            ).where(
+                (InteractiveSubmission.submission_id == submission.submission_id)
+                & (InteractiveSubmission.outcome == "validating")
+            ).execute()
+
+    def update(self, request: ClientRequest) -> OperationResult:
+        """`interaction.update`: a progress update from the session working on a step."""
+        interaction = self._pending_request(request)
+        self._check_current(request, interaction)
+        run_id = interaction.run_id
+        lease = Lease.get_by_id(run_id)
+        if (
+            run_id in self.host.active_runs
+            or run_id in self.host.pending_claims
+            or (lease.owner_id is not None and lease.expires_at > now_ms())
+        ):
+            return OperationResult(
+                "claimLost", error="Interactive run is not available for update", run_id=run_id
+            )
+        value = request.payload.get("value")
+        data = value.get("update") if isinstance(value, dict) else None
+        if not isinstance(data, dict):
+            raise InvalidInputError("interaction.update needs value.update as a JSON object")
+        published = run_state.publish_update(
+            run_id,
+            {
+                "type": "interaction.progress",
+                "key": interaction.request_id,
+                "data": data,
+                "attemptId": interaction.attempt_id,
+            },
+        )
+        return OperationResult(
+            "accepted",
+            receipt={"requestId": interaction.request_id, **published},
+            revision=published["revision"],
+            run_id=run_id,
+        )
+
+    def resume(self, request: ClientRequest, plain_resume: Any) -> OperationResult:
+        """`run.resume` of a run paused at a step presents the step again (reference §6.4)."""
+        run_id = request.run_id or request.payload.get("runId")
+        run = Run.get_or_none(Run.run_id == run_id) if valid_id(run_id) else None
+        interaction = (
+            InteractiveRequest.get_or_none(
+                (InteractiveRequest.run == run_id)
+                & (InteractiveRequest.status == "pending")
+                & (InteractiveRequest.kind != "decision")
+            )
+            if run is not None and run.paused and run.status == "waiting"
+            else None
+        )
+        if interaction is None:
+            return plain_resume(request)
+        revision = record_run_change(
+            run_id,
+            event_type="run.resumed",
+            actor=f"client:{request.client_id}",
+            payload={"status": "waiting"},
+            paused=False,
+            status_detail="waiting for the origin session",
+        )
+        self._present_again(interaction)
+        self.host.store.after_commit(self.publish_soon)
+        return OperationResult(
+            "accepted",
+            receipt={
+                "runId": run_id,
+                "status": "parked",
+                "paused": False,
+                "waitingForInteraction": True,
+                "resumable": True,
+                "alreadyRunning": False,
+                "detail": "The pending origin-session interaction is resumed.",
+            },
+            revision=revision,
+            run_id=run_id,
+        )
+
+
+class _no_raw_integrity_errors:
+    """Turn a uniqueness violation that slipped past the pre-checks into a clear refusal."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+        raw = isinstance(error, peewee.IntegrityError) or (
+            isinstance(error, PluginError) and isinstance(error.__cause__, peewee.IntegrityError)
+        )
+        if raw:
+            raise TurnConflictError(
+                "The report conflicts with the saved turns or messages of this session"
+            ) from None
+        return False
+
+
+def _parse_turn_report(payload: dict[str, Any]) -> TurnReport:
+    state = payload.get("state")
+    if state not in ("started", "ended"):
+        raise InvalidInputError("Workflow turn state must be started or ended")
+    stop_reason = payload.get("stopReason")
+    response_entry = payload.get("responseSessionEntryId")
+    if state == "ended":
+        if stop_reason not in STOP_REASONS:
+            raise InvalidInputError("Workflow turn stopReason is invalid")
+        if response_entry is not None and not valid_id(response_entry):
+            raise InvalidInputError("Workflow turn responseSessionEntryId must be text or null")
+    else:
+        stop_reason, response_entry = None, None
+    return TurnReport(
+        state=state,
+        workflow_turn_id=_require_text(payload, "workflowTurnId"),
+        workflow_message_id=_require_text(payload, "workflowMessageId"),
+        run_id=_require_text(payload, "runId"),
+        target_session_id=_require_text(payload, "targetSessionId"),
+        coordinator_epoch=_require_text(payload, "coordinatorEpoch"),
+        stop_reason=stop_reason,
+        response_session_entry_id=response_entry,
+    )
+
+
+def install(host: Host) -> None:
+    host.sessions = Sessions(host)
+    host.sessions.install()
