@@ -16,6 +16,7 @@ from .decision_commands import decision_group
 from .host_commands import host_group
 from .plugins_command import plugins_command
 from .run_commands import run_group
+from .session_commands import session_group
 from .state_commands import state_group
 from .workflows_command import workflows_command
 
@@ -63,6 +64,7 @@ cli.add_command(state_group)
 cli.add_command(workflows_command)
 cli.add_command(checkpoint_group)
 cli.add_command(decision_group)
+cli.add_command(session_group)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 def test_two_agent_steps_complete_through_the_session_client(sessions, harness):
     run_id = sessions.start("two-steps", "session-a")
@@ -22,10 +24,13 @@ def test_two_agent_steps_complete_through_the_session_client(sessions, harness):
     )
     assert (ended.outcome, ended.receipt["ownership"]) == ("accepted", "settled")
 
-    second = session.deliver_next()
-    assert second["details"]["step"] == "draft"
-    result = session.respond(second, {"draft": "do it"})
-    assert result["submission"]["outcome"] == "accepted", result
+    session.close()  # the second step goes through the CLI, a client of its own
+    shown = json.loads(harness.cli("session", "next", "session-a", "--json").stdout)
+    assert shown["details"]["step"] == "draft" and shown["kind"] == "step"
+    answered = harness.cli("session", "respond", "session-a", "--output-json", '{"draft": "do it"}')
+    result = json.loads(answered.stdout)
+    assert result["workflowMessageId"] == shown["workflowMessageId"]
+    assert [result[k]["outcome"] for k in ("start", "submission", "end")] == ["accepted"] * 3
     status = harness.wait_for_status(run_id, "completed")
     assert status["finalOutput"] == {
         "plan": {"draft": "do it"},

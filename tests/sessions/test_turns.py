@@ -1,0 +1,235 @@
+"""Turn-report adjudication (SPEC §9.4) against a real host and real session clients."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+UNPRODUCTIVE = "Workflow step ended three times without a valid submission"
+
+
+def _turn_rows(harness, run_id):
+    return harness.query(
+        "SELECT workflow_turn_id, state, stop_reason FROM workflow_turns WHERE run_id = ? "
+        "ORDER BY started_at",
+        run_id,
+    )
+
+
+def _unproductive_turn(session, message, *, stop_reason="error"):
+    turn = session.new_turn_id()
+    started = session.report_turn(message, turn, "started")
+    assert (started.outcome, started.receipt["ownership"]) == ("accepted", "active"), started
+    return turn
+
+
+def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness):
+    racing_run = sessions.start("two-steps", "session-race")
+    plain_run = sessions.start("two-steps", "session-plain")
+    race, plain = sessions.open("session-race"), sessions.open("session-plain")
+    for session in (race, plain):
+        session.report_branch()
+
+    # session-plain: three provider errors in a row, reminders in between.
+    for number in (1, 2, 3):
+        message = plain.deliver_next()
+        assert message["details"]["reason"] == ("initial" if number == 1 else "reminder")
+        turn = _unproductive_turn(plain, message)
+        ended = plain.report_turn(message, turn, "ended", stop_reason="error")
+        assert (ended.outcome, ended.receipt["ownership"]) == ("accepted", "settled")
+    failed = harness.wait_for_status(plain_run, "failed")
+    assert failed["errorCode"] == "unproductiveTurns" and failed["error"] == UNPRODUCTIVE
+    # Matching repeats adopt the saved end; a different one is refused, never a raw error.
+    again = plain.report_turn(message, turn, "ended", stop_reason="error")
+    assert (again.outcome, again.receipt["ownership"]) == ("adopted", "settled")
+    other = plain.report_turn(message, turn, "ended", stop_reason="completed")
+    assert other.outcome == "rejected" and "conflicts with its saved result" in other.error
+    assert "UNIQUE" not in other.error
+
+    # session-race: the third end races with another terminal write of the run.
+    for _ in range(2):
+        message = race.deliver_next()
+        turn = _unproductive_turn(race, message)
+        race.report_turn(message, turn, "ended", stop_reason="error")
+    message = race.deliver_next()
+    turn = _unproductive_turn(race, message)
+    canceller = harness.client()
+    cancel = threading.Thread(target=lambda: canceller.send("run.cancel", {}, run_id=racing_run))
+    cancel.start()
+    ended = race.report_turn(message, turn, "ended", stop_reason="error")
+    cancel.join()
+    canceller.close()
+    assert ended.outcome in ("accepted", "adopted") and ended.receipt["ownership"] == "settled"
+    assert harness.wait_for_status(racing_run, "failed", "cancelled")
+
+    # The session reconnects idle: nothing is open, and an ordinary turn owns nothing.
+    race.close()
+    again = sessions.open("session-race")
+    assert again.report_branch()["recorded"] is True
+    assert again.view["openWorkflowMessageId"] is None
+    rows = _turn_rows(harness, racing_run)
+    assert [row[1] for row in rows] == ["ended"] * 3
+    ordinary = again.report_turn(message, again.new_turn_id(), "started")
+    assert (ordinary.outcome, ordinary.receipt) == (
+        "adopted",
+        {
+            "schema": "pi-workflows.workflow-turn-report-receipt.v1",
+            "ownership": "absent",
+            "turn": None,
+        },
+    )
+    assert _turn_rows(harness, racing_run) == rows
+
+
+def test_every_start_and_end_rule(sessions, harness):
+    run_id = sessions.start("two-steps", "session-rules")
+    session = sessions.open("session-rules")
+    # A coordinator that has not reported its branch is not offered messages yet.
+    pending = session.wait_for(lambda v: v["workflowMessages"])
+    assert pending["nextWorkflowMessageId"] is None and pending["branchReportRequired"]
+    message = pending["workflowMessages"][0]
+
+    early = session.report_turn(message, "turn-early", "started")
+    assert early.outcome == "rejected" and "branch must be reported" in early.error
+    session.report_branch()
+    unsent = session.report_turn(message, "turn-unsent", "started")
+    assert (unsent.outcome, unsent.receipt["ownership"]) == ("adopted", "absent")
+    unknown_end = session.report_turn(message, "turn-unknown", "ended", stop_reason="completed")
+    assert (unknown_end.outcome, unknown_end.receipt["turn"]) == ("adopted", None)
+
+    message = session.deliver_next()
+    first = session.report_turn(message, "turn-1", "started")
+    assert (first.outcome, first.receipt["ownership"]) == ("accepted", "active")
+    repeat = session.report_turn(message, "turn-1", "started")
+    assert (repeat.outcome, repeat.receipt["ownership"]) == ("adopted", "active")
+    assert repeat.receipt["turn"] == first.receipt["turn"]
+    second = session.report_turn(message, "turn-2", "started")
+    assert second.outcome == "rejected" and "already has open turn turn-1" in second.error
+    moved = session.report_turn({**message, "runId": "run-other"}, "turn-1", "started")
+    assert moved.outcome == "rejected" and "identity conflict: turn-1" in moved.error
+
+    # An aborted turn pauses the run; a paused step grants no turn; resume re-presents it.
+    aborted = session.report_turn(message, "turn-1", "ended", stop_reason="aborted")
+    assert (aborted.outcome, aborted.receipt["turn"]["stopReason"]) == ("accepted", "aborted")
+    assert harness.client().run_status(run_id)["paused"] is True
+    paused = session.report_turn(message, "turn-3", "started")
+    assert (paused.outcome, paused.receipt["ownership"]) == ("adopted", "absent")
+    resumed = harness.client().resume_run(run_id)
+    assert resumed["waitingForInteraction"] is True
+    message = session.deliver_next()
+    assert message["details"]["reason"] == "resumed"
+
+    # A turn the host settled as lost when the run ended absorbs the late real end.
+    late = session.report_turn(message, "turn-late", "started")
+    assert late.receipt["ownership"] == "active"
+    harness.client().cancel_run(run_id)
+    end = session.report_turn(message, "turn-late", "ended", stop_reason="error")
+    assert (end.outcome, end.receipt["ownership"]) == ("adopted", "settled")
+    assert end.receipt["turn"]["stopReason"] == "lost"
+    restart = session.report_turn(message, "turn-late", "started")
+    assert (restart.outcome, restart.receipt["ownership"]) == ("adopted", "settled")
+
+
+def test_a_replaced_coordinator_is_fenced(sessions):
+    sessions.start("two-steps", "session-fence")
+    old = sessions.open("session-fence")
+    old.report_branch()
+    new = sessions.open("session-fence")
+    assert new.epoch != old.epoch
+    old.wait_for(lambda v: v["coordinatorActive"] is False)
+    refused = old.send(
+        "workflowMessage.reportBranch",
+        {
+            "targetSessionId": "session-fence",
+            "coordinatorEpoch": old.epoch,
+            "entries": [],
+            "isIdle": True,
+            "hasPendingMessages": False,
+        },
+    )
+    assert refused.outcome == "rejected" and "coordinator was replaced" in refused.error
+    new.report_branch()
+    message = new.deliver_next()
+    stale = old.report_turn(message, old.new_turn_id(), "started")
+    assert stale.outcome == "rejected" and "coordinator was replaced" in stale.error
+    assert new.report_turn(message, new.new_turn_id(), "started").receipt["ownership"] == "active"
+
+
+def test_branch_evidence_marks_sent_and_vanished_steps_come_back(sessions):
+    sessions.start("two-steps", "session-branch")
+    session = sessions.open("session-branch")
+    session.report_branch()
+    shown = session.deliver_next()
+    entry = shown["sessionEntryId"]
+    conflicting = session.send(
+        "workflowMessage.reportBranch",
+        {
+            "targetSessionId": "session-branch",
+            "coordinatorEpoch": session.epoch,
+            "entries": [{"workflowMessageId": shown["workflowMessageId"], "sessionEntryId": "x"}],
+            "isIdle": True,
+            "hasPendingMessages": False,
+        },
+    )
+    assert conflicting.outcome == "rejected" and "conflicting" in conflicting.error
+    # The chat client lost its transcript: an idle report without the step re-presents it.
+    session.send(
+        "workflowMessage.reportBranch",
+        {
+            "targetSessionId": "session-branch",
+            "coordinatorEpoch": session.epoch,
+            "entries": [],
+            "isIdle": True,
+            "hasPendingMessages": False,
+        },
+    )
+    view = session.wait_for(lambda v: v["nextWorkflowMessageId"])
+    again = session.message(view["nextWorkflowMessageId"])
+    assert (
+        again["details"]["reason"] == "resumed"
+        and again["details"]["requestId"] == (shown["details"]["requestId"])
+    )
+    assert session.message(shown["workflowMessageId"])["sessionEntryId"] == entry
+
+
+def test_a_step_reaches_only_its_session_once_across_restarts(sessions, harness):
+    mine = sessions.start("two-steps", "session-mine")
+    sessions.start("two-steps", "session-other")
+    session = sessions.open("session-mine")
+    session.report_branch()
+    shown = session.deliver_next()
+    other = sessions.open("session-other", coordinator=False)
+    other.wait_for(lambda v: v["workflowMessages"])
+    assert {m["runId"] for m in other.view["workflowMessages"]} != {mine}
+    assert shown["workflowMessageId"] not in {
+        m["workflowMessageId"] for m in other.view["workflowMessages"]
+    }
+    sessions.close()
+    harness.stop()
+    harness.start_host()
+    for _ in range(2):  # a client restart, then another one
+        session = sessions.open("session-mine")
+        session.report_branch()
+        view = session.wait_for(lambda v: v["coordinatorActive"])
+        assert view["nextWorkflowMessageId"] is None
+        steps = [m for m in view["workflowMessages"] if m["kind"] == "step"]
+        assert [(m["workflowMessageId"], m["status"]) for m in steps] == [
+            (shown["workflowMessageId"], "sent")
+        ]
+        assert view["openWorkflowMessageId"] == shown["workflowMessageId"]
+        session.close()
+    listed = json.loads(
+        harness.cli("--no-autostart", "session", "messages", "session-mine", "--json").stdout
+    )
+    assert [m["workflowMessageId"] for m in listed if m["kind"] == "step"] == [
+        shown["workflowMessageId"]
+    ]
+    assert set(listed[0]) == {
+        "workflowMessageId",
+        "runId",
+        "kind",
+        "status",
+        "order",
+        "content",
+        "details",
+    }
