@@ -36,3 +36,31 @@ def test_two_agent_steps_complete_through_the_session_client(sessions, harness):
         "plan": {"draft": "do it"},
         "found": {"findings": ["README.md"]},
     }
+
+
+NOTES = """
+from pi_workflows import agent, edge, notify, workflow
+
+WORKFLOW = workflow(
+    name="notes",
+    start_at="tell",
+    nodes={"tell": notify("Started the review."), "ask": agent("Review it.")},
+    edges=[edge("tell", "ask")],
+)
+"""
+
+
+def test_a_notify_node_reaches_its_session_before_the_step(sessions, harness):
+    harness.write_workflow("notes", NOTES)
+    run_id = sessions.start("notes", "session-notes")
+    session = sessions.open("session-notes", coordinator=False)
+    view = session.wait_for(lambda v: len(v["workflowMessages"]) == 2)
+    note, step = view["workflowMessages"]
+    assert (note["kind"], note["content"], step["kind"]) == (
+        "notification",
+        "Started the review.",
+        "step",
+    )
+    assert note["details"]["notificationId"].startswith(f"notification-{run_id}-")
+    assert note["details"]["notificationId"].endswith("-1")
+    assert view["nextWorkflowMessageId"] == note["workflowMessageId"]
