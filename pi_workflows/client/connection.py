@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import socket
@@ -101,6 +102,10 @@ class HostConnection:
         )
 
     def close(self) -> None:
+        # Shut the socket down first: a thread blocked reading events then wakes up and
+        # lets go of the reader, which close() would otherwise wait for forever.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._reader.close()
         self._sock.close()
 
