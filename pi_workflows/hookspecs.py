@@ -121,8 +121,10 @@ def piw_worker_run_command(
     """Choose what a freshly started worker does with its run (SPEC §7.3).
 
     :param record: the run's **current** queue record, read when the worker said ready.
-    :param resume_interaction_attempt_id: the attempt of an accepted or validating
-        submission or timed-out interaction, when the run has one.
+    :param resume_interaction_attempt_id: the waiting agent attempt whose interaction
+        deadline the host expired, when the run has one (the engine records it
+        ``timed_out``); accepted and validating submissions reach the engine through the
+        run state.
     :returns: a :class:`~pi_workflows.records.WorkerRunCommand`, or ``None``.
 
     Called by the host when a worker reports ``worker.ready``. ``firstresult``. A

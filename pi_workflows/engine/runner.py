@@ -186,7 +186,7 @@ class Engine:
         if kind == "restart":
             return self.start(command.get("input"), restart=True)
         if kind == "resume":
-            return self.resume()
+            return self.resume(command.get("resumeInteractionAttemptId"))
         if kind == "continue":
             return self.continue_from(
                 command["parentRunId"], command.get("input"), command.get("humanDecision")
@@ -214,8 +214,13 @@ class Engine:
 
         return self._drive(body)
 
-    def resume(self) -> dict[str, Any]:
-        """Continue from the last durable boundary; an interrupted attempt runs again."""
+    def resume(self, timed_out_attempt_id: str | None = None) -> dict[str, Any]:
+        """Continue from the last durable boundary; an interrupted attempt runs again.
+
+        A waiting agent attempt is finished with its accepted (or still validating)
+        submission, or recorded `timed_out` when the host expired its interaction
+        deadline and names it in `timed_out_attempt_id`.
+        """
         info = self._load()
         state = info["state"]
         if state is None:
@@ -233,6 +238,8 @@ class Engine:
             candidate = info.get("candidateInteraction")
             if candidate and candidate["attemptId"] == current:
                 return self._drive(lambda: self._complete_interaction(candidate, candidate=True))
+            if timed_out_attempt_id is not None and timed_out_attempt_id == current:
+                return self._drive(self._time_out_interaction)
             return self._outcome()
         return self._drive(self._resume_running)
 
@@ -401,9 +408,8 @@ class Engine:
         request before the attempt is recorded.
         """
         state = self.state
-        node_id = state["currentNode"]
-        node = self.definition.nodes[node_id]
-        attempt = _Attempt(node_id, state["currentAttemptId"], node, state["currentNodeStartedAt"])
+        attempt = self._waiting_attempt()
+        node_id, node = attempt.node_id, attempt.node
         failure: str | None = None
         output: Any = None
         try:
@@ -430,6 +436,21 @@ class Engine:
         else:
             result = self._record(attempt, "failed", error=failure)
         self._run_from(None, self._last_output(), after=(node_id, result))
+
+    def _waiting_attempt(self) -> _Attempt:
+        state = self.state
+        node_id = state["currentNode"]
+        node = self.definition.nodes[node_id]
+        return _Attempt(node_id, state["currentAttemptId"], node, state["currentNodeStartedAt"])
+
+    def _time_out_interaction(self) -> None:
+        """The session's model turns used up the step's time: the attempt timed out."""
+        attempt = self._waiting_attempt()
+        self.state["status"] = "running"
+        self.state.pop("waitingOn", None)
+        error = f"Node {attempt.node_id!r} timed out after {attempt.node.timeout_ms} ms"
+        result = self._record(attempt, "timed_out", error=error)
+        self._run_from(None, self._last_output(), after=(attempt.node_id, result))
 
     def _drive(self, body: Any) -> dict[str, Any]:
         try:
@@ -952,6 +973,7 @@ class Engine:
                     "kind": "agent",
                     "prompt": attempt.prompt,
                     "contract": contract,
+                    "timeoutMs": node.timeout_ms,
                 },
             )
             raise _AwaitInteraction(receipt["requestId"])

@@ -75,7 +75,11 @@ class RunStore(Protocol):
         """Create the decision request of a ``human_decision`` attempt; returns its record."""
 
     def request_interaction(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Ask the origin session for an agent step; returns ``{requestId}``."""
+        """Ask the origin session for an agent step; returns ``{requestId}``.
+
+        ``request`` is ``{nodeId, attemptId, kind, prompt, contract, timeoutMs}``; the host
+        keeps the attempt's deadline (``timeoutMs`` of model-turn time) while no worker runs.
+        """
 
     def accept_interaction(self, acceptance: dict[str, Any]) -> dict[str, Any]:
         """The validator accepted ``{requestId, submissionId, attemptId}``: settle it."""

@@ -15,7 +15,7 @@ from .. import plugins
 from ..clock import now_ms
 from ..errors import TurnConflictError
 from ..records import TurnReport
-from ..storage import record_run_change
+from ..storage import record_run_change, step_deadlines
 from ..storage import turns as turn_store
 from ..storage.models import InteractiveRequest, Lease, Run, RunQueue
 from ..storage.runs import run_record
@@ -83,7 +83,9 @@ class TurnContext:
         return turn_store.turn_json(turn_store.start_turn(report))
 
     def begin_step_turn(self, message: dict[str, Any]) -> None:
-        """A step turn starts: superseded reminder/resumed prompts are no longer sent."""
+        """A step turn starts: the idle time since the step was last worked on moves its
+        deadline, and superseded reminder/resumed prompts are no longer sent."""
+        step_deadlines.begin_model_turn(message["sourceId"], self.now)
         cancel_pending_for_source(message["sourceId"], "step")
 
     def apply_turn_end(self, report: TurnReport) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from ..errors import (
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
 from ..records import TurnReport
-from ..storage import put_json, read_json, record_run_change, run_state
+from ..storage import put_json, read_json, record_run_change, run_state, step_deadlines
 from ..storage.models import InteractiveRequest, InteractiveSubmission, Lease, Run, WorkflowMessage
 from ..storage.turns import STOP_REASONS, open_turns_for_session
 from ..storage.workflow_messages import (
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 SUBMIT_POLL_S = 0.025
 SUBMIT_WAIT_S = 300.0
+DEADLINE_EXPIRED = "Workflow node model-turn deadline expired"
 STALE_VALIDATION_ERROR = (
     "The validation worker stopped before it decided about this output; submit it again."
 )
@@ -448,18 +449,64 @@ class Sessions:
                 self._abandon_validation(submission)
             else:
                 self._launch_validation(run_id, submission.submission_id)
+        self._expire_timed_out_interaction()
         self.publish_soon()
+
+    def _has_active_model_turn(self, session_id: str | None) -> bool:
+        coordinator = self.coordinators.get(session_id) if session_id else None
+        return (
+            coordinator is not None
+            and coordinator.branch_reported
+            and (coordinator.model_turn_active)
+        )
+
+    def _expirable(self) -> list[InteractiveRequest]:
+        host = self.host
+        return [
+            request
+            for request in step_deadlines.expired_requests(now_ms())
+            if request.run_id not in host.active_runs
+            and request.run_id not in host.pending_claims
+            and self._has_active_model_turn(request.target_session_id)
+        ]
+
+    def _expire_timed_out_interaction(self) -> None:
+        """Time out the first step whose deadline passed during a model turn (reference
+        §6.9): cancel its request and claim the run, so a worker records the attempt
+        `timed_out` and routes on from it."""
+        host = self.host
+        if host.stopping or not self._expirable():
+            return  # an idle tick takes no write lock
+        with host.store.transaction():
+            for request in self._expirable():
+                if host.claim_for_resume(request.run_id, allow_pending_interaction=True) is None:
+                    continue
+                self._begin_interaction_timeout(request)
+                host.store.after_commit(self.publish_soon)
+                return
+
+    def _begin_interaction_timeout(self, request: InteractiveRequest) -> None:
+        stamp = now_ms()
+        InteractiveRequest.update(
+            status="cancelled", revision=InteractiveRequest.revision + 1, updated_at=stamp
+        ).where(InteractiveRequest.request_id == request.request_id).execute()
+        cancel_pending_for_source(request.request_id, "step")
+        _reject_validating(InteractiveSubmission.request == request.request_id, DEADLINE_EXPIRED)
+        record_run_change(
+            request.run_id,
+            event_type="run.interaction_timeout_started",
+            actor="host",
+            payload={"requestId": request.request_id, "attemptId": request.attempt_id},
+            status_detail="finishing expired interaction deadline",
+        )
 
     def _abandon_validation(self, submission: InteractiveSubmission) -> None:
         self._validations_launched.discard(submission.submission_id)
         with self.host.store.transaction():
-            InteractiveSubmission.update(
-                outcome="rejected",
-                receipt_hash=put_json({"status": "rejected", "error": STALE_VALIDATION_ERROR}),
-            ).where(
-                (InteractiveSubmission.submission_id == submission.submission_id)
-                & (InteractiveSubmission.outcome == "validating")
-            ).execute()
+            _reject_validating(
+                InteractiveSubmission.submission_id == submission.submission_id,
+                STALE_VALIDATION_ERROR,
+            )
 
     def update(self, request: ClientRequest) -> OperationResult:
         """`interaction.update`: a progress update from the session working on a step."""
@@ -510,6 +557,7 @@ class Sessions:
         )
         if interaction is None:
             return plain_resume(request)
+        step_deadlines.give_back_pause(run_id, interaction, now_ms())
         revision = record_run_change(
             run_id,
             event_type="run.resumed",
@@ -534,6 +582,13 @@ class Sessions:
             revision=revision,
             run_id=run_id,
         )
+
+
+def _reject_validating(which: Any, error: str) -> None:
+    """Reject the still-validating submissions `which` selects, with `error`."""
+    InteractiveSubmission.update(
+        outcome="rejected", receipt_hash=put_json({"status": "rejected", "error": error})
+    ).where(which & (InteractiveSubmission.outcome == "validating")).execute()
 
 
 class _no_raw_integrity_errors:

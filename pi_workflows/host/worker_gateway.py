@@ -117,11 +117,12 @@ class WorkerGateway:
             ).execute()
             claims.mark_running(active.run_id, active.claim_token)
             record = run_record(active.run_id)
+            timed_out = run_state.timed_out_interaction_attempt(active.run_id)
         active.launch_progress_revision = record.revision
         if active.supervisor is not None:
             active.supervisor.ready.set()
         try:
-            command = plugins.worker_run_command(record, None)
+            command = plugins.worker_run_command(record, timed_out)
         except PiWorkflowsError as error:
             cause = error.__cause__ if isinstance(error.__cause__, ValueError) else error
             if active.supervisor is not None:

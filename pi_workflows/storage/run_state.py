@@ -29,6 +29,7 @@ from .models import (
 )
 from .revisions import record_run_change
 from .runs import get_run
+from .step_deadlines import set_deadline
 from .workflow_messages import (
     cancel_pending_for_source,
     create_workflow_message,
@@ -456,6 +457,7 @@ def request_interaction(
     existing = InteractiveRequest.get_or_none(InteractiveRequest.attempt_id == request["attemptId"])
     if existing is not None:
         return {"requestId": existing.request_id, "revision": _revision(run_id)}
+    set_deadline(request["attemptId"], request.get("timeoutMs"))
     run = get_run(run_id)
     stamp = now_ms()
     request_id = f"req-{uuid.uuid4().hex}"
@@ -478,6 +480,21 @@ def request_interaction(
         expected_revision,
     )
     return {"requestId": request_id, "revision": revision}
+
+
+def timed_out_interaction_attempt(run_id: str) -> str | None:
+    """The waiting attempt whose interaction the host cancelled at its deadline, if any.
+
+    Only a deadline cancels the request of a run that is still waiting: the other
+    cancellations (unproductive turns, run cancel) end the run in the same transaction.
+    """
+    run = get_run(run_id)
+    state = read_json(run.state_hash) if run.status == "waiting" else None
+    attempt_id = (state or {}).get("currentAttemptId")
+    if attempt_id is None:
+        return None
+    request = InteractiveRequest.get_or_none(InteractiveRequest.attempt_id == attempt_id)
+    return attempt_id if request is not None and request.status == "cancelled" else None
 
 
 def request_notification(

@@ -1,0 +1,171 @@
+"""Agent-step deadlines count model-turn time only, and expire during a model turn.
+
+SPEC §9.4 (idle time moves a step's deadline), reference host-core §6.4 (a resumed step
+gets its paused time back) and §6.9 (an expired step times out while its session's
+coordinator has an active model turn).
+"""
+
+from __future__ import annotations
+
+import time
+
+from tests.host.conftest import wait_until
+
+SLOW = """
+from pi_workflows import agent, workflow
+
+WORKFLOW = workflow(
+    name="slow", start_at="work", nodes={"work": agent("Work.", timeout_ms=60000)}, edges=[]
+)
+"""
+
+# A deadline short enough to expire in a test; a timeout routes to the fallback.
+ROUTED = """
+from pi_workflows import agent, compute, switch, workflow
+
+WORKFLOW = workflow(
+    name="routed",
+    start_at="work",
+    nodes={
+        "work": agent("Work fast.", timeout_ms=1500),
+        "fallback": compute(lambda ctx: {"fallback": ctx.results["work"]["outcome"]}),
+    },
+    edges=[switch("work", on="$result.outcome", cases={"timed_out": "fallback"})],
+)
+"""
+UNROUTED = """
+from pi_workflows import agent, workflow
+
+WORKFLOW = workflow(
+    name="plain", start_at="work", nodes={"work": agent("Go.", timeout_ms=1000)}, edges=[]
+)
+"""
+TOLERANCE_MS = 50
+
+
+def _deadline(harness, run_id):
+    rows = harness.query(
+        "SELECT deadline_at, started_at, status, attempt_id FROM node_attempts "
+        "WHERE run_id = ? AND node_id = 'work'",
+        run_id,
+    )
+    return rows[0]
+
+
+def _turns(harness, run_id):
+    return harness.query(
+        "SELECT started_at, ended_at FROM workflow_turns WHERE run_id = ? ORDER BY started_at",
+        run_id,
+    )
+
+
+def _event_times(harness, run_id, event_type):
+    rows = harness.query(
+        "SELECT recorded_at FROM events WHERE run_id = ? AND event_type = ? ORDER BY event_seq",
+        run_id,
+        event_type,
+    )
+    return [row[0] for row in rows]
+
+
+def test_idle_and_paused_time_move_a_step_deadline(sessions, harness):
+    harness.write_workflow("slow", SLOW)
+    run_id = sessions.start("slow", "session-slow")
+    session = sessions.open("session-slow")
+    session.report_branch()
+    message = session.deliver_next()
+    initial, started_at, status, _ = _deadline(harness, run_id)
+    assert (initial, status) == (started_at + 60000, "waiting")
+
+    # First turn: everything since the attempt started was idle.
+    first = session.new_turn_id()
+    assert session.report_turn(message, first, "started").receipt["ownership"] == "active"
+    ((s1, _),) = _turns(harness, run_id)
+    after_first = _deadline(harness, run_id)[0]
+    assert after_first > initial and abs(after_first - (s1 + 60000)) <= TOLERANCE_MS
+
+    # Second turn: the gap since the first one ended is idle, the first turn's time counts.
+    session.report_turn(message, first, "ended", stop_reason="error")
+    reminder = session.deliver_next()
+    wait_until(lambda: time.time() * 1000 > _turns(harness, run_id)[0][1] + 100, what="idle time")
+    second = session.new_turn_id()
+    assert session.report_turn(reminder, second, "started").receipt["ownership"] == "active"
+    (_, e1), (s2, _) = _turns(harness, run_id)
+    after_second = _deadline(harness, run_id)[0]
+    assert abs(after_second - (after_first + (s2 - e1))) <= TOLERANCE_MS
+
+    # Paused while the turn is open: resuming gives the paused time back.
+    client = harness.client()
+    assert client.pause_run(run_id)["paused"] is True
+    paused_at = _event_times(harness, run_id, "run.paused")[-1]
+    wait_until(lambda: time.time() * 1000 > paused_at + 100, what="paused time")
+    assert client.resume_run(run_id)["waitingForInteraction"] is True
+    client.close()
+    resumed_at = _event_times(harness, run_id, "run.resumed")[-1]
+    after_resume = _deadline(harness, run_id)[0]
+    assert resumed_at - paused_at >= 100
+    assert abs(after_resume - (after_second + (resumed_at - paused_at))) <= TOLERANCE_MS
+
+
+def _working_on_step(sessions, harness, name, source, session_id):
+    """Start `name` for `session_id` and begin a model turn on its first step."""
+    harness.write_workflow(name, source)
+    run_id = sessions.start(name, session_id)
+    session = sessions.open(session_id)
+    session.report_branch()
+    message = session.deliver_next()
+    turn = session.new_turn_id()
+    assert session.report_turn(message, turn, "started").receipt["ownership"] == "active"
+    return run_id, session, message, turn
+
+
+def test_an_expired_step_times_out_and_routes_through_its_result(sessions, harness):
+    run_id, session, message, turn = _working_on_step(
+        sessions, harness, "routed", ROUTED, "session-routed"
+    )
+
+    status = harness.wait_for_status(run_id, "completed", "failed", "timed_out")
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"fallback": "timed_out"}
+    _, _, attempt_status, attempt_id = _deadline(harness, run_id)
+    assert attempt_status == "timed_out"
+    assert harness.query(
+        "SELECT status FROM interactive_requests WHERE attempt_id = ?", attempt_id
+    ) == [("cancelled",)]
+    assert len(_event_times(harness, run_id, "run.interaction_timeout_started")) == 1
+    # The session's late work is refused; its turn still ends cleanly.
+    refused = session.send(
+        "interaction.submit",
+        {
+            **{k: message["details"][k] for k in ("requestId", "attempt", "step")},
+            "submissionId": "late",
+            "value": {"done": True},
+        },
+        run_id=run_id,
+        expected_revision=1,
+    )
+    assert refused.outcome == "conflict" and "stale" in refused.error
+    ended = session.report_turn(message, turn, "ended", stop_reason="completed")
+    assert ended.receipt["ownership"] == "settled"
+
+
+def test_no_expiry_without_an_active_coordinator_turn(sessions, harness):
+    run_id, session, _, _ = _working_on_step(
+        sessions, harness, "plain", UNROUTED, "session-plain-deadline"
+    )
+
+    # The coordinator goes away mid-turn, then a new one has not reported its branch:
+    # the turn counts as inactive, so the passed deadline does not fire.
+    session.close()
+    replacement = sessions.open("session-plain-deadline")
+    deadline_at = _deadline(harness, run_id)[0]
+    wait_until(
+        lambda: time.time() * 1000 > deadline_at + 1000, what="the deadline and some poll ticks"
+    )
+    assert harness.client().run_status(run_id)["status"] == "waiting"
+    # Reporting a busy branch makes the model turn active again: now it expires.
+    replacement.report_branch(is_idle=False)
+    status = harness.wait_for_status(run_id, "timed_out", "failed", "completed")
+    assert status["status"] == "timed_out", status
+    assert "timed out after 1000 ms" in status["error"]
+    assert _deadline(harness, run_id)[2] == "timed_out"
