@@ -24,7 +24,7 @@ from ..storage.models import (
     Run,
     RunQueue,
 )
-from ..storage.runs import create_run, get_run, new_run_id, run_status_json
+from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from . import claims
 from .receipts import OperationResult, execute_durable, outcome_for_error
 
@@ -135,19 +135,13 @@ class Operations:
         )
 
     def run_status(self, request: ClientRequest) -> dict[str, Any]:
-        return run_status_json(get_run(_run_id(request)))
+        return run_status(_run_id(request))
 
     def run_list(self, request: ClientRequest) -> list[dict[str, Any]]:
         limit = request.payload.get("limit", RUN_LIST_LIMIT)
         if type(limit) is not int or not 0 < limit <= 1000:
             raise InvalidInputError("limit must be an integer between 1 and 1000")
-        rows = (
-            Run.select(Run, RunQueue)
-            .join(RunQueue, on=(RunQueue.run == Run.run_id), attr="queue_row")
-            .order_by(Run.created_at.desc(), Run.run_id.desc())
-            .limit(limit)
-        )
-        return [run_status_json(row, row.queue_row) for row in rows]
+        return run_statuses(limit)
 
     def run_cancel(self, request: ClientRequest) -> OperationResult:
         run_id = _run_id(request)

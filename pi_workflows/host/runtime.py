@@ -26,7 +26,7 @@ from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, open_state, put_json, put_text
 from ..storage.models import Run, RunWorker
-from ..storage.runs import run_record
+from ..storage.runs import run_records
 from . import claims, decisions, epoch, sessions, terminal
 from .active_run import ActiveRun
 from .forkserver import ForkServer, fork_server_enabled
@@ -294,7 +294,7 @@ class Host:
             candidate_ids = claims.claim_candidates(self.host_id, excluded)
             if not candidate_ids:
                 return
-            candidates = [run_record(run_id) for run_id in candidate_ids]
+            candidates = run_records(candidate_ids)
             try:
                 chosen = plugins.select_run_to_claim(candidates, self.host_info())
                 if chosen is None or not plugins.may_claim(chosen, self.host_info()):

@@ -17,7 +17,7 @@ from ..storage.models import (
     Run,
     WorkflowMessage,
 )
-from ..storage.runs import run_status_json
+from ..storage.runs import run_status
 from ..storage.turns import latest_turn_for_message, open_turn_for_message, turn_json
 from ..storage.workflow_messages import message_json
 
@@ -142,7 +142,7 @@ def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[st
     return {
         "schema": SESSION_VIEW_SCHEMA,
         "sessionId": session_id,
-        "run": run_status_json(current) if current is not None else None,
+        "run": run_status(current.run_id) if current is not None else None,
         "pendingInteractions": [
             pending_interaction_json(r) for r in requests.limit(MAX_PENDING_INTERACTIONS)
         ],

@@ -133,48 +133,106 @@ def get_run(run_id: str) -> Run:
     return run
 
 
-def run_record(run_id: str) -> RunRecord:
-    """The run joined with its queue row, as hooks see it."""
-    run = get_run(run_id)
-    queue = RunQueue.get_by_id(run_id)
+# One round trip per question: the host asks these on every claim pass and status call,
+# so the run, its queue row and the blobs it needs come back in a single query.
+_RUN_COLUMNS = """
+    r.run_id, r.workflow_name, r.status, q.status, r.execution_mode, r.origin_session_id,
+    r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
+    r.updated_at, r.revision, r.paused, q.error_code, r.status_detail,
+    input_blob.content, options_blob.content, prompt_blob.content,
+    output_blob.content, error_blob.content
+    FROM runs r
+    JOIN run_queue q ON q.run_id = r.run_id
+    LEFT JOIN blobs input_blob ON input_blob.blob_hash = r.input_hash
+    LEFT JOIN blobs options_blob ON options_blob.blob_hash = r.launch_options_hash
+    LEFT JOIN blobs prompt_blob ON prompt_blob.blob_hash = r.presentation_prompt_hash
+    LEFT JOIN blobs output_blob ON output_blob.blob_hash = r.final_output_hash
+    LEFT JOIN blobs error_blob ON error_blob.blob_hash = r.error_hash
+"""
+
+
+def _run_rows(where: str, params: list[Any], suffix: str = "") -> list[tuple]:
+    database = Run._meta.database
+    sql = f"SELECT {_RUN_COLUMNS} WHERE {where} {suffix}".replace("?", database.param)
+    return database.execute_sql(sql, params).fetchall()
+
+
+def _json(content: Any) -> Any:
+    return None if content is None else json.loads(bytes(content))
+
+
+def _text(content: Any) -> str | None:
+    return None if content is None else bytes(content).decode("utf-8")
+
+
+def _record(row: tuple) -> RunRecord:
     return RunRecord(
-        run_id=run.run_id,
-        workflow_name=run.workflow_name,
-        status=run.status,
-        queue_status=queue.status,
-        execution_mode=run.execution_mode,
-        origin_session_id=run.origin_session_id,
-        parent_run_id=run.parent_run_id,
-        lineage_kind=run.lineage_kind,
-        restart_number=run.restart_number,
-        input=read_json(run.input_hash),
-        launch_options=read_json(run.launch_options_hash) or {},
-        available_at=queue.available_at,
-        created_at=run.created_at,
-        revision=run.revision,
-        paused=run.paused,
-        error_code=queue.error_code,
-        presentation_prompt=read_text(run.presentation_prompt_hash),
+        run_id=row[0],
+        workflow_name=row[1],
+        status=row[2],
+        queue_status=row[3],
+        execution_mode=row[4],
+        origin_session_id=row[5],
+        parent_run_id=row[6],
+        lineage_kind=row[7],
+        restart_number=row[8],
+        available_at=row[9],
+        created_at=row[10],
+        revision=row[12],
+        paused=bool(row[13]),
+        error_code=row[14],
+        input=_json(row[16]),
+        launch_options=_json(row[17]) or {},
+        presentation_prompt=_text(row[18]),
     )
 
 
-def run_status_json(run: Run, queue: RunQueue | None = None) -> dict[str, Any]:
-    """The `run status --json` object of SPEC §13."""
-    queue = queue or RunQueue.get_by_id(run.run_id)
+def run_records(run_ids: list[str]) -> list[RunRecord]:
+    """Records of `run_ids` (missing runs are left out), in the order given."""
+    if not run_ids:
+        return []
+    marks = ", ".join("?" for _ in run_ids)
+    by_id = {row[0]: _record(row) for row in _run_rows(f"r.run_id IN ({marks})", run_ids)}
+    return [by_id[run_id] for run_id in run_ids if run_id in by_id]
+
+
+def run_record(run_id: str) -> RunRecord:
+    """The run joined with its queue row, as hooks see it."""
+    records = run_records([run_id])
+    if not records:
+        raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
+    return records[0]
+
+
+def _status(row: tuple) -> dict[str, Any]:
     return {
-        "runId": run.run_id,
-        "workflowName": run.workflow_name,
-        "status": run.status,
-        "queueStatus": queue.status,
-        "paused": bool(run.paused),
-        "statusDetail": run.status_detail,
-        "errorCode": queue.error_code,
-        "finalOutput": read_json(run.final_output_hash),
-        "error": read_text(run.error_hash),
-        "parentRunId": run.parent_run_id,
-        "restartNumber": run.restart_number,
-        "revision": run.revision,
-        "executionMode": run.execution_mode,
-        "createdAt": run.created_at,
-        "updatedAt": run.updated_at,
+        "runId": row[0],
+        "workflowName": row[1],
+        "status": row[2],
+        "queueStatus": row[3],
+        "paused": bool(row[13]),
+        "statusDetail": row[15],
+        "errorCode": row[14],
+        "finalOutput": _json(row[19]),
+        "error": _text(row[20]),
+        "parentRunId": row[6],
+        "restartNumber": row[8],
+        "revision": row[12],
+        "executionMode": row[4],
+        "createdAt": row[10],
+        "updatedAt": row[11],
     }
+
+
+def run_status(run_id: str) -> dict[str, Any]:
+    """The `run status --json` object of SPEC §13."""
+    rows = _run_rows("r.run_id = ?", [run_id])
+    if not rows:
+        raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
+    return _status(rows[0])
+
+
+def run_statuses(limit: int) -> list[dict[str, Any]]:
+    """Status objects of the newest runs, newest first."""
+    rows = _run_rows("1 = 1", [limit], "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?")
+    return [_status(row) for row in rows]
