@@ -17,14 +17,17 @@ TEXT = "text/plain"
 
 def _put(content: bytes, media_type: str) -> str:
     blob_hash = sha256_hex(content)
-    Blob.insert(
-        blob_hash=blob_hash,
-        media_type=media_type,
-        byte_length=len(content),
-        content=content,
-        created_at=now_ms(),
-    ).on_conflict_ignore().execute()
-    stored = Blob.get_by_id(blob_hash)
+    stored = Blob.get_or_none(Blob.blob_hash == blob_hash)
+    if stored is None:
+        # Content-addressed: a concurrent writer can only have stored these same bytes.
+        Blob.insert(
+            blob_hash=blob_hash,
+            media_type=media_type,
+            byte_length=len(content),
+            content=content,
+            created_at=now_ms(),
+        ).on_conflict_ignore().execute()
+        return blob_hash
     if (
         stored.media_type != media_type
         or stored.byte_length != len(content)

@@ -46,7 +46,8 @@ def record_run_change(
     )
     if expected_revision is not None:
         query = query.where(Run.revision == expected_revision)
-    if query.execute() != 1:
+    changed = list(query.returning(Run.revision).tuples().execute())
+    if len(changed) != 1:
         current = Run.get_or_none(Run.run_id == run_id)
         if current is None:
             raise NotFoundError(f"Workflow run {run_id} does not exist.")
@@ -54,7 +55,7 @@ def record_run_change(
             f"Workflow run {run_id} is at revision {current.revision}, not "
             f"{expected_revision}; read it again and retry."
         )
-    revision = Run.select(Run.revision).where(Run.run_id == run_id).scalar()
+    ((revision,),) = changed
     Event.create(
         run=run_id,
         revision=revision,
