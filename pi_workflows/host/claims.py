@@ -378,38 +378,50 @@ def _cancel_dependents(run_id: str, now: int) -> None:
     ).where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending")).execute()
 
 
+# One branch per queue status, each walking the (status, available_at, created_at) index
+# in order and stopping after LIMIT rows: the cost does not grow with the queue length.
+# Raw SQL so the statement is compiled once and cached by the driver.
+_CANDIDATE_BRANCH = """
+    SELECT * FROM (
+        SELECT q.run_id, q.available_at, q.created_at
+        FROM run_queue q
+        JOIN leases l ON l.run_id = q.run_id
+        JOIN runs r ON r.run_id = q.run_id
+        WHERE q.status = '{status}' AND q.available_at <= ?
+          AND (l.owner_id IS NULL OR l.expires_at <= ?)
+          AND (q.error_code IS NULL OR q.error_code NOT IN ({never}))
+          AND NOT EXISTS (
+              SELECT 1 FROM interactive_requests i
+              WHERE i.run_id = q.run_id AND i.status = 'pending')
+          {extra}
+        ORDER BY q.available_at, q.created_at
+        LIMIT ?
+    ) AS {status}_candidates
+"""
+_CANDIDATE_SQL = " UNION ALL ".join(
+    _CANDIDATE_BRANCH.format(
+        status=status,
+        extra="AND r.status <> 'waiting' AND r.paused = ?" if status == "parked" else "",
+        never=", ".join(f"'{code}'" for code in NEVER_AUTO_CLAIMED),
+    )
+    for status in ("queued", "parked", "starting", "running")
+)
+
+
 def claim_candidates(owner_id: str, exclude: set[str], limit: int = 16) -> list[str]:
     """Run ids a claim pass may take now, oldest first (SPEC §6 claim pass).
 
-    One query per queue status walks the (status, available_at, created_at) index in
-    order and stops after `limit` rows, so the cost does not grow with the queue length.
+    Runs in `exclude` (active, pending or blocked in this host) are skipped; asking for
+    a few more rows than that keeps `limit` claimable ones in view.
     """
     now = now_ms()
-    pending_interactions = InteractiveRequest.select(InteractiveRequest.run).where(
-        InteractiveRequest.status == "pending"
-    )
-    found: list[tuple[int, int, str]] = []
+    wanted = limit + len(exclude)
+    params: list[Any] = []
     for status in ("queued", "parked", "starting", "running"):
-        query = (
-            RunQueue.select(RunQueue.run, RunQueue.available_at, RunQueue.created_at)
-            .join(Lease, on=(Lease.run == RunQueue.run))
-            .switch(RunQueue)
-            .join(Run, on=(Run.run_id == RunQueue.run))
-            .where(
-                (RunQueue.status == status)
-                & (RunQueue.available_at <= now)
-                & (Lease.owner_id.is_null() | (Lease.expires_at <= now))
-                & (RunQueue.error_code.is_null() | RunQueue.error_code.not_in(NEVER_AUTO_CLAIMED))
-                & RunQueue.run.not_in(pending_interactions)
-            )
-            .order_by(RunQueue.available_at, RunQueue.created_at)
-        )
-        if status == "parked":
-            query = query.where((Run.status != "waiting") & (Run.paused == False))  # noqa: E712
-        if exclude:
-            query = query.where(RunQueue.run.not_in(list(exclude)))
-        found.extend(
-            (available_at, created_at, run_id)
-            for run_id, available_at, created_at in query.limit(limit).tuples()
-        )
-    return [run_id for _, _, run_id in sorted(found)[:limit]]
+        params += [now, now] + ([False] if status == "parked" else []) + [wanted]
+    database = RunQueue._meta.database
+    rows = database.execute_sql(_CANDIDATE_SQL.replace("?", database.param), params).fetchall()
+    ordered = sorted(
+        (available_at, created_at, run_id) for run_id, available_at, created_at in rows
+    )
+    return [run_id for _, _, run_id in ordered if run_id not in exclude][:limit]

@@ -72,7 +72,8 @@ class DecisionFeature:
 
     def run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         # A cancelled run cancelled its open decisions; their channels settle now.
-        self.channels.pump()
+        if HumanDecision.select().where(HumanDecision.run == run_id).exists():
+            self.channels.pump()
 
     def apply_deadlines(self) -> None:
         """Resolve every expired decision with its default, exactly once each."""
