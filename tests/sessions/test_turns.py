@@ -24,7 +24,7 @@ def _unproductive_turn(session, message, *, stop_reason="error"):
 
 
 def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness):
-    racing_run = sessions.start("two-steps", "session-race")
+    racing_run = sessions.start("echo", "session-race")
     plain_run = sessions.start("two-steps", "session-plain")
     race, plain = sessions.open("session-race"), sessions.open("session-plain")
     for session in (race, plain):
@@ -46,21 +46,32 @@ def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness
     assert other.outcome == "rejected" and "conflicts with its saved result" in other.error
     assert "UNIQUE" not in other.error
 
-    # session-race: the third end races with another terminal write of the run.
+    # session-race: while the third turn is open, a valid submission lets a worker
+    # validate it and write the run's terminal (completed) snapshot; the third end report
+    # races that write. Whichever wins, the report is settled, never a raw error.
     for _ in range(2):
         message = race.deliver_next()
         turn = _unproductive_turn(race, message)
         race.report_turn(message, turn, "ended", stop_reason="error")
     message = race.deliver_next()
     turn = _unproductive_turn(race, message)
-    canceller = harness.client()
-    cancel = threading.Thread(target=lambda: canceller.send("run.cancel", {}, run_id=racing_run))
-    cancel.start()
+    submitter = sessions.open("session-race", coordinator=False)
+    submitted: list = []
+    worker_write = threading.Thread(
+        target=lambda: submitted.append(submitter.submit(message, {"reply": "done"}))
+    )
+    worker_write.start()
     ended = race.report_turn(message, turn, "ended", stop_reason="error")
-    cancel.join()
-    canceller.close()
+    worker_write.join()
+    submitter.close()
     assert ended.outcome in ("accepted", "adopted") and ended.receipt["ownership"] == "settled"
-    assert harness.wait_for_status(racing_run, "failed", "cancelled")
+    assert "UNIQUE" not in (ended.error or "") and "UNIQUE" not in (submitted[0].error or "")
+    final = harness.wait_for_status(racing_run, "completed", "failed")
+    if final["status"] == "completed":  # the worker won: its write ended the turn lost
+        assert final["finalOutput"] == {"reply": "done"}
+    else:  # the report won: the request was cancelled and the submission refused
+        assert final["errorCode"] == "unproductiveTurns"
+        assert submitted[0].outcome != "accepted"
 
     # The session reconnects idle: nothing is open, and an ordinary turn owns nothing.
     race.close()
