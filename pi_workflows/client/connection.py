@@ -56,9 +56,6 @@ class HostConnection:
             raise HostUnavailableError("The workflow host closed the connection.")
         return json.loads(line)
 
-    def send_raw(self, data: bytes) -> None:
-        self._sock.sendall(data)
-
     def request(
         self,
         operation: str,

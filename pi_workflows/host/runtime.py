@@ -386,9 +386,11 @@ class Host:
                 return
             result = await self._run_worker(active, envelope)
             self._finish_worker(active, result)
-            if active.control is None and result.outcome != "exited":
-                self._recover_worker_exit(active, result.outcome)
-            elif active.control is None and (active.workflow_load_failure or active.source_changed):
+            # A lost claim is a hand-off: the new owner decides, this host writes nothing.
+            needs_recovery = result.outcome != "exited" or bool(
+                active.workflow_load_failure or active.source_changed
+            )
+            if active.control is None and not active.claim_lost and needs_recovery:
                 self._recover_worker_exit(active, result.outcome)
         except Exception:
             log.exception("worker %s of run %s failed", worker_epoch, run_id)

@@ -10,7 +10,6 @@ from .framing import FrameError, valid_id
 
 SCHEMA = "pi-workflows.client.v1"
 
-OUTCOMES = ("accepted", "adopted", "rejected", "conflict", "notFound", "claimLost", "unavailable")
 
 REQUEST_KEYS = {
     "schema",
