@@ -90,6 +90,7 @@ def renew_epoch(claim: HostClaim, lease_ms: int = HOST_LEASE_MS) -> None:
 
 
 def release_epoch(claim: HostClaim) -> bool:
+    """Give up the claim; the epoch and the last heartbeat stay for the next host."""
     return (
         HostState.update(
             host_id=None,
@@ -97,7 +98,6 @@ def release_epoch(claim: HostClaim) -> bool:
             pid=None,
             process_start_identity=None,
             started_at=None,
-            heartbeat_at=None,
             expires_at=None,
         )
         .where(_own_row(claim))

@@ -105,6 +105,7 @@ class Host:
         self.claim: epoch.HostClaim | None = None
         self.lock: HostLock | None = None
         self.started_at = 0
+        self.previous_heartbeat_at: int | None = None  # the last sign of life before us
         self.active_runs: dict[str, ActiveRun] = {}
         self.pending_claims: dict[str, str] = {}  # run id -> claim token of a pending start
         self.blocked_runs: set[str] = set()
@@ -148,6 +149,7 @@ class Host:
             with self.store.transaction():
                 previous = epoch.previous_host()
                 previous_host_id = previous.host_id
+                self.previous_heartbeat_at = previous.heartbeat_at
                 holder_is_dead = bool(
                     self.store.is_sqlite
                     and previous.pid

@@ -113,6 +113,12 @@ class Sessions:
             )
         host.run_stopped_listeners.append(lambda *_: self.publish_soon())
         host.poll_actions.append(self.poll)
+        host.startup_actions.append(self.recover_inactive_model_turns)
+
+    def recover_inactive_model_turns(self) -> None:
+        """Startup: turns left open across a host outage do not pay for the downtime."""
+        with self.host.store.transaction():
+            step_deadlines.give_back_host_downtime(self.host.previous_heartbeat_at, now_ms())
 
     # --- coordinators and views -----------------------------------------------------------
 

@@ -100,3 +100,27 @@ def expired_requests(now: int) -> list[InteractiveRequest]:
         )
         .order_by(NodeAttempt.deadline_at, InteractiveRequest.request_id)
     )
+
+
+def give_back_host_downtime(previous_heartbeat_at: int | None, now: int) -> int:
+    """A new host starts: steps whose model turn was open while no host ran get that
+    time back (nobody could report or submit). Returns how many steps were shifted."""
+    if previous_heartbeat_at is None or now <= previous_heartbeat_at:
+        return 0
+    open_steps = (
+        InteractiveRequest.select(InteractiveRequest.attempt_id)
+        .join(WorkflowMessage, on=(WorkflowMessage.source_id == InteractiveRequest.request_id))
+        .join(
+            WorkflowTurn, on=(WorkflowTurn.workflow_message == WorkflowMessage.workflow_message_id)
+        )
+        .where(
+            (InteractiveRequest.status == "pending")
+            & (WorkflowMessage.kind == "step")
+            & (WorkflowTurn.state == "started")
+        )
+        .distinct()
+    )
+    attempt_ids = [row.attempt_id for row in open_steps]
+    for attempt_id in attempt_ids:
+        _shift(attempt_id, now - previous_heartbeat_at)
+    return len(attempt_ids)

@@ -169,3 +169,24 @@ def test_no_expiry_without_an_active_coordinator_turn(sessions, harness):
     assert status["status"] == "timed_out", status
     assert "timed out after 1000 ms" in status["error"]
     assert _deadline(harness, run_id)[2] == "timed_out"
+
+
+def test_a_host_outage_during_an_open_turn_is_not_charged_to_the_step(sessions, harness):
+    run_id, session, message, turn = _working_on_step(
+        sessions, harness, "slow", SLOW, "session-outage"
+    )
+    before = _deadline(harness, run_id)[0]
+    session.close()
+    harness.host_process.kill()
+    harness.host_process.wait()
+    last_heartbeat = harness.query("SELECT heartbeat_at FROM host_state WHERE id = 1")[0][0]
+    # The host stays down for a noticeable while (measured on the wall clock).
+    down_until = time.time() * 1000 + 400
+    wait_until(lambda: time.time() * 1000 > down_until, what="the outage")
+    harness.start_host()
+    restarted_at = harness.query("SELECT started_at FROM host_state WHERE id = 1")[0][0]
+    after = _deadline(harness, run_id)[0]
+    assert restarted_at - last_heartbeat >= 400
+    # Given back: the time from the last heartbeat to the new host's start (± scheduling).
+    assert abs((after - before) - (restarted_at - last_heartbeat)) <= 100
+    assert harness.client().run_status(run_id)["status"] == "waiting"
