@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psutil
 import pytest
 
 from pi_workflows import action, compute, edge, idempotent_effect, manual_effect, shell, workflow
@@ -12,8 +11,9 @@ from pi_workflows.engine import Engine
 from pi_workflows.engine.local_store import LocalStore
 from pi_workflows.errors import ClaimLostError, WorkflowSourceChangedError
 from pi_workflows.storage.models import Effect, Event, NodeAttempt, Run
+from tests.polling import process_gone, wait_until
 
-from .conftest import bump, count, wait_until
+from .conftest import bump, count
 
 
 def three_steps(tmp_path: Path, effect) -> tuple:
@@ -160,13 +160,6 @@ def test_claim_loss_stops_the_engine_without_further_writes(runs, store) -> None
     assert Run.get_by_id(run_id).status == "running"
 
 
-def _pid_is_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 @pytest.mark.parametrize("which", ["command", "node"])
 def test_shell_timeout_kills_the_whole_process_group(runs, tmp_path: Path, which: str) -> None:
     pid_file = tmp_path / "child.pid"
@@ -188,7 +181,7 @@ def test_shell_timeout_kills_the_whole_process_group(runs, tmp_path: Path, which
     outcome = runs.start(definition)
     assert outcome["status"] == "timed_out"
     child = int(wait_until(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid"))
-    wait_until(lambda: _pid_is_gone(child), timeout=5, what="the background child to die")
+    wait_until(lambda: process_gone(child), timeout=5, what="the background child to die")
 
 
 def test_shell_output_is_bounded(runs) -> None:

@@ -11,8 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,12 @@ import pytest
 from pi_workflows.client import WorkflowClient
 from pi_workflows.home import CONFIG_ENV, DATABASE_ENV, HOME_ENV, Home
 from pi_workflows.host.lock import live_lock_holder
+from tests.polling import wait_until
 
 FAST_TIMERS = {
     "PI_WORKFLOWS_POLL_S": "0.1",
     "PI_WORKFLOWS_HEARTBEAT_S": "0.5",
 }
-
-
-def wait_until(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition"
-) -> Any:
-    """Poll `predicate` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class HostHarness:

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import json
 
-import psutil
+from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_pause_and_resume_a_running_run(harness: HostHarness):
@@ -24,7 +17,7 @@ def test_pause_and_resume_a_running_run(harness: HostHarness):
     worker = harness.wait_for_pid("blocker.pid")
     receipt = json.loads(harness.cli("run", "pause", run_id, "--json").stdout)
     assert receipt["paused"] is True
-    wait_until(lambda: _gone(worker), what="the paused worker to stop")
+    wait_until(lambda: process_gone(worker), what="the paused worker to stop")
     status = harness.client().run_status(run_id)
     assert status["paused"] is True and status["queueStatus"] == "parked"
     again = json.loads(harness.cli("run", "pause", run_id, "--json").stdout)
@@ -45,7 +38,7 @@ def test_cancel_a_running_run_stops_its_worker(harness: HostHarness):
     run_id = harness.start_run("blocker")
     worker = harness.wait_for_pid("blocker.pid")
     harness.cli("run", "cancel", run_id)
-    wait_until(lambda: _gone(worker), what="the cancelled worker to stop")
+    wait_until(lambda: process_gone(worker), what="the cancelled worker to stop")
     status = harness.client().run_status(run_id)
     assert status["status"] == "cancelled" and status["queueStatus"] == "cancelled"
     assert status["error"] == "Workflow run cancelled"
@@ -59,7 +52,7 @@ def test_cancel_a_parked_run(harness: HostHarness):
     run_id = harness.start_run("blocker")
     worker = harness.wait_for_pid("blocker.pid")
     harness.cli("run", "pause", run_id)
-    wait_until(lambda: _gone(worker), what="the worker to stop")
+    wait_until(lambda: process_gone(worker), what="the worker to stop")
     harness.cli("run", "cancel", run_id)
     status = harness.client().run_status(run_id)
     assert status["status"] == "cancelled" and status["paused"] is False

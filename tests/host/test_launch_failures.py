@@ -5,17 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import psutil
+from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER, SILENT_WORKER_PLUGIN
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def test_a_changed_workflow_source_parks_the_run_until_restored(harness: HostHarness):
@@ -25,7 +18,7 @@ def test_a_changed_workflow_source_parks_the_run_until_restored(harness: HostHar
     run_id = harness.start_run("blocker")
     worker = harness.wait_for_pid("blocker.pid")
     harness.cli("run", "pause", run_id)
-    wait_until(lambda: _gone(worker), what="the paused worker to stop")
+    wait_until(lambda: process_gone(worker), what="the paused worker to stop")
 
     path.write_bytes(original + b"\n# edited after the run started\n")
     harness.cli("run", "resume", run_id)
@@ -64,7 +57,7 @@ def test_a_worker_that_never_says_ready_is_stopped_as_timed_out(
         lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
         what="the timed-out launch to be parked",
     )
-    assert _gone(silent)
+    assert process_gone(silent)
     assert [w[1] for w in harness.workers(run_id)] == ["timedOut"]
     status = harness.client().run_status(run_id)
     assert status["status"] == "queued" and status["queueStatus"] == "parked"

@@ -7,6 +7,8 @@ import signal
 
 import psutil
 
+from tests.polling import process_gone
+
 from .conftest import HostHarness, wait_until
 from .workflows import STEPS
 
@@ -29,7 +31,7 @@ def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: Host
     harness.cli("host", "stop")
     assert not harness.home.socket_path.exists()
     assert not harness.home.lock_path.exists()
-    assert not _alive(started["pid"])
+    assert process_gone(started["pid"])
 
 
 def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harness: HostHarness):
@@ -46,7 +48,7 @@ def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harnes
     status = json.loads(harness.cli("host", "status", "--json").stdout)
     assert status["epoch"] == first_epoch + 1
     # The orphaned worker was reaped and the run resumed in a new worker.
-    wait_until(lambda: not _alive(old_worker), what="the orphan worker to be reaped")
+    wait_until(lambda: process_gone(old_worker), what="the orphan worker to be reaped")
     harness.wait_for_pid("b.pid", previous=old_worker)
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
@@ -64,19 +66,12 @@ def test_clean_stop_parks_a_running_run_and_the_next_host_finishes_it(harness: H
     worker = harness.wait_for_pid("b.pid")
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=20) == 0
-    assert not _alive(worker)
+    assert process_gone(worker)
     rows = harness.query("SELECT status FROM run_queue WHERE run_id = ?", run_id)
     assert rows == [("parked",)]
     harness.start_host()
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_runs_still_complete_after_the_worker_fork_server_dies(harness: HostHarness):

@@ -2,4 +2,4 @@
 
 from __future__ import annotations
 
-from host.conftest import harness  # noqa: F401  (the fixture, re-exported for this package)
+from tests.host.conftest import harness  # noqa: F401  (the fixture, re-exported for this package)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from host.conftest import HostHarness
-
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.storage import open_state
 from pi_workflows.storage.workflow_messages import session_messages
+from tests.host.conftest import HostHarness
 
 SESSION = "session-terminal-tests"
 

@@ -6,11 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-from host.conftest import HostHarness, wait_until
 
 from pi_workflows.builtin.terminal import DEFAULT_INSTRUCTIONS, GUARDRAILS, PREAMBLE
 from pi_workflows.canonical import canonical_json
 from pi_workflows.errors import InvalidInputError
+from tests.host.conftest import HostHarness, wait_until
 
 from .helpers import start_interactive, terminal_messages
 from .workflows import FAILING

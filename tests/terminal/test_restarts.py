@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from host.conftest import HostHarness, wait_until
+from tests.host.conftest import HostHarness, wait_until
 
 from .helpers import start_interactive, terminal_messages
 from .workflows import COUNTING, GATED

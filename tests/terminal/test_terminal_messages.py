@@ -9,8 +9,6 @@ import os
 import time
 from pathlib import Path
 
-from host.conftest import HostHarness, wait_until
-from host.workflows import BLOCKER
 from peewee import fn
 
 from pi_workflows.builtin.terminal import DEFAULT_INSTRUCTIONS, GUARDRAILS, PREAMBLE
@@ -19,6 +17,8 @@ from pi_workflows.clock import now_ms
 from pi_workflows.storage import open_state, put_json
 from pi_workflows.storage.models import WorkflowMessage, WorkflowTurn
 from pi_workflows.storage.terminal_facts import LOAD_FAILURE_DETAIL, terminal_message_id
+from tests.host.conftest import HostHarness, wait_until
+from tests.host.workflows import BLOCKER
 
 from .helpers import SESSION, start_interactive, terminal_message_count, terminal_messages
 from .workflows import FAILING, LOAD_BROKEN, RENDER_FAULT_PLUGIN
