@@ -1,0 +1,1 @@
+"""The Pi coding agent for pi-workflows: headless executor and interactive extension."""

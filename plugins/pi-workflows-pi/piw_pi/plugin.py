@@ -1,0 +1,1 @@
+"""Entry point of the `pi` plugin: the hooks it implements are added here."""
