@@ -100,8 +100,7 @@ def bench_status(home: Home, run_id: str, clients: int, per_client: int) -> list
 
 def bench_claim_cost(queued: int, repeats: int = 20) -> float:
     """Median ms of one claim (candidate query + claim) with `queued` runs waiting."""
-    from pi_workflows.host import claims
-    from pi_workflows.storage import open_state
+    from pi_workflows.storage import open_state, run_claims
     from pi_workflows.storage.runs import create_run
 
     root = Path(tempfile.mkdtemp(prefix="piw-claim-"))
@@ -123,9 +122,9 @@ def bench_claim_cost(queued: int, repeats: int = 20) -> float:
         timings = []
         for _ in range(repeats):
             began = time.perf_counter()
-            candidate = claims.claim_candidates("bench-host", set())[0]
+            candidate = run_claims.claim_candidates("bench-host", set())[0]
             with store.transaction():
-                claims.claim_run(candidate, "bench-host", claims.new_claim_token())
+                run_claims.claim_run(candidate, "bench-host", run_claims.new_claim_token())
             timings.append((time.perf_counter() - began) * 1000)
         return statistics.median(timings)
     finally:

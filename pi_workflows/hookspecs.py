@@ -240,9 +240,9 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     """Register decision channel kinds: ``register(kind, factory)``.
 
     Called once when the host starts and loads ``<config>/channels.toml`` (see
-    ``pi_workflows.host.channels``). Every implementation runs. For each configured
+    ``pi_workflows.host.decision_channel_runner``). Every implementation runs. For each configured
     channel of that kind the host calls ``factory(context)`` with a
-    ``pi_workflows.host.channels.ChannelContext`` (``name``, ``options``,
+    ``pi_workflows.host.decision_channel_runner.ChannelContext`` (``name``, ``options``,
     ``credentials``, ``settings.allows(actor)``, ``report_answer(decision_id, choice,
     input=None, *, actor)``, ``store_call(fn)``) and gets a channel object with:
 
@@ -258,7 +258,7 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     return within the call timeout, makes the effect ambiguous until an operator runs
     ``pi-workflows decision recover``. Answers are reported through ``report_answer``;
     the host accepts them only from channels of the decision's audience and actors the
-    channel allows. The built-in (``pi_workflows.builtin.channels``) registers
+    channel allows. The built-in (``pi_workflows.builtin.decision_channels``) registers
     ``session`` and ``cli``.
     """
 

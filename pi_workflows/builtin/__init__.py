@@ -8,7 +8,7 @@ DEFAULT_PLUGINS = (
     "pi_workflows.builtin.terminal",
     "pi_workflows.builtin.workflows",
     "pi_workflows.builtin.executors",
-    "pi_workflows.builtin.channels",
+    "pi_workflows.builtin.decision_channels",
 )
 
 # Without these nothing can open state; PI_WORKFLOWS_DISABLE_PLUGINS cannot block them.

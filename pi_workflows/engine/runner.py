@@ -1,9 +1,9 @@
-"""The engine: executes a workflow definition against a run store (engine.md §3).
+"""The engine: executes a workflow definition against a run backend (engine.md §3).
 
-The engine thread owns the store. Each node attempt runs its callbacks in a helper
-thread; store calls the callbacks make (notifications, effects, updates) are handed to
+The engine thread owns the backend. Each node attempt runs its callbacks in a helper
+thread; backend calls the callbacks make (notifications, effects, updates) are handed to
 the engine thread through one inbox, which also carries the attempt's completion and
-cancel/park requests. So the store sees one caller at a time — exactly what the
+cancel/park requests. So the backend sees one caller at a time — exactly what the
 worker's request/response protocol needs — and a deadline is just an inbox timeout.
 """
 
@@ -33,8 +33,8 @@ from ..errors import (
 from .agents import AgentExecutor, headless_executor, parse_output, step_prompt
 from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
 from .routing import RoutingError, failure_route, next_node
+from .run_backend import RunBackend
 from .shell import run_shell
-from .store import RunStore
 from .updates import TokenBucket, check_update
 
 RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
@@ -107,7 +107,7 @@ class _Attempt:
 
 
 @dataclass
-class _StoreCall:
+class _BackendCall:
     attempt: _Attempt
     method: str
     payload: dict[str, Any]
@@ -147,13 +147,13 @@ class Engine:
     def __init__(
         self,
         definition: Workflow,
-        store: RunStore,
+        backend: RunBackend,
         *,
         agent_executor: AgentExecutor | None = None,
     ) -> None:
         self.definition = definition
-        self.store = store
-        self.run_id = store.run_id
+        self.backend = backend
+        self.run_id = backend.run_id
         self.state: dict[str, Any] = {}
         self._agent_executor = agent_executor
         self._inbox: queue.Queue[Any] = queue.Queue()
@@ -253,7 +253,7 @@ class Engine:
         """
         self._load()
         validate_graph(self.definition)
-        parent = self.store.read_run_state(parent_run_id)["state"] or {}
+        parent = self.backend.read_run_state(parent_run_id)["state"] or {}
         checkpoint_id = parent.get("waitingOn")
         if parent.get("status") != "waiting" or checkpoint_id not in self.definition.nodes:
             raise InvalidInputError(
@@ -298,7 +298,7 @@ class Engine:
     # --- run level -----------------------------------------------------------------------
 
     def _load(self) -> dict[str, Any]:
-        info = self.store.read_run_state()
+        info = self.backend.read_run_state()
         expected = info.get("definitionDigest")
         if expected and expected != self.definition.definition_digest:
             raise WorkflowSourceChangedError(
@@ -426,9 +426,9 @@ class Engine:
                 "attemptId": attempt.attempt_id,
             }
             if failure is not None:
-                self.store.reject_interaction({**coordinates, "error": failure})
+                self.backend.reject_interaction({**coordinates, "error": failure})
                 return
-            self.store.accept_interaction(coordinates)
+            self.backend.accept_interaction(coordinates)
         state["status"] = "running"
         state.pop("waitingOn", None)
         if failure is None:
@@ -547,7 +547,7 @@ class Engine:
             state["finalOutput"] = payload["finalOutput"] = final_output
             prompt = self._presentation_prompt(final_output)
             if prompt:
-                self.store.request_presentation({"prompt": prompt})
+                self.backend.request_presentation({"prompt": prompt})
             payload["presentationRequired"] = bool(prompt)
         if error is not None:
             state["error"] = payload["error"] = error
@@ -598,7 +598,7 @@ class Engine:
             event["nodeId"] = node_id
         if attempt_id is not None:
             event["attemptId"] = attempt_id
-        self.store.write_snapshot(state, event)
+        self.backend.write_snapshot(state, event)
 
     # --- one attempt ---------------------------------------------------------------------
 
@@ -677,7 +677,7 @@ class Engine:
                         ),
                     )
                     break
-                if isinstance(item, _StoreCall):
+                if isinstance(item, _BackendCall):
                     self._serve(item, attempt)
                 elif isinstance(item, _Done) and item.attempt is attempt:
                     done = item
@@ -694,7 +694,7 @@ class Engine:
         return done
 
     def _let_go(self, thread: threading.Thread) -> None:
-        """Give an ended attempt's thread a moment to stop, refusing its store calls."""
+        """Give an ended attempt's thread a moment to stop, refusing its backend calls."""
         # A finished attempt's thread ends right after posting its result: join first.
         thread.join(timeout=0.005)
         deadline = time.monotonic() + ABANDON_GRACE_SECONDS
@@ -703,20 +703,20 @@ class Engine:
                 item = self._inbox.get(timeout=0.02)
             except queue.Empty:
                 continue
-            if isinstance(item, _StoreCall):
+            if isinstance(item, _BackendCall):
                 item.error = NodeAborted("The node attempt is no longer active.")
                 item.done.set()
             elif isinstance(item, _Stop):
                 self._inbox.put(item)
                 break
 
-    def _serve(self, call: _StoreCall, active: _Attempt) -> None:
+    def _serve(self, call: _BackendCall, active: _Attempt) -> None:
         if call.attempt is not active or active.signal.is_aborted:
             call.error = NodeAborted("The node attempt is no longer active.")
             call.done.set()
             return
         try:
-            call.result = getattr(self.store, call.method)(call.payload)
+            call.result = getattr(self.backend, call.method)(call.payload)
         except FATAL_STORE_ERRORS as error:
             call.error = error
             call.done.set()
@@ -739,7 +739,7 @@ class Engine:
         else:
             # A manual action stopped midway may or may not have happened.
             settlement = {"outcome": "ambiguous", "error": "stopped before it finished"}
-        self.store.settle_effect({"effectId": effect["effectId"], **settlement})
+        self.backend.settle_effect({"effectId": effect["effectId"], **settlement})
 
     def _record(
         self, attempt: _Attempt, outcome: str, *, output: Any = None, error: str | None = None
@@ -810,8 +810,8 @@ class Engine:
         )
 
     def _call(self, attempt: _Attempt, method: str, payload: dict[str, Any]) -> Any:
-        """A store call from the attempt thread, executed by the engine thread."""
-        call = _StoreCall(attempt, method, payload)
+        """A backend call from the attempt thread, executed by the engine thread."""
+        call = _BackendCall(attempt, method, payload)
         self._inbox.put(call)
         while not call.done.wait(0.05):
             attempt.signal.raise_if_aborted()
@@ -998,7 +998,7 @@ def _call_quietly(function: Any, argument: Any) -> Any:
 
 
 def execute_command(
-    definition: Workflow, store: RunStore, command: dict[str, Any]
+    definition: Workflow, backend: RunBackend, command: dict[str, Any]
 ) -> dict[str, Any]:
     """Execute a worker run command (SPEC §7.3) to its next stop.
 
@@ -1007,4 +1007,4 @@ def execute_command(
     ``detail``) when the run stopped without a terminal state. To cancel or park from
     another thread, build an :class:`Engine` and call ``engine.execute(command)``.
     """
-    return Engine(definition, store).execute(command)
+    return Engine(definition, backend).execute(command)

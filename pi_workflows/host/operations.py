@@ -15,7 +15,7 @@ from ..clock import now_ms
 from ..errors import InvalidInputError, NotFoundError, PiWorkflowsError
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
-from ..storage import record_run_change
+from ..storage import record_run_change, run_claims
 from ..storage.models import (
     TERMINAL_RUN_STATUSES,
     Effect,
@@ -25,7 +25,6 @@ from ..storage.models import (
     RunQueue,
 )
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
-from . import claims
 from .receipts import OperationResult, execute_durable, outcome_for_error
 
 if TYPE_CHECKING:
@@ -73,7 +72,7 @@ class Operations:
 
     async def dispatch(self, request: ClientRequest, connection: Any = None) -> dict[str, Any]:
         host = self.host
-        if host.stopping or host.claim is None:
+        if host.stopping or host.epoch_lease is None:
             return response(request.request_id, "unavailable", error="Workflow host is stopping")
         operation = request.operation
         if operation in self.live:
@@ -85,7 +84,9 @@ class Operations:
                 )
         if operation in self.durable:
             handler = self.durable[operation]
-            return execute_durable(host.store, request, host.claim.epoch, lambda: handler(request))
+            return execute_durable(
+                host.store, request, host.epoch_lease.epoch, lambda: handler(request)
+            )
         if operation == "host.stop":
             host.spawn(host.stop())
             return response(request.request_id, "accepted", receipt={"stopping": True})
@@ -149,7 +150,7 @@ class Operations:
         host = self.host
         active = host.active_runs.get(run_id)
         token = active.claim_token if active else host.pending_claims.get(run_id)
-        if not claims.terminate_run(
+        if not run_claims.terminate_run(
             run_id, token, status="cancelled", code="cancelled", error="Workflow run cancelled"
         ):
             if token is not None:
@@ -191,7 +192,7 @@ class Operations:
             )
         token = active.claim_token if active else host.pending_claims.get(run_id)
         if token is not None:
-            if not claims.park_run(run_id, token):
+            if not run_claims.park_run(run_id, token):
                 return OperationResult(
                     "claimLost", error="Run claim was lost before pause committed", run_id=run_id
                 )
@@ -284,13 +285,13 @@ class Operations:
             .where(
                 Lease.owner_id.is_null(False)
                 & (Lease.expires_at <= now)
-                & RunQueue.status.not_in(claims.TERMINAL_QUEUE_STATUSES)
+                & RunQueue.status.not_in(run_claims.TERMINAL_QUEUE_STATUSES)
             )
             .count()
         )
         return {
             "state": "running",
-            "epoch": host.claim.epoch if host.claim else None,
+            "epoch": host.epoch_lease.epoch if host.epoch_lease else None,
             "pid": os.getpid(),
             "uptimeMs": host.uptime_ms(),
             "activeWorkers": len(host.active_runs),

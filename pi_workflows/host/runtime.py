@@ -24,10 +24,10 @@ from ..errors import PiWorkflowsError
 from ..home import Home, prepare_home
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import HostInfo, WorkerSettings
-from ..storage import StateStore, open_state, put_json, put_text
+from ..storage import StateStore, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_records
-from . import claims, decisions, epoch, sessions, terminal
+from . import epoch_lease, human_decisions, sessions, terminal_messages
 from .active_run import ActiveRun
 from .forkserver import ForkServer, fork_server_enabled
 from .lock import HostLock, acquire_host_lock
@@ -42,8 +42,8 @@ DEFAULT_MAX_WORKERS = 4
 
 # Feature modules: each `install(host)` registers operations and listeners.
 FEATURES: tuple[Callable[[Host], None], ...] = (
-    terminal.install,
-    decisions.install,
+    terminal_messages.install,
+    human_decisions.install,
     sessions.install,
 )
 
@@ -54,8 +54,8 @@ class HostTimings:
 
     heartbeat_s: float = 10.0
     poll_s: float = 2.0
-    run_lease_ms: int = claims.RUN_CLAIM_LEASE_MS
-    host_lease_ms: int = epoch.HOST_LEASE_MS
+    run_lease_ms: int = run_claims.RUN_CLAIM_LEASE_MS
+    host_lease_ms: int = epoch_lease.HOST_LEASE_MS
     worker_startup_s: float = 15.0
 
     @classmethod
@@ -67,8 +67,8 @@ class HostTimings:
         return cls(
             heartbeat_s=number("PI_WORKFLOWS_HEARTBEAT_S", 10.0),
             poll_s=number("PI_WORKFLOWS_POLL_S", 2.0),
-            run_lease_ms=int(number("PI_WORKFLOWS_RUN_LEASE_MS", claims.RUN_CLAIM_LEASE_MS)),
-            host_lease_ms=int(number("PI_WORKFLOWS_HOST_LEASE_MS", epoch.HOST_LEASE_MS)),
+            run_lease_ms=int(number("PI_WORKFLOWS_RUN_LEASE_MS", run_claims.RUN_CLAIM_LEASE_MS)),
+            host_lease_ms=int(number("PI_WORKFLOWS_HOST_LEASE_MS", epoch_lease.HOST_LEASE_MS)),
             worker_startup_s=number("PI_WORKFLOWS_WORKER_STARTUP_S", 15.0),
         )
 
@@ -102,7 +102,7 @@ class Host:
         self.max_workers = max_workers or max_workers_setting()
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
-        self.claim: epoch.HostClaim | None = None
+        self.epoch_lease: epoch_lease.EpochLease | None = None
         self.lock: HostLock | None = None
         self.started_at = 0
         self.previous_heartbeat_at: int | None = None  # the last sign of life before us
@@ -147,7 +147,7 @@ class Host:
                 if reaped:
                     log.info("reaped %d orphan worker process group(s)", reaped)
             with self.store.transaction():
-                previous = epoch.previous_host()
+                previous = epoch_lease.previous_host()
                 previous_host_id = previous.host_id
                 self.previous_heartbeat_at = previous.heartbeat_at
                 holder_is_dead = bool(
@@ -155,14 +155,14 @@ class Host:
                     and previous.pid
                     and not is_same_process(previous.pid, previous.process_start_identity or "")
                 )
-                self.claim = epoch.acquire_epoch(
+                self.epoch_lease = epoch_lease.acquire_epoch(
                     self.host_id,
                     os.getpid(),
                     identity,
                     lease_ms=self.timings.host_lease_ms,
                     holder_is_dead=holder_is_dead,
                 )
-                epoch.recover_previous_host(previous_host_id, self.claim.epoch)
+                epoch_lease.recover_previous_host(previous_host_id, self.epoch_lease.epoch)
             for action in self.startup_actions:
                 action()
             self.started_at = now_ms()
@@ -175,16 +175,16 @@ class Host:
             asyncio.create_task(self._every(self.timings.heartbeat_s, self._heartbeat)),
             asyncio.create_task(self._every(self.timings.poll_s, self._poll)),
         ]
-        log.info("ready at epoch %s", self.claim.epoch)
+        log.info("ready at epoch %s", self.epoch_lease.epoch)
         if self.fork_server is not None:
             await self.fork_server.start()
         self.schedule_claim_pass()
 
     def _release_identity(self) -> None:
-        if self.claim is not None:
+        if self.epoch_lease is not None:
             with contextlib.suppress(Exception):
-                epoch.release_epoch(self.claim)
-            self.claim = None
+                epoch_lease.release_epoch(self.epoch_lease)
+            self.epoch_lease = None
         with contextlib.suppress(OSError):
             self.home.socket_path.unlink(missing_ok=True)
         if self.lock is not None:
@@ -206,7 +206,7 @@ class Host:
             await self.fork_server.close()
         with self.store.transaction():
             for run_id, token in list(self.pending_claims.items()):
-                claims.park_run(run_id, token)
+                run_claims.park_run(run_id, token)
         self.pending_claims.clear()
         handed_off = list(self.active_runs.values())
         stops = []
@@ -224,7 +224,7 @@ class Host:
         with self.store.transaction():
             for active in handed_off:
                 if active.control == "handoff":
-                    claims.park_run(active.run_id, active.claim_token)
+                    run_claims.park_run(active.run_id, active.claim_token)
         self._release_identity()
         self.stopped.set()
         log.info("stopped")
@@ -238,9 +238,9 @@ class Host:
                 log.exception("timer action failed")
 
     def _heartbeat(self) -> None:
-        assert self.claim is not None
+        assert self.epoch_lease is not None
         try:
-            epoch.renew_epoch(self.claim, self.timings.host_lease_ms)
+            epoch_lease.renew_epoch(self.epoch_lease, self.timings.host_lease_ms)
         except PiWorkflowsError as error:
             log.error("host claim lost: %s", error)
             self.spawn(self.stop())
@@ -249,7 +249,7 @@ class Host:
             if active.control or active.exiting:
                 continue
             with self.store.transaction():
-                renewed = claims.renew_claim(
+                renewed = run_claims.renew_claim(
                     active.run_id, active.claim_token, self.timings.run_lease_ms
                 )
             if not renewed:
@@ -275,7 +275,7 @@ class Host:
     def host_info(self) -> HostInfo:
         return HostInfo(
             host_id=self.host_id,
-            epoch=self.claim.epoch if self.claim else 0,
+            epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
             active_workers=len(self.active_runs) + len(self.pending_claims),
             max_workers=self.max_workers,
         )
@@ -289,11 +289,11 @@ class Host:
     def _claim_pass(self) -> None:
         """Claim runs until none is claimable or a `piw_may_claim` veto (worker limit)."""
         self._claim_pass_scheduled = False
-        if self.stopping or self.claim is None:
+        if self.stopping or self.epoch_lease is None:
             return
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
         while True:
-            candidate_ids = claims.claim_candidates(self.host_id, excluded)
+            candidate_ids = run_claims.claim_candidates(self.host_id, excluded)
             if not candidate_ids:
                 return
             candidates = run_records(candidate_ids)
@@ -304,9 +304,9 @@ class Host:
             except PiWorkflowsError as error:
                 log.error("claim pass stopped: %s", error)
                 return
-            token = claims.new_claim_token()
+            token = run_claims.new_claim_token()
             with self.store.transaction():
-                claim = claims.claim_run(
+                claim = run_claims.claim_run(
                     chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
                 )
             excluded.add(chosen.run_id)
@@ -324,8 +324,8 @@ class Host:
         `allow_pending_interaction` lets a run that waits for its session be claimed to
         validate a submission (SPEC §9.5).
         """
-        token = claims.new_claim_token()
-        claim = claims.claim_run(
+        token = run_claims.new_claim_token()
+        claim = run_claims.claim_run(
             run_id,
             self.host_id,
             token,
@@ -347,7 +347,7 @@ class Host:
         if self.stopping or run_id in self.active_runs:
             self.pending_claims.pop(run_id, None)
             with self.store.transaction():
-                claims.park_run(run_id, token)
+                run_claims.park_run(run_id, token)
             return
         run = Run.get_by_id(run_id)
         worker_epoch = secrets.token_hex(16)
@@ -370,7 +370,7 @@ class Host:
                 worker_epoch=worker_epoch,
                 run=run_id,
                 generation=generation,
-                host_epoch=self.claim.epoch if self.claim else 0,
+                host_epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
                 launch_envelope_hash=put_json(envelope),
                 launch_progress_revision=revision,
                 status="starting",
@@ -380,9 +380,9 @@ class Host:
         self.active_runs[run_id] = active
         self.pending_claims.pop(run_id, None)
         try:
-            if claims.has_uncertain_effect(run_id):
+            if run_claims.has_uncertain_effect(run_id):
                 with self.store.transaction():
-                    claims.park_for_ambiguous_effect(run_id, token)
+                    run_claims.park_for_ambiguous_effect(run_id, token)
                     self._finish_worker(active, WorkerExit("orphaned", None, None, None))
                 self.blocked_runs.add(run_id)
                 return
@@ -439,20 +439,20 @@ class Host:
         """Exit recovery in the order of SPEC §7.4."""
         run_id, token = active.run_id, active.claim_token
         with self.store.transaction():
-            if not claims.verify_claim(run_id, token, active.generation):
+            if not run_claims.verify_claim(run_id, token, active.generation):
                 return
-            if claims.has_uncertain_effect(run_id):
+            if run_claims.has_uncertain_effect(run_id):
                 self.blocked_runs.add(run_id)
-                claims.park_for_ambiguous_effect(run_id, token)
+                run_claims.park_for_ambiguous_effect(run_id, token)
                 log.warning("run parked for ambiguous effect recovery")
                 return
             if active.source_changed is not None:
-                claims.park_for_source_change(run_id, token, active.source_changed)
+                run_claims.park_for_source_change(run_id, token, active.source_changed)
                 log.warning("run parked: its workflow source changed")
                 return
             if active.workflow_load_failure is not None:
                 old_status = Run.get_by_id(run_id).status
-                if claims.terminate_run(
+                if run_claims.terminate_run(
                     run_id,
                     token,
                     status="failed",
@@ -466,14 +466,14 @@ class Host:
                 return
             if Run.get_by_id(run_id).revision <= active.launch_progress_revision:
                 self.blocked_runs.add(run_id)
-                claims.park_for_no_progress(
+                run_claims.park_for_no_progress(
                     run_id,
                     token,
                     f"Workflow worker {outcome} before it committed workflow progress",
                 )
                 log.warning("run parked after a worker made no progress")
                 return
-            claims.park_run(run_id, token)
+            run_claims.park_run(run_id, token)
             log.info("run parked after worker %s", outcome)
 
     def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:

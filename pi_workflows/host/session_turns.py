@@ -15,7 +15,7 @@ from .. import plugins
 from ..clock import now_ms
 from ..errors import TurnConflictError
 from ..records import TurnReport
-from ..storage import record_run_change, step_deadlines
+from ..storage import record_run_change, run_claims, step_deadlines
 from ..storage import turns as turn_store
 from ..storage.models import InteractiveRequest, Lease, Run, RunQueue
 from ..storage.runs import run_record
@@ -24,7 +24,6 @@ from ..storage.workflow_messages import (
     ensure_interaction_message,
     get_workflow_message,
 )
-from . import claims
 from .session_views import is_validating, open_message_id
 
 if TYPE_CHECKING:
@@ -68,7 +67,7 @@ class TurnContext:
     def run_is_terminal(self, run_id: str) -> bool:
         """True when the run is missing or its queue row is done, failed or cancelled."""
         queue = RunQueue.get_or_none(RunQueue.run == run_id)
-        return queue is None or queue.status in claims.TERMINAL_QUEUE_STATUSES
+        return queue is None or queue.status in run_claims.TERMINAL_QUEUE_STATUSES
 
     def run_is_paused(self, run_id: str) -> bool:
         run = Run.get_or_none(Run.run_id == run_id)
@@ -160,7 +159,7 @@ class TurnContext:
         old_status = Run.get_by_id(run_id).status
         times = TIMES.get(request.unproductive_turn_ends, f"{request.unproductive_turn_ends} times")
         error = f"Workflow step ended {times} without a valid submission"
-        failed = claims.terminate_run(
+        failed = run_claims.terminate_run(
             run_id,
             None,
             status="failed",

@@ -32,7 +32,7 @@ from ..errors import (
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
 from ..records import TurnReport
-from ..storage import put_json, read_json, record_run_change, run_state, step_deadlines
+from ..storage import put_json, read_json, record_run_change, run_claims, run_state, step_deadlines
 from ..storage.models import InteractiveRequest, InteractiveSubmission, Lease, Run, WorkflowMessage
 from ..storage.turns import STOP_REASONS, open_turns_for_session
 from ..storage.workflow_messages import (
@@ -40,7 +40,6 @@ from ..storage.workflow_messages import (
     cancel_pending_for_source,
     ensure_interaction_message,
 )
-from . import claims
 from .receipts import OperationResult
 from .session_turns import TurnContext
 from .session_views import is_validating, session_view
@@ -328,7 +327,7 @@ class Sessions:
 
     def _on_interaction_rejected(self, active: Any, payload: Any, result: Any) -> None:
         # The request stays pending: the run waits again, without a claim or a worker.
-        if not claims.park_run(
+        if not run_claims.park_run(
             active.run_id,
             active.claim_token,
             event_type="run.interaction_rejected",

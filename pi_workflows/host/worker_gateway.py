@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 from .. import plugins
 from ..canonical import digest
 from ..clock import now_ms
-from ..engine.store import OPERATIONS as STORE_OPERATIONS
+from ..engine.run_backend import OPERATIONS as BACKEND_OPERATIONS
 from ..errors import PiWorkflowsError, RevisionConflictError
 from ..protocol.framing import one_line_error
 from ..protocol.worker_messages import validate_message, worker_response
-from ..storage import put_json, put_text, read_json, read_text, run_state
+from ..storage import put_json, put_text, read_json, read_text, run_claims, run_state
 from ..storage.models import Run, RunWorker, WorkerMessage
 from ..storage.runs import run_record
-from . import claims
 from .active_run import ActiveRun
 
 if TYPE_CHECKING:
@@ -110,12 +109,12 @@ class WorkerGateway:
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
         with self.host.store.transaction():
-            if not claims.verify_claim(active.run_id, active.claim_token, active.generation):
+            if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
                 return self._claim_lost(message_id)
             RunWorker.update(status="running", ready_at=now_ms()).where(
                 (RunWorker.worker_epoch == active.worker_epoch) & (RunWorker.status == "starting")
             ).execute()
-            claims.mark_running(active.run_id, active.claim_token)
+            run_claims.mark_running(active.run_id, active.claim_token)
             record = run_record(active.run_id)
             timed_out = run_state.timed_out_interaction_attempt(active.run_id)
         active.launch_progress_revision = record.revision
@@ -163,14 +162,14 @@ class WorkerGateway:
                 f"Workflow run revision conflict: expected {message['expectedRevision']}, "
                 f"got {current.revision}"
             )
-        if not claims.verify_claim(active.run_id, active.claim_token, active.generation):
+        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
             return self._claim_lost(message_id)
         result = self._apply(operation, payload)
         for listener in self.host.worker_operation_listeners.get(operation, ()):
             listener(active, payload, result)
         after = Run.get_by_id(active.run_id)
         if operation == "store.writeSnapshot" and after.status != "running":
-            claims.project_lifecycle(active.run_id, active.generation, after.status)
+            run_claims.project_lifecycle(active.run_id, active.generation, after.status)
             old_status, new_status = current.status, after.status
             self.host.store.after_commit(
                 lambda: self.host.after_run_stopped(active.run_id, old_status, new_status)
@@ -179,7 +178,7 @@ class WorkerGateway:
 
     def _apply(self, operation: str, payload: dict[str, Any]) -> Any:
         """Forward to the state-store function the engine's local store also uses."""
-        function = getattr(run_state, STORE_OPERATIONS[operation])
+        function = getattr(run_state, BACKEND_OPERATIONS[operation])
         if operation == "store.readRunState":
             # A continuation reads its parent; any other run id is out of bounds.
             wanted = payload.get("run_id") or self.active.run_id

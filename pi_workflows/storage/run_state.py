@@ -16,7 +16,7 @@ from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import MessageContent
-from . import decisions
+from . import decision_records
 from .blobs import put_json, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -70,7 +70,7 @@ def _change(
 
 
 def read_run_state(run_id: str) -> dict[str, Any]:
-    """The run's identity, input and last snapshot (see ``RunStore.read_run_state``)."""
+    """The run's identity, input and last snapshot (see ``RunBackend.read_run_state``)."""
     run = get_run(run_id)
     state = read_json(run.state_hash)
     return {
@@ -340,7 +340,7 @@ def publish_update(
 def reserve_effect(
     run_id: str, request: dict[str, Any], expected_revision: int | None = None
 ) -> dict[str, Any]:
-    """Reserve a managed effect before its action runs (see ``RunStore.reserve_effect``)."""
+    """Reserve a managed effect before its action runs (see ``RunBackend.reserve_effect``)."""
     payload_hash = put_json(request.get("payload"))
     effect = Effect.get_or_none(
         (Effect.run == run_id)
@@ -436,9 +436,9 @@ def create_human_decision_request(
 ) -> dict[str, Any]:
     """Create (or adopt, for a repeated attempt) the request record of a human decision.
 
-    The record (``storage.decisions``) comes back without its subject.
+    The record (``storage.decision_records``) comes back without its subject.
     """
-    record, created = decisions.create_request(run_id, request)
+    record, created = decision_records.create_request(run_id, request)
     if not created:
         return {**record, "revision": _revision(run_id)}
     revision = _change(

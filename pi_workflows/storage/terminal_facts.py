@@ -2,7 +2,7 @@
 
 The pure, database-side half of terminal messages: which runs need one, the facts
 (`pi-workflows.terminal-result.v1`), the fingerprint and the message identity. Rendering
-goes through plugins and is the host's business (`pi_workflows.host.terminal`).
+goes through plugins and is the host's business (`pi_workflows.host.terminal_messages`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from typing import IO, Any
 from ..builtin.launch import LAUNCH_ENV
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
-from .channel import HostChannel
-from .host_store import HostBackedStore
+from .host_backend import HostRunBackend
+from .host_pipe import HostPipe
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -55,9 +55,9 @@ def parse_envelope(raw: str | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     envelope = parse_envelope(os.environ.get(LAUNCH_ENV))
     protocol_in, protocol_out = _claim_protocol_streams()
-    channel = HostChannel(envelope, protocol_in, protocol_out)
+    pipe = HostPipe(envelope, protocol_in, protocol_out)
     try:
-        return _run(channel, envelope)
+        return _run(pipe, envelope)
     except ClaimLostError as error:
         print(f"pi-workflows worker: stopping, {error}", file=sys.stderr)
         return EXIT_CLAIM_LOST
@@ -66,27 +66,27 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
 
 
-def _run(channel: HostChannel, envelope: dict[str, Any]) -> int:
+def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
     from ..discovery import load_from_source
     from ..engine import execute_command
 
-    ready = channel.call("worker.ready", {}, control=True)
+    ready = pipe.call("worker.ready", {}, control=True)
     try:
         definition = load_from_source(envelope["workflowSource"], envelope["definitionDigest"])
     except WorkflowSourceChangedError as error:
-        channel.call(
+        pipe.call(
             "worker.exiting", {"status": "workflowSourceChanged", "error": str(error)}, control=True
         )
         return EXIT_FAILED
     except Exception as error:  # any import-time failure of user code is a load failure
         traceback.print_exc()
-        channel.call(
+        pipe.call(
             "worker.exiting",
             {"status": "workflowLoadFailed", "error": f"{type(error).__name__}: {error}"},
             control=True,
         )
         return EXIT_FAILED
-    store = HostBackedStore(channel)
-    outcome = execute_command(definition, store, ready["command"])
-    channel.call("worker.exiting", {"status": outcome["status"]}, control=True)
+    backend = HostRunBackend(pipe)
+    outcome = execute_command(definition, backend, ready["command"])
+    pipe.call("worker.exiting", {"status": outcome["status"]}, control=True)
     return EXIT_OK

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pi_workflows.errors import ChannelConfigError, ConflictError, InvalidInputError
-from pi_workflows.host.channels import load_channel_config
-from pi_workflows.storage import StateStore, decisions
+from pi_workflows.host.decision_channel_runner import load_channel_config
+from pi_workflows.storage import StateStore, decision_records
 from pi_workflows.storage.models import Effect
 
 CHOICES = {"ship": {"label": "Ship"}, "stop": {"label": "Stop"}}
@@ -33,18 +33,18 @@ def _request(**changes: object) -> dict:
 def test_request_records_are_deterministic_immutable_and_keep_the_subject(store, make_run):
     with store.transaction():
         make_run("run-1")
-        record, created = decisions.create_request("run-1", _request())
-        again, created_again = decisions.create_request("run-1", _request())
+        record, created = decision_records.create_request("run-1", _request())
+        again, created_again = decision_records.create_request("run-1", _request())
     assert created and not created_again and again == record
     assert record["schema"] == "pi-workflows.human-decision-request.v1"
     assert record["decisionId"].startswith("decision-") and len(record["decisionId"]) == 49
     assert record["subjectDigest"].startswith("sha256:") and "subject" not in record
     assert record["defaultResponse"] == {"choice": "stop"} and record["expiresAt"]
-    decision = decisions.get_decision(record["decisionId"])
-    assert decisions.full_request(decision)["subject"] == {"plan": [1, 2]}
-    assert "subject" not in decisions.channel_request(decision)
+    decision = decision_records.get_decision(record["decisionId"])
+    assert decision_records.full_request(decision)["subject"] == {"plan": [1, 2]}
+    assert "subject" not in decision_records.channel_request(decision)
     with store.transaction(), pytest.raises(ConflictError, match="request conflicts"):
-        decisions.create_request("run-1", _request(title="Ship it now?"))
+        decision_records.create_request("run-1", _request(title="Ship it now?"))
 
 
 @pytest.mark.parametrize(
@@ -60,12 +60,12 @@ def test_request_records_are_deterministic_immutable_and_keep_the_subject(store,
 )
 def test_presentations_are_validated_before_a_decision_exists(presentation, message):
     with pytest.raises(InvalidInputError, match=message):
-        decisions.normalize_presentation(presentation)
+        decision_records.normalize_presentation(presentation)
 
 
 def test_answers_are_checked_against_the_choices():
     choices = {**CHOICES, "replan": {"label": "Replan", "input": {"name": "why", "prompt": "?"}}}
-    check = decisions.validate_response
+    check = decision_records.validate_response
     assert check(choices, {"choice": "ship"}, "a") == {"choice": "ship"}
     with pytest.raises(InvalidInputError, match="not a choice"):
         check(choices, {"choice": "maybe"}, "a")
@@ -76,8 +76,8 @@ def test_answers_are_checked_against_the_choices():
 
 
 def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: StateStore):
-    begin, finish = decisions.begin_channel_effect, decisions.finish_channel_effect
-    effect_id = decisions.channel_effect_id("decision-1", "hook", "delivery")
+    begin, finish = decision_records.begin_channel_effect, decision_records.finish_channel_effect
+    effect_id = decision_records.channel_effect_id("decision-1", "hook", "delivery")
     with store.transaction():
         assert begin("decision-1", "hook", "delivery", 0) == 1
         assert begin("decision-1", "hook", "delivery", 0) is None  # in flight
@@ -92,16 +92,16 @@ def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: Stat
         assert begin("decision-1", "hook", "delivery", 10**15) is None  # out of attempts
 
         assert begin("decision-1", "hook", "settlement", 0) == 1
-        assert decisions.mark_interrupted_channel_effects() == 1
-        settlement = decisions.channel_effect_id("decision-1", "hook", "settlement")
-        (ambiguous,) = decisions.channel_effects("ambiguous")
+        assert decision_records.mark_interrupted_channel_effects() == 1
+        settlement = decision_records.channel_effect_id("decision-1", "hook", "settlement")
+        (ambiguous,) = decision_records.channel_effects("ambiguous")
         assert ambiguous["effectId"] == settlement
         assert ambiguous["error"] == "host restarted without a receipt"
         assert begin("decision-1", "hook", "settlement", 10**15) is None  # never automatic
-        decisions.recover_channel_effect(settlement, "retry")
+        decision_records.recover_channel_effect(settlement, "retry")
         assert begin("decision-1", "hook", "settlement", 10**15) == 2
         assert finish(settlement, 2, "ambiguous", error="timeout")
-        decisions.recover_channel_effect(settlement, "confirm")
+        decision_records.recover_channel_effect(settlement, "confirm")
     assert Effect.get_by_id(settlement).status == "applied"
 
 
@@ -151,6 +151,6 @@ secret_file = "{secret}"
 def test_a_decision_without_a_default_never_expires(store, make_run):
     with store.transaction():
         make_run("run-2")
-        record, _ = decisions.create_request("run-2", _request(onTimeout=None))
+        record, _ = decision_records.create_request("run-2", _request(onTimeout=None))
     assert record["deadlineAt"] is None and record["defaultResponse"] is None
-    assert decisions.expired_decisions(10**15) == []
+    assert decision_records.expired_decisions(10**15) == []

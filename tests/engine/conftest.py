@@ -11,7 +11,7 @@ import pytest
 
 from pi_workflows.authoring import Workflow
 from pi_workflows.engine import Engine
-from pi_workflows.engine.local_store import LocalStore
+from pi_workflows.engine.local_backend import LocalRunBackend
 from pi_workflows.storage import StateStore
 from pi_workflows.storage.runs import create_run, new_run_id
 
@@ -62,14 +62,14 @@ class Runs:
         return run_id
 
     def engine(self, definition: Workflow, run_id: str) -> Engine:
-        return Engine(definition, LocalStore(self.store, run_id))
+        return Engine(definition, LocalRunBackend(self.store, run_id))
 
     def start(self, definition: Workflow, input: Any = None, **options: Any) -> dict[str, Any]:
         run_id = self.create(definition, input, **options)
         return self.engine(definition, run_id).execute({"kind": "start", "input": input})
 
     def state(self, run_id: str) -> dict[str, Any]:
-        return LocalStore(self.store, run_id).read_run_state()["state"]
+        return LocalRunBackend(self.store, run_id).read_run_state()["state"]
 
     def in_thread(self, engine: Engine, command: dict[str, Any]) -> BackgroundRun:
         background = BackgroundRun(engine, command)

@@ -8,7 +8,7 @@ import pytest
 
 from pi_workflows import action, compute, edge, idempotent_effect, manual_effect, shell, workflow
 from pi_workflows.engine import Engine
-from pi_workflows.engine.local_store import LocalStore
+from pi_workflows.engine.local_backend import LocalRunBackend
 from pi_workflows.errors import ClaimLostError, WorkflowSourceChangedError
 from pi_workflows.storage.models import Effect, Event, NodeAttempt, Run
 from tests.polling import process_gone, wait_until
@@ -133,7 +133,7 @@ def test_a_changed_definition_refuses_to_run(runs) -> None:
         runs.engine(changed, run_id).execute({"kind": "start", "input": None})
 
 
-class LosingStore(LocalStore):
+class LosingStore(LocalRunBackend):
     """A store whose claim is lost at the n-th snapshot."""
 
     def __init__(self, *args, lose_at: int) -> None:

@@ -25,7 +25,7 @@ KIND_FOR_OPERATION = {
 }
 
 
-class HostChannel:
+class HostPipe:
     """Sends one message at a time and waits for its response."""
 
     def __init__(self, envelope: dict[str, Any], reader: IO[bytes], writer: IO[bytes]) -> None:

@@ -14,8 +14,8 @@ from ..storage import StateStore, run_state
 from ..storage.runs import get_run
 
 
-class LocalStore:
-    """:class:`~pi_workflows.engine.store.RunStore` for one run of an open state store."""
+class LocalRunBackend:
+    """:class:`~pi_workflows.engine.run_backend.RunBackend` for one run of an open state store."""
 
     def __init__(self, state_store: StateStore, run_id: str) -> None:
         self.state_store = state_store

@@ -4,7 +4,7 @@ Operations: ``checkpoint.answer`` and ``decision.answer`` (durable), ``decision.
 and ``decision.effects`` (queries), ``decision.recover`` (durable, for ambiguous
 channel effects). The poll timer and startup apply decision deadlines with no worker
 alive: the default response is recorded (provenance ``timeout``) and the continuation
-run reserved in one transaction. Channels (``host.channels``) deliver and settle.
+run reserved in one transaction. Channels (``host.decision_channel_runner``) deliver and settle.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from ..errors import AnswerNotAllowedError, InvalidInputError, NotFoundError, Pi
 from ..home import config_dir
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
-from ..storage import decisions, read_json
+from ..storage import decision_records, read_json
 from ..storage.models import HumanDecision, Run
 from ..storage.runs import get_run
-from .channels import ChannelRunner
+from .decision_channel_runner import ChannelRunner
 from .receipts import OperationResult, outcome_for_error
 
 if TYPE_CHECKING:
     from .runtime import Host
 
-log = logging.getLogger("pi_workflows.host.decisions")
+log = logging.getLogger("pi_workflows.host.human_decisions")
 
 CLI_CHANNEL = "cli"
 SESSION_CHANNEL = "session"
@@ -53,47 +53,50 @@ def install(host: Host) -> None:
 class DecisionFeature:
     def __init__(self, host: Host) -> None:
         self.host = host
-        self.channels = ChannelRunner(host, self.answer_from_channel)
+        self.channel_runner = ChannelRunner(host, self.answer_from_channel)
 
     # --- timers and listeners ----------------------------------------------------------
 
     def startup(self) -> None:
         # A host that was down at a deadline applies it before it serves anyone.
         self.apply_deadlines()
-        self.channels.start(config_dir())
+        self.channel_runner.start(config_dir())
 
     def poll(self) -> None:
         self.apply_deadlines()
-        self.channels.pump()
+        self.channel_runner.pump()
 
     def request_created(self, active: Any, payload: dict[str, Any], result: Any) -> None:
         """After the worker stored a decision request: offer it to its channels."""
-        self.host.store.after_commit(self.channels.pump)
+        self.host.store.after_commit(self.channel_runner.pump)
 
     def run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         # A cancelled run cancelled its open decisions; their channels settle now.
         if HumanDecision.select().where(HumanDecision.run == run_id).exists():
-            self.channels.pump()
+            self.channel_runner.pump()
 
     def apply_deadlines(self) -> None:
         """Resolve every expired decision with its default, exactly once each."""
-        if not (decisions.expired_decisions(now_ms()) or decisions.has_pending_continuations()):
+        if not (
+            decision_records.expired_decisions(now_ms())
+            or decision_records.has_pending_continuations()
+        ):
             return  # an idle tick takes no write lock
         with self.host.store.transaction():
-            continuations = decisions.reserve_pending_continuations()
-            for decision in decisions.expired_decisions(now_ms()):
-                if decisions.parent_is_parked(decision.run_id):
+            continuations = decision_records.reserve_pending_continuations()
+            for decision in decision_records.expired_decisions(now_ms()):
+                if decision_records.parent_is_parked(decision.run_id):
                     resolution = self._apply_default(decision)
                     if resolution.continuation_run_id:
                         continuations.append(resolution.continuation_run_id)
         if continuations:
             self.host.schedule_claim_pass()
-            self.channels.pump()
+            self.channel_runner.pump()
 
-    def _apply_default(self, decision: HumanDecision) -> decisions.Resolution:
-        resolution = decisions.resolve(
+    def _apply_default(self, decision: HumanDecision) -> decision_records.Resolution:
+        resolution = decision_records.resolve(
             decision,
-            provenance=decisions.PROVENANCE_TIMEOUT,
+            provenance=decision_records.PROVENANCE_TIMEOUT,
             response=read_json(decision.default_response_hash),
         )
         if resolution.won and not resolution.adopted:
@@ -104,8 +107,8 @@ class DecisionFeature:
 
     def answer(self, decision_id: str, response: Any, channel: str, actor: str) -> OperationResult:
         """The one answer path of every channel (inside the caller's transaction)."""
-        decision = decisions.get_decision(decision_id)
-        config = self.channels.config
+        decision = decision_records.get_decision(decision_id)
+        config = self.channel_runner.config
         if channel not in config.channels_for(decision.audience):
             raise AnswerNotAllowedError(
                 f"Channel {channel!r} may not answer decisions for audience {decision.audience!r}."
@@ -115,8 +118,8 @@ class DecisionFeature:
             raise AnswerNotAllowedError(
                 f"Actor {actor!r} may not answer decisions through channel {channel!r}."
             )
-        record = decisions.public_request(decision)
-        response = decisions.validate_response(
+        record = decision_records.public_request(decision)
+        response = decision_records.validate_response(
             record["choices"], _with_input_name(record["choices"], response), "The answer"
         )
         is_late = decision.deadline_at is not None and decision.deadline_at <= now_ms()
@@ -124,19 +127,19 @@ class DecisionFeature:
             # The deadline passed before this answer: the default wins, even if the
             # poll timer has not applied it yet.
             self._apply_default(decision)
-        resolution = decisions.resolve(
+        resolution = decision_records.resolve(
             decision,
-            provenance=decisions.PROVENANCE_HUMAN,
+            provenance=decision_records.PROVENANCE_HUMAN,
             response=response,
             channel=channel,
             actor=actor,
         )
         self.host.store.after_commit(self.host.schedule_claim_pass)
-        self.host.store.after_commit(self.channels.pump)
+        self.host.store.after_commit(self.channel_runner.pump)
         receipt = {
             "decisionId": decision_id,
             "parentRunId": decision.run_id,
-            "status": decisions.get_decision(decision_id).status,
+            "status": decision_records.get_decision(decision_id).status,
             "winner": resolution.winner,
             "continuationRunId": resolution.continuation_run_id,
         }
@@ -187,7 +190,7 @@ class DecisionFeature:
         return self.answer(decision_id, response, channel, actor)
 
     def _session_actor(self, decision_id: str, session_id: Any) -> str:
-        decision = decisions.get_decision(decision_id)
+        decision = decision_records.get_decision(decision_id)
         origin = Run.get_by_id(decision.run_id).origin_session_id
         if origin is None or session_id != origin:
             raise AnswerNotAllowedError(
@@ -206,17 +209,17 @@ class DecisionFeature:
             raise NotFoundError("The request names no run; pass a run id.")
         parent = get_run(run_id)
         answer = request.payload.get("input")
-        continuation_id = decisions.continuation_id_for_checkpoint(run_id)
+        continuation_id = decision_records.continuation_id_for_checkpoint(run_id)
         receipt = {"parentRunId": run_id, "runId": continuation_id}
         if Run.get_or_none(Run.run_id == continuation_id) is not None:
             # Adopts the same answer; another answer is a ConflictError.
-            decisions.reserve_continuation(
+            decision_records.reserve_continuation(
                 parent, continuation_id, input=answer, launch_options={}, actor="checkpoint"
             )
             return OperationResult(
                 "adopted", receipt={**receipt, "alreadyAnswered": True}, run_id=run_id
             )
-        state = decisions.checkpoint_state(parent)
+        state = decision_records.checkpoint_state(parent)
         if state is not None and _is_human_decision(run_id, state["waitingOn"]):
             return OperationResult(
                 "rejected",
@@ -224,13 +227,13 @@ class DecisionFeature:
                 "'pi-workflows decision answer'.",
                 run_id=run_id,
             )
-        if state is None or not decisions.parent_is_parked(run_id):
+        if state is None or not decision_records.parent_is_parked(run_id):
             return OperationResult(
                 "rejected",
                 error=f"Workflow run {run_id} is not waiting at a checkpoint.",
                 run_id=run_id,
             )
-        decisions.reserve_continuation(
+        decision_records.reserve_continuation(
             parent,
             continuation_id,
             input=answer,
@@ -251,16 +254,16 @@ class DecisionFeature:
         include_resolved = request.payload.get("all", False)
         if not isinstance(include_resolved, bool):
             raise InvalidInputError("payload.all must be true or false.")
-        return decisions.list_decisions(include_resolved=include_resolved)
+        return decision_records.list_decisions(include_resolved=include_resolved)
 
     def decision_effects(self, request: ClientRequest) -> list[dict[str, Any]]:
-        return decisions.channel_effects(request.payload.get("status"))
+        return decision_records.channel_effects(request.payload.get("status"))
 
     def decision_recover(self, request: ClientRequest) -> OperationResult:
-        receipt = decisions.recover_channel_effect(
+        receipt = decision_records.recover_channel_effect(
             str(request.payload.get("effectId")), str(request.payload.get("action"))
         )
-        self.host.store.after_commit(self.channels.pump)
+        self.host.store.after_commit(self.channel_runner.pump)
         return OperationResult("accepted", receipt=receipt)
 
 
@@ -282,9 +285,9 @@ def _with_input_name(choices: dict[str, Any], response: dict[str, Any]) -> dict[
 
 
 def _who(winner: dict[str, Any]) -> str:
-    if winner["provenance"] == decisions.PROVENANCE_TIMEOUT:
+    if winner["provenance"] == decision_records.PROVENANCE_TIMEOUT:
         return "its timeout default"
-    if winner["provenance"] == decisions.PROVENANCE_CANCELLATION:
+    if winner["provenance"] == decision_records.PROVENANCE_CANCELLATION:
         return "the cancellation of its run"
     return f"{winner['actor']} through channel {winner['channel']}"
 

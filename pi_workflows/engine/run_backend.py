@@ -1,8 +1,8 @@
-"""The store interface the engine executes against.
+"""The run backend the engine executes against.
 
-Two implementations exist: :class:`~pi_workflows.engine.local_store.LocalStore` (in
-process, over a real state database; tests and embedding) and the worker's host-backed
-store, which forwards each call as one worker-protocol message. That is why every method
+Two implementations exist: :class:`~pi_workflows.engine.local_backend.LocalRunBackend` (in
+process, over a real state database; tests and embedding) and the worker's host
+backend, which forwards each call as one worker-protocol message. That is why every method
 maps to exactly one protocol operation (:data:`OPERATIONS`) and takes and returns plain
 JSON values only.
 
@@ -31,15 +31,15 @@ OPERATIONS = {
 }
 
 
-class RunStore(Protocol):
+class RunBackend(Protocol):
     """Durable state of one run, as the engine sees it."""
 
     @property
     def run_id(self) -> str:
-        """The run this store writes to."""
+        """The run this backend writes to."""
 
     def read_run_state(self, run_id: str | None = None) -> dict[str, Any]:
-        """The run (default: this store's run; a continuation reads its parent).
+        """The run (default: this backend's run; a continuation reads its parent).
 
         Returns ``{runId, workflowName, status, revision, input, parentRunId,
         lineageKind, executionMode, originSessionId, workflowSource, definitionDigest,

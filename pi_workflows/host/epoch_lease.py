@@ -15,7 +15,7 @@ HOST_ROW_ID = 1
 
 
 @dataclass(frozen=True)
-class HostClaim:
+class EpochLease:
     host_id: str
     token: str
     epoch: int
@@ -35,7 +35,7 @@ def acquire_epoch(
     *,
     lease_ms: int = HOST_LEASE_MS,
     holder_is_dead: bool = False,
-) -> HostClaim:
+) -> EpochLease:
     """Take the next epoch by compare-and-set; refuse while another host's lease is live.
 
     `holder_is_dead` lets a host that holds the home's lock take over at once from a
@@ -66,31 +66,31 @@ def acquire_epoch(
     )
     if changed != 1:
         raise HostAlreadyRunningError("The pi-workflows host claim changed during startup.")
-    return HostClaim(host_id, token, epoch, pid, identity)
+    return EpochLease(host_id, token, epoch, pid, identity)
 
 
-def _own_row(claim: HostClaim):
+def _own_row(lease: EpochLease):
     return (
         (HostState.id == HOST_ROW_ID)
-        & (HostState.epoch == claim.epoch)
-        & (HostState.host_id == claim.host_id)
-        & (HostState.token_hash == sha256_hex(claim.token))
+        & (HostState.epoch == lease.epoch)
+        & (HostState.host_id == lease.host_id)
+        & (HostState.token_hash == sha256_hex(lease.token))
     )
 
 
-def renew_epoch(claim: HostClaim, lease_ms: int = HOST_LEASE_MS) -> None:
+def renew_epoch(lease: EpochLease, lease_ms: int = HOST_LEASE_MS) -> None:
     now = now_ms()
     changed = (
         HostState.update(heartbeat_at=now, expires_at=now + lease_ms)
-        .where(_own_row(claim) & (HostState.expires_at > now))
+        .where(_own_row(lease) & (HostState.expires_at > now))
         .execute()
     )
     if changed != 1:
         raise ClaimLostError("The pi-workflows host claim was lost.")
 
 
-def release_epoch(claim: HostClaim) -> bool:
-    """Give up the claim; the epoch and the last heartbeat stay for the next host."""
+def release_epoch(lease: EpochLease) -> bool:
+    """Give up the lease; the epoch and the last heartbeat stay for the next host."""
     return (
         HostState.update(
             host_id=None,
@@ -100,7 +100,7 @@ def release_epoch(claim: HostClaim) -> bool:
             started_at=None,
             expires_at=None,
         )
-        .where(_own_row(claim))
+        .where(_own_row(lease))
         .execute()
         == 1
     )

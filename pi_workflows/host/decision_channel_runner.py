@@ -42,10 +42,10 @@ from .. import plugins
 from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
-from ..storage import decisions
+from ..storage import decision_records
 from ..storage.models import HumanDecision
 
-log = logging.getLogger("pi_workflows.host.channels")
+log = logging.getLogger("pi_workflows.host.decision_channel_runner")
 
 DEFAULT_CHANNELS = ("session", "cli")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -268,7 +268,7 @@ class ChannelRunner:
         except ChannelConfigError as error:
             log.error("decision channels use the built-ins only: %s", error)
         with self.host.store.transaction():
-            interrupted = decisions.mark_interrupted_channel_effects()
+            interrupted = decision_records.mark_interrupted_channel_effects()
         if interrupted:
             log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
         factories = plugins.decision_channel_factories()
@@ -355,24 +355,24 @@ class ChannelRunner:
         for decision in pending:
             for name in self.config.channels_for(decision.audience):
                 candidates.append((decision.decision_id, name, "delivery"))
-        for decision, name in decisions.deliveries_to_settle():
+        for decision, name in decision_records.deliveries_to_settle():
             candidates.append((decision.decision_id, name, "settlement"))
         # Reads first: an idle tick takes no write lock.
         due = [
             (decision_id, name, purpose)
             for decision_id, name, purpose in candidates
             if name in self.channels  # not built (yet), or failed to start: nothing to call
-            and decisions.channel_effect_id(decision_id, name, purpose) not in self.in_flight
-            and decisions.channel_effect_is_due(decision_id, name, purpose, now)
+            and decision_records.channel_effect_id(decision_id, name, purpose) not in self.in_flight
+            and decision_records.channel_effect_is_due(decision_id, name, purpose, now)
         ]
         if not due:
             return
         started = []
         with self.host.store.transaction():
             for decision_id, name, purpose in due:
-                attempt = decisions.begin_channel_effect(decision_id, name, purpose, now)
+                attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
-                    effect_id = decisions.channel_effect_id(decision_id, name, purpose)
+                    effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
                     self.in_flight.add(effect_id)
                     started.append((effect_id, attempt, decision_id, name, purpose))
         for effect_id, attempt, decision_id, name, purpose in started:
@@ -383,13 +383,13 @@ class ChannelRunner:
     ) -> None:
         channel = self.channels[name]
         with self.host.store.transaction():
-            decision = decisions.get_decision(decision_id)
-            request = decisions.channel_request(decision)
+            decision = decision_records.get_decision(decision_id)
+            request = decision_records.channel_request(decision)
             if purpose == "delivery":
                 call: tuple[Any, ...] = (channel.deliver, request)
             else:
-                resolution = decisions.decision_json(decision)["resolution"]
-                delivered = decisions.delivery_result(decision_id, name)
+                resolution = decision_records.decision_json(decision)["resolution"]
+                delivered = decision_records.delivery_result(decision_id, name)
                 call = (channel.settle, request, resolution, delivered)
         result, error = None, None
         try:
@@ -408,7 +408,7 @@ class ChannelRunner:
         if self.host.stopping:
             return  # left `applying`: the next start marks it ambiguous for an operator
         with self.host.store.transaction():
-            decisions.finish_channel_effect(
+            decision_records.finish_channel_effect(
                 effect_id, attempt, outcome, result=_json_or_none(result), error=error
             )
         if outcome != "applied":
