@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import socket
+import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..canonical import canonical_json
-from ..errors import HostUnavailableError, PiWorkflowsError
+from ..errors import HostUnavailableError, PiWorkflowsError, UnsafeHomeError
+from ..home import check_private_dir
 from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
 
@@ -35,6 +39,7 @@ class HostConnection:
     def __init__(self, socket_path: Path, timeout_s: float = 30.0) -> None:
         self.socket_path = socket_path
         self.client_id = f"client-{secrets.token_hex(8)}"
+        check_socket_path(socket_path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
         try:
@@ -44,6 +49,11 @@ class HostConnection:
             raise HostUnavailableError(
                 f"No workflow host answers at {socket_path}: {error}"
             ) from None
+        try:
+            check_peer(self._sock, socket_path)
+        except UnsafeHomeError:
+            self._sock.close()
+            raise
         self._reader = self._sock.makefile("rb")
         self.hello = self._read_message()
         if self.hello.get("type") != "hello":
@@ -111,6 +121,41 @@ class HostConnection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_socket_path(socket_path: Path) -> None:
+    """Before connecting: the home, its host directory and the socket are ours alone.
+
+    The same checks the host applies to its home; anyone who could write there could
+    put their own socket in place of the host's and read every request.
+    """
+    for directory in (socket_path.parent.parent, socket_path.parent):
+        if not directory.is_dir():
+            raise HostUnavailableError(f"No workflow host has used {directory} yet.")
+        check_private_dir(directory)
+    try:
+        info = socket_path.lstat()
+    except FileNotFoundError:
+        raise HostUnavailableError(f"No workflow host socket at {socket_path}.") from None
+    if not stat.S_ISSOCK(info.st_mode):
+        raise UnsafeHomeError(f"{socket_path} is not a socket; remove it and start the host.")
+    if info.st_uid != os.getuid():
+        raise UnsafeHomeError(
+            f"The workflow host socket {socket_path} is owned by uid {info.st_uid}, not by "
+            f"you (uid {os.getuid()}); nothing was sent. Remove it or use another --home."
+        )
+
+
+def check_peer(sock: socket.socket, socket_path: Path) -> None:
+    """After connecting: the process serving the socket runs as us (or as root)."""
+    credentials = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", credentials)
+    if uid not in (os.getuid(), 0):
+        raise UnsafeHomeError(
+            f"The process serving {socket_path} (PID {pid}) runs as uid {uid}, not as you "
+            f"(uid {os.getuid()}) or root; nothing was sent. Stop it and check who can "
+            f"write to {socket_path.parent}."
+        )
 
 
 class RequestFailed(PiWorkflowsError):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..canonical import canonical_json
 from ..errors import HostAlreadyRunningError
-from .process_identity import is_same_process, start_identity
+from .process_identity import is_running, start_identity
 
 LOCK_SCHEMA = "pi-workflows.host-lock.v1"
 
@@ -43,9 +43,13 @@ def read_lock(path: Path) -> dict | None:
 
 
 def live_lock_holder(path: Path) -> dict | None:
-    """The lock record when its process is still the one that wrote it."""
+    """The lock record when its process is still the one that wrote it.
+
+    A killed host nobody has reaped yet (a zombie) keeps its pid and start time but
+    serves nothing, so it holds no lock.
+    """
     record = read_lock(path)
-    if record and is_same_process(record["pid"], record["startIdentity"]):
+    if record and is_running(record["pid"], record["startIdentity"]):
         return record
     return None
 

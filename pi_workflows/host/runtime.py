@@ -32,7 +32,7 @@ from .active_run import ActiveRun
 from .forkserver import ForkServer, fork_server_enabled
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
-from .process_identity import is_same_process, start_identity
+from .process_identity import is_running, is_same_process, start_identity
 from .supervisor import WorkerExit, WorkerSupervisor
 from .worker_gateway import WorkerGateway
 
@@ -153,7 +153,7 @@ class Host:
                 holder_is_dead = bool(
                     self.store.is_sqlite
                     and previous.pid
-                    and not is_same_process(previous.pid, previous.process_start_identity or "")
+                    and not is_running(previous.pid, previous.process_start_identity or "")
                 )
                 self.epoch_lease = epoch_lease.acquire_epoch(
                     self.host_id,
