@@ -1,0 +1,200 @@
+/**
+ * What the model's `workflow` tool and the person's `/workflow` command can do in this
+ * session. Both act only on the session's own runs; the difference is authority: the model
+ * may answer an ordinary checkpoint but never a protected human decision, which only the
+ * person (the `session` decision channel) can answer.
+ */
+
+import { isOk, RequestRefused, runCli } from "./host-link.js";
+import type { WorkflowSession } from "./session.js";
+
+export const MODEL_DECISION_REFUSAL = "Protected human decisions cannot be answered by the workflow tool";
+const SUBMIT_TIMEOUT_MS = 330_000;
+const TURN_START_WAIT_MS = 10_000;
+
+export interface StepTarget {
+	requestId?: string;
+	step?: string;
+	attempt?: string;
+}
+
+function sleep(ms: number): Promise<void> {
+	return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+export class WorkflowActions {
+	constructor(private readonly current: () => WorkflowSession | null) {}
+
+	private session(): WorkflowSession {
+		const session = this.current();
+		if (!session) throw new Error("This Pi session is not connected to pi-workflows yet.");
+		if (session.isFenced) {
+			throw new Error("Another Pi process coordinates this workflow session; use that one.");
+		}
+		return session;
+	}
+
+	private async call(operation: string, payload: Record<string, unknown>, options = {}): Promise<any> {
+		const response = await this.session().request(operation, payload, options);
+		if (!isOk(response)) throw new RequestRefused(response);
+		return response.receipt;
+	}
+
+	/** Runs this session started (its messages name them) plus its current run. */
+	private sessionRuns(): Set<string> {
+		const view = this.session().view;
+		const runs = new Set((view?.workflowMessages ?? []).map((message) => message.runId));
+		if (view?.run?.runId) runs.add(view.run.runId);
+		return runs;
+	}
+
+	private runOf(runId?: string): string {
+		const view = this.session().view;
+		if (runId) {
+			if (!this.sessionRuns().has(runId)) throw new Error(`Run ${runId} is not a run of this Pi session.`);
+			return runId;
+		}
+		if (!view?.run?.runId) throw new Error("This Pi session has no workflow run; start one with /workflow start NAME.");
+		return view.run.runId;
+	}
+
+	async listWorkflows(cwd: string): Promise<string> {
+		const found = JSON.parse(await runCli(["workflows", "--project", cwd, "--json"], cwd)) as any[];
+		if (found.length === 0) return "No workflows found.";
+		return found
+			.map((entry) => (entry.error ? `${entry.name}  BROKEN: ${entry.error}` : `${entry.name}`))
+			.join("\n");
+	}
+
+	async start(workflow: string, input: unknown, cwd: string, idempotencyKey?: string): Promise<any> {
+		if (!workflow) throw new Error("Name the workflow to start, e.g. /workflow start two-turn.");
+		const session = this.session();
+		const args = ["pi", "start-payload", workflow, "--project", cwd];
+		if (input !== undefined) args.push("--input-json", JSON.stringify(input));
+		const payload = JSON.parse(await runCli(args, cwd));
+		payload.executionMode = "interactive";
+		payload.originSessionId = session.sessionId;
+		return await this.call("run.start", payload, { idempotencyKey });
+	}
+
+	async status(runId?: string): Promise<any> {
+		const id = this.runOf(runId);
+		return await this.call("run.status", {}, { runId: id });
+	}
+
+	async control(operation: "run.pause" | "run.resume" | "run.cancel", runId?: string): Promise<any> {
+		const id = this.runOf(runId);
+		return await this.call(operation, {}, { runId: id });
+	}
+
+	/** The newest still-pending human decision of this session's runs, if any. */
+	private async pendingDecision(): Promise<any | null> {
+		const view = this.session().view;
+		const ids = new Set(
+			(view?.workflowMessages ?? [])
+				.filter((message) => message.kind === "decision")
+				.map((message) => message.details?.decisionId),
+		);
+		if (ids.size === 0) return null;
+		const pending = ((await this.call("decision.list", { all: false })) as any[]).filter(
+			(decision) => ids.has(decision.decisionId) && decision.status === "pending",
+		);
+		return pending.length > 0 ? pending[pending.length - 1] : null;
+	}
+
+	/** The model answers: checkpoints only. */
+	async answerAsModel(input: unknown, runId?: string): Promise<any> {
+		if (await this.pendingDecision()) throw new Error(MODEL_DECISION_REFUSAL);
+		return await this.call("checkpoint.answer", { input }, { runId: this.runOf(runId) });
+	}
+
+	/** The person answers: the pending decision through the session channel, else a checkpoint. */
+	async answerAsPerson(raw: string): Promise<any> {
+		let answer: unknown = raw;
+		try {
+			answer = JSON.parse(raw);
+		} catch {
+			// plain text: a decision choice, or the checkpoint's input as text
+		}
+		const decision = await this.pendingDecision();
+		if (!decision) {
+			return await this.call("checkpoint.answer", { input: answer }, { runId: this.runOf() });
+		}
+		const chosen = typeof answer === "object" && answer !== null ? (answer as Record<string, unknown>) : {};
+		const choice = typeof answer === "string" ? answer : chosen.choice;
+		if (typeof choice !== "string") {
+			throw new Error(
+				`Answer decision ${decision.decisionId} with {"choice": "…"}; choices: ${Object.keys(decision.choices).join(", ")}.`,
+			);
+		}
+		const payload: Record<string, unknown> = {
+			decisionId: decision.decisionId,
+			choice,
+			channel: "session",
+			sessionId: this.session().sessionId,
+		};
+		if (chosen.input !== undefined) payload.input = chosen.input;
+		return await this.call("decision.answer", payload);
+	}
+
+	private step(target: StepTarget): any {
+		const session = this.session();
+		const steps = (session.view?.pendingInteractions ?? []).filter((item) => item.kind !== "decision");
+		let matches = steps;
+		if (target.requestId) matches = steps.filter((item) => item.requestId === target.requestId);
+		else if (target.step) {
+			matches = steps.filter(
+				(item) => item.step === target.step && (!target.attempt || item.attempt === target.attempt),
+			);
+		} else if (steps.length > 1) {
+			const turn = session.coordinator.currentTurn();
+			const message = session.view?.workflowMessages.find((m) => m.workflowMessageId === turn?.workflowMessageId);
+			matches = steps.filter((item) => item.requestId === message?.details?.requestId);
+		}
+		if (matches.length !== 1) {
+			const open = steps.map((item) => `${item.step} (attempt ${item.attempt})`).join(", ") || "none";
+			throw new Error(`No single pending workflow step matches; pending steps: ${open}.`);
+		}
+		return matches[0];
+	}
+
+	/** Submissions follow the turn's start report, so the host sees start, submission, end. */
+	private async turnStartSettled(): Promise<void> {
+		const coordinator = this.session().coordinator;
+		const turn = coordinator.currentTurn();
+		const deadline = Date.now() + TURN_START_WAIT_MS;
+		while (turn && !turn.startReported && !turn.dropped && Date.now() < deadline) {
+			coordinator.schedule();
+			await sleep(50);
+		}
+	}
+
+	async submit(target: StepTarget, output: unknown, toolCallId: string): Promise<any> {
+		if (output === undefined) throw new Error('submit needs "output": the step\'s result.');
+		await this.turnStartSettled();
+		const step = this.step(target);
+		const submissionId = `submission-${toolCallId}`;
+		return await this.call(
+			"interaction.submit",
+			{ requestId: step.requestId, attempt: step.attempt, step: step.step, submissionId, value: output },
+			{
+				runId: step.runId,
+				expectedRevision: step.revision,
+				idempotencyKey: submissionId,
+				timeoutMs: SUBMIT_TIMEOUT_MS,
+			},
+		);
+	}
+
+	async update(target: StepTarget, update: unknown, toolCallId: string): Promise<any> {
+		if (typeof update !== "object" || update === null || Array.isArray(update)) {
+			throw new Error('update needs "update": a JSON object such as {"type": "progress", "data": {…}}.');
+		}
+		const step = this.step(target);
+		return await this.call(
+			"interaction.update",
+			{ requestId: step.requestId, attempt: step.attempt, step: step.step, value: { update } },
+			{ runId: step.runId, expectedRevision: step.revision, idempotencyKey: `update-${toolCallId}` },
+		);
+	}
+}

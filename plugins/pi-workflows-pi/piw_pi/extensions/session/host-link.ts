@@ -1,0 +1,214 @@
+/**
+ * The socket side of a workflow session: finding the host through the pi-workflows CLI,
+ * one client-protocol connection (newline-delimited canonical JSON, SPEC §8), and the
+ * request/response and event plumbing on top of it.
+ */
+
+import { execFile } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import net from "node:net";
+import { canonicalJson } from "./canonical.js";
+
+export const CLIENT_SCHEMA = "pi-workflows.client.v1";
+const MAX_FRAME_BYTES = 1024 * 1024;
+const CONNECT_TIMEOUT_MS = 5_000;
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+const CLI_TIMEOUT_MS = 60_000;
+
+export interface HostResponse {
+	requestId: string;
+	outcome: string;
+	receipt?: any;
+	error?: string;
+	revision?: number;
+}
+
+export interface RequestOptions {
+	runId?: string;
+	expectedRevision?: number;
+	idempotencyKey?: string;
+	timeoutMs?: number;
+}
+
+/** The host cannot be reached, or the connection broke before it answered. */
+export class HostUnavailable extends Error {}
+
+/** The host answered, but not with `accepted` or `adopted`. */
+export class RequestRefused extends Error {
+	constructor(readonly response: HostResponse) {
+		super(response.error || `The workflow host answered ${response.outcome}.`);
+	}
+}
+
+export function isOk(response: HostResponse): boolean {
+	return response.outcome === "accepted" || response.outcome === "adopted";
+}
+
+/** `PI_WORKFLOWS_CLI` (words split on spaces, e.g. "python -m pi_workflows"), default `pi-workflows`. */
+function cliArgv(): string[] {
+	const words = (process.env.PI_WORKFLOWS_CLI || "pi-workflows").trim().split(/\s+/);
+	return words.filter((word) => word.length > 0);
+}
+
+/** Run the pi-workflows CLI; resolves with stdout, rejects with its last error line. */
+export function runCli(args: string[], cwd: string): Promise<string> {
+	const [command, ...prefix] = cliArgv();
+	return new Promise((resolve, reject) => {
+		execFile(
+			command,
+			[...prefix, ...args],
+			{ cwd, timeout: CLI_TIMEOUT_MS, maxBuffer: 16 * MAX_FRAME_BYTES, env: process.env },
+			(error, stdout, stderr) => {
+				if (error) {
+					const lines = String(stderr || error.message)
+						.split("\n")
+						.map((line) => line.trim())
+						.filter((line) => line.length > 0);
+					reject(new Error(lines[lines.length - 1] || `${command} failed`));
+					return;
+				}
+				resolve(String(stdout));
+			},
+		);
+	});
+}
+
+/** The socket of this home's host; the CLI starts a host when none runs. */
+export async function locateHost(cwd: string): Promise<string> {
+	const found = JSON.parse(await runCli(["pi", "socket", "--json"], cwd));
+	if (typeof found?.socketPath !== "string") throw new Error("pi-workflows did not name a host socket");
+	return found.socketPath;
+}
+
+interface Pending {
+	resolve: (response: HostResponse) => void;
+	reject: (error: Error) => void;
+	timer: NodeJS.Timeout;
+}
+
+export class HostConnection {
+	readonly clientId = `client-${randomUUID()}`;
+	onEvent: (event: any) => void = () => {};
+	onClose: () => void = () => {};
+	private buffer = Buffer.alloc(0);
+	private pending = new Map<string, Pending>();
+	private closed = false;
+
+	private constructor(private readonly socket: net.Socket) {}
+
+	/** Connect and wait for the host's hello. */
+	static open(socketPath: string): Promise<HostConnection> {
+		return new Promise((resolve, reject) => {
+			const socket = net.createConnection(socketPath);
+			const connection = new HostConnection(socket);
+			let greeted = false;
+			const timer = setTimeout(() => {
+				socket.destroy();
+				reject(new HostUnavailable("The workflow host did not greet this session in time."));
+			}, CONNECT_TIMEOUT_MS);
+			socket.on("error", (error) => {
+				clearTimeout(timer);
+				if (!greeted) reject(new HostUnavailable(`No workflow host answers: ${error.message}`));
+			});
+			socket.on("close", () => connection.shutDown());
+			socket.on("data", (chunk: Buffer) => {
+				for (const message of connection.frames(chunk)) {
+					if (!greeted) {
+						clearTimeout(timer);
+						if (message?.type !== "hello") {
+							socket.destroy();
+							reject(new HostUnavailable("The workflow host did not greet this session."));
+							return;
+						}
+						greeted = true;
+						resolve(connection);
+						continue;
+					}
+					connection.dispatch(message);
+				}
+			});
+		});
+	}
+
+	get isOpen(): boolean {
+		return !this.closed;
+	}
+
+	private frames(chunk: Buffer): any[] {
+		this.buffer = Buffer.concat([this.buffer, chunk]);
+		const messages: any[] = [];
+		let newline = this.buffer.indexOf(0x0a);
+		while (newline !== -1) {
+			const line = this.buffer.subarray(0, newline).toString("utf8");
+			this.buffer = this.buffer.subarray(newline + 1);
+			if (line.trim().length > 0) {
+				try {
+					messages.push(JSON.parse(line));
+				} catch {
+					this.socket.destroy();
+					return messages;
+				}
+			}
+			newline = this.buffer.indexOf(0x0a);
+		}
+		if (this.buffer.length > MAX_FRAME_BYTES) this.socket.destroy();
+		return messages;
+	}
+
+	private dispatch(message: any): void {
+		if (message?.type === "response") {
+			const waiter = this.pending.get(message.requestId);
+			if (waiter) {
+				this.pending.delete(message.requestId);
+				clearTimeout(waiter.timer);
+				waiter.resolve(message);
+			}
+		} else if (message?.type === "event") {
+			this.onEvent(message);
+		}
+	}
+
+	request(operation: string, payload: Record<string, unknown>, options: RequestOptions = {}): Promise<HostResponse> {
+		if (this.closed) return Promise.reject(new HostUnavailable("The workflow host connection is closed."));
+		const requestId = `request-${randomUUID()}`;
+		const frame: Record<string, unknown> = {
+			schema: CLIENT_SCHEMA,
+			type: "request",
+			requestId,
+			clientId: this.clientId,
+			operation,
+			idempotencyKey: options.idempotencyKey ?? requestId,
+			payload,
+			runId: options.runId,
+			expectedRevision: options.expectedRevision,
+		};
+		const line = `${canonicalJson(frame)}\n`;
+		if (Buffer.byteLength(line) > MAX_FRAME_BYTES) {
+			return Promise.reject(new Error(`The ${operation} request is larger than 1 MiB.`));
+		}
+		return new Promise((resolve, reject) => {
+			const timer = setTimeout(() => {
+				this.pending.delete(requestId);
+				reject(new HostUnavailable(`The workflow host did not answer ${operation} in time.`));
+			}, options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
+			this.pending.set(requestId, { resolve, reject, timer });
+			this.socket.write(line);
+		});
+	}
+
+	close(): void {
+		this.socket.destroy();
+		this.shutDown();
+	}
+
+	private shutDown(): void {
+		if (this.closed) return;
+		this.closed = true;
+		for (const [requestId, waiter] of this.pending) {
+			clearTimeout(waiter.timer);
+			waiter.reject(new HostUnavailable("Lost the connection to the workflow host."));
+			this.pending.delete(requestId);
+		}
+		this.onClose();
+	}
+}

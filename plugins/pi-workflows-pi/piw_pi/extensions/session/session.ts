@@ -1,0 +1,199 @@
+/**
+ * One Pi session as a workflow session: it keeps a coordinator connection to the host of
+ * `PI_WORKFLOWS_HOME` alive. A dropped socket or a restarted host is reconnected with
+ * capped exponential backoff (a new connection is a new coordinator epoch, so the branch
+ * is reported again before any turn); while the host cannot be reached Pi shows one notice
+ * and keeps working. A second Pi process on the same session id fences this one for good.
+ */
+
+import { randomUUID } from "node:crypto";
+import { MessageCoordinator, type PiSide, type SessionView } from "./coordinator.js";
+import {
+	HostConnection,
+	type HostResponse,
+	HostUnavailable,
+	isOk,
+	locateHost,
+	type RequestOptions,
+} from "./host-link.js";
+
+const TICK_MS = 250;
+const BACKOFF_BASE_MS = 250;
+const BACKOFF_MAX_MS = 10_000;
+const CONNECTED_WAIT_MS = 30_000;
+
+type Notify = (text: string, level: "info" | "warning" | "error") => void;
+
+function backoff(attempt: number): number {
+	const window = Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** attempt);
+	return window / 2 + Math.random() * (window / 2);
+}
+
+function sleep(ms: number): Promise<void> {
+	return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+export class WorkflowSession {
+	readonly coordinator: MessageCoordinator;
+	private connection: HostConnection | null = null;
+	private epoch: string | null = null;
+	private readonly subscriptionId = `session-view-${randomUUID()}`;
+	private stopped = false;
+	private reconnecting = false;
+	private unreachableShown = false;
+	private tick: NodeJS.Timeout | null = null;
+	private connectedWaiters: Array<() => void> = [];
+
+	constructor(
+		readonly sessionId: string,
+		readonly cwd: string,
+		pi: PiSide,
+		private readonly notify: Notify,
+	) {
+		this.coordinator = new MessageCoordinator(
+			sessionId,
+			pi,
+			{ request: (operation, payload, options) => this.coordinatorRequest(operation, payload, options) },
+			() => this.fenced(),
+			(text) => this.notify(`pi-workflows: ${text}`, "warning"),
+		);
+	}
+
+	start(): void {
+		this.tick = setInterval(() => this.coordinator.schedule(), TICK_MS);
+		this.tick.unref();
+		void this.reconnect();
+	}
+
+	stop(): void {
+		this.stopped = true;
+		if (this.tick) clearInterval(this.tick);
+		this.connection?.close();
+	}
+
+	get view(): SessionView | null {
+		return this.coordinator.latestView;
+	}
+
+	get isFenced(): boolean {
+		return this.coordinator.isFenced;
+	}
+
+	private async reconnect(): Promise<void> {
+		if (this.reconnecting) return;
+		this.reconnecting = true;
+		try {
+			for (let attempt = 0; !this.stopped && !this.coordinator.isFenced; attempt++) {
+				try {
+					await this.connect();
+					if (this.unreachableShown) this.notify("pi-workflows: connected to the workflow host again.", "info");
+					this.unreachableShown = false;
+					return;
+				} catch (error) {
+					if (!this.unreachableShown) {
+						this.unreachableShown = true;
+						this.notify(
+							`pi-workflows: the workflow host is unreachable (${(error as Error).message}); ` +
+								"workflow messages resume once it is back.",
+							"warning",
+						);
+					}
+					await sleep(backoff(attempt));
+				}
+			}
+		} finally {
+			this.reconnecting = false;
+		}
+	}
+
+	private async connect(): Promise<void> {
+		const connection = await HostConnection.open(await locateHost(this.cwd));
+		let firstView: SessionView | null = null;
+		let registered = false;
+		connection.onEvent = (event) => {
+			if (event.subscriptionId !== this.subscriptionId || event.event !== "session_snapshot") return;
+			if (registered) this.coordinator.updateView(event.payload);
+			else firstView = event.payload;
+		};
+		connection.onClose = () => this.lost(connection);
+		let response: HostResponse;
+		try {
+			response = await connection.request("view.session.watch", {
+				subscriptionId: this.subscriptionId,
+				sessionId: this.sessionId,
+				coordinator: true,
+			});
+		} catch (error) {
+			connection.close();
+			throw error;
+		}
+		if (!isOk(response) || typeof response.receipt?.coordinatorEpoch !== "string") {
+			connection.close();
+			throw new Error(response.error ?? "the host did not make this session its coordinator");
+		}
+		if (this.stopped || !connection.isOpen) {
+			connection.close();
+			return;
+		}
+		this.connection = connection;
+		this.epoch = response.receipt.coordinatorEpoch;
+		this.coordinator.connected(this.epoch!);
+		registered = true;
+		if (firstView) this.coordinator.updateView(firstView);
+		for (const resolve of this.connectedWaiters.splice(0)) resolve();
+	}
+
+	private lost(connection: HostConnection): void {
+		if (this.connection !== connection) return;
+		this.connection = null;
+		this.epoch = null;
+		this.coordinator.disconnected();
+		if (!this.stopped && !this.coordinator.isFenced) void this.reconnect();
+	}
+
+	private fenced(): void {
+		this.notify(
+			"pi-workflows: another Pi process took over this workflow session; this one no longer delivers its workflow messages.",
+			"warning",
+		);
+		this.connection?.close();
+	}
+
+	/** Coordinator reports go only to the connection whose epoch they carry. */
+	private coordinatorRequest(
+		operation: string,
+		payload: Record<string, unknown>,
+		options?: RequestOptions,
+	): Promise<HostResponse> {
+		const connection = this.connection;
+		if (!connection || payload.coordinatorEpoch !== this.epoch) {
+			return Promise.reject(new HostUnavailable("The workflow session is reconnecting."));
+		}
+		return connection.request(operation, payload, options);
+	}
+
+	private async connected(): Promise<HostConnection> {
+		if (this.coordinator.isFenced) {
+			throw new HostUnavailable("Another Pi process coordinates this workflow session now.");
+		}
+		if (this.connection) return this.connection;
+		void this.reconnect();
+		await Promise.race([
+			new Promise<void>((resolve) => this.connectedWaiters.push(resolve)),
+			sleep(CONNECTED_WAIT_MS),
+		]);
+		if (!this.connection) throw new HostUnavailable("The workflow host is unreachable; try again shortly.");
+		return this.connection;
+	}
+
+	/** A command of this session; repeated once (same idempotency key) if the connection drops. */
+	async request(operation: string, payload: Record<string, unknown>, options: RequestOptions = {}) {
+		const stable = { ...options, idempotencyKey: options.idempotencyKey ?? `${operation}-${randomUUID()}` };
+		try {
+			return await (await this.connected()).request(operation, payload, stable);
+		} catch (error) {
+			if (!(error instanceof HostUnavailable)) throw error;
+			return await (await this.connected()).request(operation, payload, stable);
+		}
+	}
+}
