@@ -1,0 +1,158 @@
+"""The session extension across failures: a killed host, a killed or second `pi`, no host."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from collections import Counter
+
+from tests.pi.model_server import Hold, Text
+from tests.pi.workflow_session import (  # noqa: F401
+    CLI,
+    WorkflowPi,
+    harness,
+    pi_session,
+    submit,
+    two_turn_script,
+)
+from tests.polling import process_gone, wait_until
+
+
+def _shown_once(pi_session: WorkflowPi, *pis) -> Counter:
+    shown = Counter(
+        e["details"]["workflowMessageId"] for pi in pis for e in pi_session.entries(pi)
+    )
+    assert all(count == 1 for count in shown.values()), shown
+    return shown
+
+
+def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplicates(
+    pi_session: WorkflowPi,
+):
+    script = two_turn_script()
+    # The draft step's model turn is in progress when the host dies; it submits afterwards.
+    script[2] = Hold(then=script[2])
+    pi_session.server.script(*script)
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id)
+    pi.prompt("/workflow start two-turn")
+    pi_session.server.wait_for_requests(3, timeout=60)
+
+    old_host = pi_session.harness.host_process
+    os.kill(old_host.pid, signal.SIGKILL)
+    old_host.wait()
+    # The extension finds no host, starts one through the CLI and coordinates again.
+    wait_until(
+        lambda: pi_session.harness._answers(), timeout=60, what="a new host started by the session"
+    )
+    pi_session.server.release_holds()
+
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+    wait_until(
+        lambda: len(pi_session.turns(session_id)) == 4
+        and all(t[2] == "ended" for t in pi_session.turns(session_id)),
+        what="four ended turns",
+    )
+    hosted = pi_session.host_messages(session_id)
+    assert [m["kind"] for m in hosted] == ["step", "step", "step", "terminal"]
+    assert _shown_once(pi_session, pi) == Counter(m["workflowMessageId"] for m in hosted)
+    # The turn the outage interrupted ended once, as the model ended it: nothing was lost.
+    assert [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4
+    assert not any("unreachable" in n for n in pi_session.notices(pi)[1:])
+
+
+def test_a_killed_pi_is_replaced_by_a_new_pi_on_the_same_session(pi_session: WorkflowPi):
+    pi_session.server.script(Hold(), *two_turn_script())
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    first = pi_session.start(session_id)
+    first.prompt("/workflow start two-turn")
+    pi_session.server.wait_for_requests(1, timeout=60)
+    os.killpg(first.pid, signal.SIGKILL)
+    wait_until(lambda: process_gone(first.pid), what="the first pi to die")
+
+    second = pi_session.start(session_id)
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+
+    hosted = pi_session.host_messages(session_id)
+    # The killed pi's step was shown again to the new pi (a `resumed` step).
+    assert [(m["kind"], m["status"]) for m in hosted][:2] == [("step", "sent"), ("step", "cancelled")]
+    assert [m["details"].get("reason") for m in hosted if m["status"] == "sent"] == [
+        "initial",
+        "resumed",
+        "initial",
+        "initial",
+        None,
+    ]
+    shown = _shown_once(pi_session, second)
+    assert set(shown) == {m["workflowMessageId"] for m in hosted if m["status"] == "sent"} - {
+        hosted[0]["workflowMessageId"]
+    }
+    wait_until(
+        lambda: all(t[2] == "ended" for t in pi_session.turns(session_id))
+        and len(pi_session.turns(session_id)) == 5,
+        what="five ended turns",
+    )
+    # The dead pi's turn ended lost exactly once; the new pi's four turns completed.
+    assert [t[3] for t in pi_session.turns(session_id)] == ["lost"] + ["completed"] * 4
+    (counted,) = pi_session.harness.query(
+        "SELECT unproductive_turn_ends FROM interactive_requests WHERE node_id = 'inspect'"
+    )
+    assert counted == (1,)
+
+
+def test_a_second_pi_on_the_same_session_fences_the_first(pi_session: WorkflowPi):
+    pi_session.server.script(Hold(), *two_turn_script())
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    first = pi_session.start(session_id)
+    first.prompt("/workflow start two-turn")
+    pi_session.server.wait_for_requests(1, timeout=60)
+
+    second = pi_session.start(session_id)
+    first.wait_for(
+        lambda e: e.get("method") == "notify" and "took over" in e.get("message", ""),
+        what="the takeover notice",
+    )
+    # The first pi goes idle again: it must not deliver anything from now on.
+    assert first.send({"type": "abort"})["success"]
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+
+    first_shown = [e["details"]["workflowMessageId"] for e in pi_session.entries(first)]
+    hosted = pi_session.host_messages(session_id)
+    assert first_shown == [hosted[0]["workflowMessageId"]]
+    assert len(_shown_once(pi_session, first, second)) == 5
+    assert [n for n in pi_session.notices(first) if "took over" in n] == [
+        "pi-workflows: another Pi process took over this workflow session; "
+        "this one no longer delivers its workflow messages."
+    ]
+
+
+def test_an_unreachable_host_is_one_notice_and_pi_keeps_working(pi_session: WorkflowPi):
+    pi_session.harness.stop()
+    pi_session.server.script(Text("Still here."))
+    pi = pi_session.start(PI_WORKFLOWS_CLI=f"{CLI} --no-autostart")
+    warning = pi.wait_for(
+        lambda e: e.get("method") == "notify" and "unreachable" in e.get("message", ""),
+        what="the unreachable notice",
+    )
+    assert warning["notifyType"] == "warning"
+    pi.prompt("Are you there?")
+    end = pi.wait_for_type("agent_end")
+    assert end["messages"][-1]["content"][0]["text"] == "Still here."
+    assert sum("unreachable" in n for n in pi_session.notices(pi)) == 1
+
+    # Retries go on in the background: a host that comes back is found, without a second
+    # unreachable notice.
+    pi_session.harness.start_host()
+    pi.wait_for(
+        lambda e: e.get("method") == "notify" and "again" in e.get("message", ""),
+        timeout=30,
+        what="the reconnected notice",
+    )
+    assert sum("unreachable" in n for n in pi_session.notices(pi)) == 1
