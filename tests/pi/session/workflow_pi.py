@@ -1,6 +1,6 @@
 """A real host, the scripted model and real `pi` processes with the session extension loaded.
 
-`pi_session` (a fixture) gives a `WorkflowPi`: `start()` runs `pi --mode rpc` with the
+A `WorkflowPi` (fixture `pi_session`): `start()` runs `pi --mode rpc` with the
 pi-workflows extension against the harness host; `entries()` reads the workflow messages
 Pi's session holds (over RPC `get_messages`); `host_messages()` reads the host's side.
 """
@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections import Counter
 from typing import Any
 
-import pytest
-
 from piw_pi.node import SESSION_EXTENSION
-from tests.host.conftest import FAST_TIMERS, HostHarness, harness  # noqa: F401
+
+from tests.host.conftest import FAST_TIMERS, HostHarness
 from tests.pi.model_server import ScriptedModelServer, Text, ToolCall, ToolCalls
 from tests.pi.offline_pi import PiHome, PiRpc
 from tests.polling import wait_until
@@ -25,7 +24,9 @@ CLI = f"{sys.executable} -m pi_workflows"
 
 def submit(step: str, output: Any, text: str = "") -> ToolCalls:
     """The model's call of the `workflow` tool that submits `output` for `step`."""
-    return ToolCalls(ToolCall("workflow", {"action": "submit", "step": step, "output": output}), text=text)
+    return ToolCalls(
+        ToolCall("workflow", {"action": "submit", "step": step, "output": output}), text=text
+    )
 
 
 def two_turn_script() -> list[Any]:
@@ -65,7 +66,9 @@ class WorkflowPi:
         self, session_id: str | None = None, extra_args: list[str] | None = None, **extra: str
     ) -> PiRpc:
         child = PiRpc(
-            self.pi_home, ["-e", str(SESSION_EXTENSION), *(extra_args or [])], self.env(session_id, **extra)
+            self.pi_home,
+            ["-e", str(SESSION_EXTENSION), *(extra_args or [])],
+            self.env(session_id, **extra),
         )
         self.children.append(child)
         return child
@@ -89,6 +92,12 @@ class WorkflowPi:
             for m in self.messages(pi)
             if m.get("role") == "custom" and (m.get("details") or {}).get("workflowMessageId")
         ]
+
+    def shown_once(self, *pis: PiRpc) -> Counter:
+        """The workflow messages in the branches of `pis`, asserting each is there once."""
+        shown = Counter(e["details"]["workflowMessageId"] for pi in pis for e in self.entries(pi))
+        assert all(count == 1 for count in shown.values()), shown
+        return shown
 
     @staticmethod
     def notices(pi: PiRpc) -> list[str]:
@@ -124,17 +133,3 @@ class WorkflowPi:
             "FROM workflow_turns WHERE target_session_id = ? ORDER BY started_at",
             session_id,
         )
-
-
-@pytest.fixture
-def pi_session(
-    harness: HostHarness,  # noqa: F811
-    pi_home: PiHome,
-    model_server: ScriptedModelServer,
-) -> Iterator[WorkflowPi]:
-    harness.start_host()
-    bed = WorkflowPi(harness, pi_home, model_server)
-    try:
-        yield bed
-    finally:
-        bed.close()

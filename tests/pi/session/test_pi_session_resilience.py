@@ -8,23 +8,8 @@ import uuid
 from collections import Counter
 
 from tests.pi.model_server import Hold, Text
-from tests.pi.workflow_session import (  # noqa: F401
-    CLI,
-    WorkflowPi,
-    harness,
-    pi_session,
-    submit,
-    two_turn_script,
-)
+from tests.pi.session.workflow_pi import CLI, WorkflowPi, two_turn_script
 from tests.polling import process_gone, wait_until
-
-
-def _shown_once(pi_session: WorkflowPi, *pis) -> Counter:
-    shown = Counter(
-        e["details"]["workflowMessageId"] for pi in pis for e in pi_session.entries(pi)
-    )
-    assert all(count == 1 for count in shown.values()), shown
-    return shown
 
 
 def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplicates(
@@ -52,13 +37,15 @@ def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplic
     assert run["status"] == "completed", run
     wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
     wait_until(
-        lambda: len(pi_session.turns(session_id)) == 4
-        and all(t[2] == "ended" for t in pi_session.turns(session_id)),
+        lambda: (
+            len(pi_session.turns(session_id)) == 4
+            and all(t[2] == "ended" for t in pi_session.turns(session_id))
+        ),
         what="four ended turns",
     )
     hosted = pi_session.host_messages(session_id)
     assert [m["kind"] for m in hosted] == ["step", "step", "step", "terminal"]
-    assert _shown_once(pi_session, pi) == Counter(m["workflowMessageId"] for m in hosted)
+    assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
     # The turn the outage interrupted ended once, as the model ended it: nothing was lost.
     assert [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4
     assert not any("unreachable" in n for n in pi_session.notices(pi)[1:])
@@ -80,7 +67,10 @@ def test_a_killed_pi_is_replaced_by_a_new_pi_on_the_same_session(pi_session: Wor
 
     hosted = pi_session.host_messages(session_id)
     # The killed pi's step was shown again to the new pi (a `resumed` step).
-    assert [(m["kind"], m["status"]) for m in hosted][:2] == [("step", "sent"), ("step", "cancelled")]
+    assert [(m["kind"], m["status"]) for m in hosted][:2] == [
+        ("step", "sent"),
+        ("step", "cancelled"),
+    ]
     assert [m["details"].get("reason") for m in hosted if m["status"] == "sent"] == [
         "initial",
         "resumed",
@@ -88,13 +78,15 @@ def test_a_killed_pi_is_replaced_by_a_new_pi_on_the_same_session(pi_session: Wor
         "initial",
         None,
     ]
-    shown = _shown_once(pi_session, second)
+    shown = pi_session.shown_once(second)
     assert set(shown) == {m["workflowMessageId"] for m in hosted if m["status"] == "sent"} - {
         hosted[0]["workflowMessageId"]
     }
     wait_until(
-        lambda: all(t[2] == "ended" for t in pi_session.turns(session_id))
-        and len(pi_session.turns(session_id)) == 5,
+        lambda: (
+            all(t[2] == "ended" for t in pi_session.turns(session_id))
+            and len(pi_session.turns(session_id)) == 5
+        ),
         what="five ended turns",
     )
     # The dead pi's turn ended lost exactly once; the new pi's four turns completed.
@@ -126,7 +118,7 @@ def test_a_second_pi_on_the_same_session_fences_the_first(pi_session: WorkflowPi
     first_shown = [e["details"]["workflowMessageId"] for e in pi_session.entries(first)]
     hosted = pi_session.host_messages(session_id)
     assert first_shown == [hosted[0]["workflowMessageId"]]
-    assert len(_shown_once(pi_session, first, second)) == 5
+    assert len(pi_session.shown_once(first, second)) == 5
     assert [n for n in pi_session.notices(first) if "took over" in n] == [
         "pi-workflows: another Pi process took over this workflow session; "
         "this one no longer delivers its workflow messages."

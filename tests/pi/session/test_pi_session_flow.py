@@ -1,0 +1,123 @@
+"""A Pi session as a workflow session: the real `pi` in RPC mode with the extension loaded."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+
+from tests.pi.model_server import Text, ToolCall, ToolCalls
+from tests.pi.session.workflow_pi import WorkflowPi, two_turn_script
+from tests.polling import wait_until
+
+
+def test_two_turn_runs_in_the_session_and_ends_with_one_explained_result(pi_session: WorkflowPi):
+    pi_session.server.script(*two_turn_script())
+    pi = pi_session.start()
+    session_id = pi_session.session_id(pi)  # Pi's own session id: no override set
+    pi.prompt("/workflow start two-turn")
+
+    run = pi_session.wait_for_run("completed", "failed", "cancelled")
+    assert run["status"] == "completed", run
+    assert run["finalOutput"]["checklist"]["checklist"] == ["write CHANGELOG.md"]
+
+    # The terminal message starts the turn whose reply explains the result.
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+    wait_until(
+        lambda: (
+            pi_session.turns(session_id)
+            and all(t[2] == "ended" for t in pi_session.turns(session_id))
+            and len(pi_session.turns(session_id)) == 4
+        ),
+        what="four ended turns",
+    )
+    hosted = pi_session.host_messages(session_id)
+    assert [m["kind"] for m in hosted] == ["step", "step", "step", "terminal"]
+    assert all(m["status"] == "sent" for m in hosted)
+
+    assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
+    entries = pi_session.entries(pi)
+    terminal = [e for e in entries if e["customType"] == "pi-workflows-presentation"]
+    assert len(terminal) == 1 and terminal[0]["display"] is False
+    steps = [e for e in entries if e["customType"] == "pi-workflows-step"]
+    assert [e["details"]["step"] for e in steps] == ["inspect", "draft", "checklist"]
+
+    last = pi_session.messages(pi)[-1]
+    assert last["role"] == "assistant"
+    assert (
+        last["content"][0]["text"] == "The two-turn workflow completed: a plan to add a changelog."
+    )
+    assert [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4
+
+
+def test_a_model_that_never_submits_gets_two_reminders_then_the_run_fails(pi_session: WorkflowPi):
+    pi_session.server.script(
+        Text("I looked around."),
+        Text("I looked again."),
+        Text("Still looking."),
+        Text("The workflow failed: the step never got a result."),
+    )
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id)
+    pi.prompt("/workflow start two-turn")
+
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert (run["status"], run["errorCode"]) == ("failed", "unproductiveTurns")
+    assert run["error"] == "Workflow step ended three times without a valid submission"
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the explanation of the failure")
+    hosted = pi_session.host_messages(session_id)
+    assert [(m["kind"], m["details"].get("reason")) for m in hosted] == [
+        ("step", "initial"),
+        ("step", "reminder"),
+        ("step", "reminder"),
+        ("terminal", None),
+    ]
+    assert hosted[-1]["details"]["terminal"]["status"] == "failed"
+    assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
+    wait_until(
+        lambda: [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4,
+        what="four completed turns",
+    )
+
+
+def test_a_person_answers_a_decision_the_model_may_not(pi_session: WorkflowPi):
+    attempt = ToolCall("workflow", {"action": "answer", "input": {"choice": "continue"}})
+    pi_session.server.script(
+        ToolCalls(attempt, text="Approving it."),
+        Text("I may not answer that; please decide."),
+        Text("The plan was approved and the workflow completed."),
+    )
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id)
+    pi.prompt('/workflow start human-decision {"goal": "ship 1.0"}')
+
+    card = wait_until(
+        lambda: next(
+            (e for e in pi_session.entries(pi) if e["customType"] == "pi-workflows-interaction"),
+            None,
+        ),
+        timeout=60,
+        what="the decision card",
+    )
+    assert card["display"] is True and set(card["details"]["choices"]) == {
+        "continue",
+        "stop",
+        "replan",
+    }
+    assert pi_session.server.requests == []  # a decision starts no model turn
+
+    pi.prompt("Approve the plan for me.")
+    pi.wait_for_type("agent_end")
+    (refusal,) = pi_session.server.requests[1].tool_results()
+    assert "Protected human decisions cannot be answered by the workflow tool" in refusal["content"]
+    (decision,) = json.loads(pi_session.harness.cli("decision", "list", "--json").stdout)
+    assert decision["status"] == "pending"
+
+    pi.prompt('/workflow answer {"choice": "continue"}')
+    run = pi_session.wait_for_run("completed", timeout=60)
+    assert run["finalOutput"] == {"decision": {"choice": "continue"}}
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the explanation of the result")
+    (answered,) = json.loads(pi_session.harness.cli("decision", "list", "--all", "--json").stdout)
+    assert answered["status"] == "accepted"
+    assert answered["resolution"]["channel"] == "session"
+    assert [m["kind"] for m in pi_session.host_messages(session_id)] == ["decision", "terminal"]
