@@ -36,7 +36,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import plugins
 from ..canonical import is_json_value
@@ -44,6 +44,9 @@ from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
 from ..storage import decision_records
 from ..storage.models import HumanDecision
+
+if TYPE_CHECKING:
+    from .services import HostServices
 
 log = logging.getLogger("pi_workflows.host.decision_channel_runner")
 
@@ -245,8 +248,8 @@ class ChannelRunner:
     the loop, inside a transaction) and returns the protocol-style result.
     """
 
-    def __init__(self, host: Any, answer: Callable[..., dict[str, Any]]) -> None:
-        self.host = host
+    def __init__(self, services: HostServices, answer: Callable[..., dict[str, Any]]) -> None:
+        self.services = services
         self._answer = answer
         self.config = ChannelConfig.defaults()
         self.channels: dict[str, Any] = {}
@@ -255,7 +258,6 @@ class ChannelRunner:
         self.call_timeout_s = float(os.environ.get(CALL_TIMEOUT_ENV) or 30.0)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._closer: asyncio.Task | None = None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -267,7 +269,7 @@ class ChannelRunner:
             self.config = load_channel_config(config_dir)
         except ChannelConfigError as error:
             log.error("decision channels use the built-ins only: %s", error)
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             interrupted = decision_records.mark_interrupted_channel_effects()
         if interrupted:
             log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
@@ -287,9 +289,7 @@ class ChannelRunner:
                 self._report_answer_for(settings.name),
                 self._store_call,
             )
-            self.host.spawn(self._build(settings.name, lane, factory, context))
-        # Not a host task: `Host.stop` waits for those, and this one waits for `stop`.
-        self._closer = self._loop.create_task(self._close_on_stop())
+            self.services.spawn(self._build(settings.name, lane, factory, context))
 
     async def _build(self, name: str, lane: Lane, factory: Any, context: ChannelContext) -> None:
         try:
@@ -301,10 +301,8 @@ class ChannelRunner:
             return
         self.pump()
 
-    async def _close_on_stop(self) -> None:
-        # The host has no stop hook for features; its stop sets `stopping` first.
-        while not self.host.stopping:
-            await asyncio.sleep(0.05)
+    def close(self) -> None:
+        """The host is stopping: each channel's `close()` is its lane's last call."""
         for name, lane in self.lanes.items():
             channel = self.channels.get(name)
             if channel is not None and hasattr(channel, "close"):
@@ -326,14 +324,14 @@ class ChannelRunner:
 
     def _store_call(self, function: Callable[[], Any]) -> Any:
         def in_transaction() -> Any:
-            with self.host.store.transaction():
+            with self.services.store.transaction():
                 return function()
 
         return self._from_thread(in_transaction)
 
     def _from_thread(self, function: Callable[[], Any]) -> Any:
         loop = self._loop
-        if loop is None or self.host.stopping:
+        if loop is None or self.services.is_stopping:
             raise ChannelConfigError("The workflow host is not accepting channel calls.")
         if threading.get_ident() == self._loop_thread:
             raise RuntimeError("Channel callbacks must not be called on the host's event loop.")
@@ -347,7 +345,7 @@ class ChannelRunner:
 
     def pump(self) -> None:
         """Start every delivery and settlement that is due (poll timer and events)."""
-        if self.host.stopping or self._loop is None:
+        if self.services.is_stopping or self._loop is None:
             return
         now = now_ms()
         candidates: list[tuple[str, str, str]] = []
@@ -368,7 +366,7 @@ class ChannelRunner:
         if not due:
             return
         started = []
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             for decision_id, name, purpose in due:
                 attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
@@ -376,13 +374,13 @@ class ChannelRunner:
                     self.in_flight.add(effect_id)
                     started.append((effect_id, attempt, decision_id, name, purpose))
         for effect_id, attempt, decision_id, name, purpose in started:
-            self.host.spawn(self._perform(effect_id, attempt, decision_id, name, purpose))
+            self.services.spawn(self._perform(effect_id, attempt, decision_id, name, purpose))
 
     async def _perform(
         self, effect_id: str, attempt: int, decision_id: str, name: str, purpose: str
     ) -> None:
         channel = self.channels[name]
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             decision = decision_records.get_decision(decision_id)
             request = decision_records.channel_request(decision)
             if purpose == "delivery":
@@ -405,9 +403,9 @@ class ChannelRunner:
             outcome, error = "ambiguous", _describe(failure)
         finally:
             self.in_flight.discard(effect_id)
-        if self.host.stopping:
+        if self.services.is_stopping:
             return  # left `applying`: the next start marks it ambiguous for an operator
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             decision_records.finish_channel_effect(
                 effect_id, attempt, outcome, result=_json_or_none(result), error=error
             )

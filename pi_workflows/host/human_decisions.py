@@ -23,10 +23,12 @@ from ..storage import decision_records, read_json
 from ..storage.models import HumanDecision, Run
 from ..storage.runs import get_run
 from .decision_channel_runner import ChannelRunner
+from .features import feature_hook
 from .receipts import OperationResult, outcome_for_error
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from .operations import OperationTable
+    from .services import HostServices
 
 log = logging.getLogger("pi_workflows.host.human_decisions")
 
@@ -34,43 +36,48 @@ CLI_CHANNEL = "cli"
 SESSION_CHANNEL = "session"
 
 
-def install(host: Host) -> None:
-    """Register the decision operations, the deadline sweep and the channel runner."""
-    feature = DecisionFeature(host)
-    host.operations.register_durable("checkpoint.answer", feature.checkpoint_answer)
-    host.operations.register_durable("decision.answer", feature.decision_answer)
-    host.operations.register_durable("decision.recover", feature.decision_recover)
-    host.operations.register_query("decision.list", feature.decision_list)
-    host.operations.register_query("decision.effects", feature.decision_effects)
-    host.startup_actions.append(feature.startup)
-    host.poll_actions.append(feature.poll)
-    host.worker_operation_listeners.setdefault("store.createHumanDecisionRequest", []).append(
-        feature.request_created
-    )
-    host.run_stopped_listeners.append(feature.run_stopped)
+class HumanDecisions:
+    """Checkpoint and decision operations, decision deadlines and the channel runner."""
 
+    def __init__(self, services: HostServices) -> None:
+        self.services = services
+        self.channel_runner = ChannelRunner(services, self.answer_from_channel)
 
-class DecisionFeature:
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.channel_runner = ChannelRunner(host, self.answer_from_channel)
+    @feature_hook
+    def piwh_register_operations(self, operations: OperationTable) -> None:
+        operations.register_durable("checkpoint.answer", self.checkpoint_answer)
+        operations.register_durable("decision.answer", self.decision_answer)
+        operations.register_durable("decision.recover", self.decision_recover)
+        operations.register_query("decision.list", self.decision_list)
+        operations.register_query("decision.effects", self.decision_effects)
 
     # --- timers and listeners ----------------------------------------------------------
 
-    def startup(self) -> None:
+    @feature_hook
+    def piwh_startup(self) -> None:
         # A host that was down at a deadline applies it before it serves anyone.
         self.apply_deadlines()
         self.channel_runner.start(config_dir())
 
-    def poll(self) -> None:
+    @feature_hook
+    def piwh_poll(self) -> None:
         self.apply_deadlines()
         self.channel_runner.pump()
 
-    def request_created(self, active: Any, payload: dict[str, Any], result: Any) -> None:
-        """After the worker stored a decision request: offer it to its channels."""
-        self.host.store.after_commit(self.channel_runner.pump)
+    @feature_hook
+    def piwh_stopping(self) -> None:
+        self.channel_runner.close()
 
-    def run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+    @feature_hook
+    def piwh_worker_operation(
+        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+    ) -> None:
+        if operation == "store.createHumanDecisionRequest":
+            # Offer the new decision to its channels once it is committed.
+            self.services.store.after_commit(self.channel_runner.pump)
+
+    @feature_hook
+    def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         # A cancelled run cancelled its open decisions; their channels settle now.
         if HumanDecision.select().where(HumanDecision.run == run_id).exists():
             self.channel_runner.pump()
@@ -82,7 +89,7 @@ class DecisionFeature:
             or decision_records.has_pending_continuations()
         ):
             return  # an idle tick takes no write lock
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             continuations = decision_records.reserve_pending_continuations()
             for decision in decision_records.expired_decisions(now_ms()):
                 if decision_records.parent_is_parked(decision.run_id):
@@ -90,7 +97,7 @@ class DecisionFeature:
                     if resolution.continuation_run_id:
                         continuations.append(resolution.continuation_run_id)
         if continuations:
-            self.host.schedule_claim_pass()
+            self.services.schedule_claim_pass()
             self.channel_runner.pump()
 
     def _apply_default(self, decision: HumanDecision) -> decision_records.Resolution:
@@ -134,8 +141,8 @@ class DecisionFeature:
             channel=channel,
             actor=actor,
         )
-        self.host.store.after_commit(self.host.schedule_claim_pass)
-        self.host.store.after_commit(self.channel_runner.pump)
+        self.services.store.after_commit(self.services.schedule_claim_pass)
+        self.services.store.after_commit(self.channel_runner.pump)
         receipt = {
             "decisionId": decision_id,
             "parentRunId": decision.run_id,
@@ -163,7 +170,7 @@ class DecisionFeature:
     ) -> dict[str, Any]:
         """`ChannelContext.report_answer`, on the loop: one transaction, a result dict."""
         try:
-            with self.host.store.transaction():
+            with self.services.store.transaction():
                 result = self.answer(decision_id, response, channel, actor)
         except PiWorkflowsError as error:
             return {"outcome": outcome_for_error(error), "error": str(error)}
@@ -204,9 +211,7 @@ class DecisionFeature:
 
     def checkpoint_answer(self, request: ClientRequest) -> OperationResult:
         """`checkpoint.answer {input}` for RUN: reserve its deterministic continuation."""
-        run_id = request.run_id or request.payload.get("runId")
-        if not valid_id(run_id):
-            raise NotFoundError("The request names no run; pass a run id.")
+        run_id = request.target_run_id()
         parent = get_run(run_id)
         answer = request.payload.get("input")
         continuation_id = decision_records.continuation_id_for_checkpoint(run_id)
@@ -240,7 +245,7 @@ class DecisionFeature:
             launch_options={},
             actor=f"client:{request.client_id}",
         )
-        self.host.store.after_commit(self.host.schedule_claim_pass)
+        self.services.store.after_commit(self.services.schedule_claim_pass)
         return OperationResult(
             "accepted",
             receipt={**receipt, "status": "queued"},
@@ -263,7 +268,7 @@ class DecisionFeature:
         receipt = decision_records.recover_channel_effect(
             str(request.payload.get("effectId")), str(request.payload.get("action"))
         )
-        self.host.store.after_commit(self.channel_runner.pump)
+        self.services.store.after_commit(self.channel_runner.pump)
         return OperationResult("accepted", receipt=receipt)
 
 

@@ -7,12 +7,13 @@ worker) are registered with `store.after_commit`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..clock import now_ms
-from ..errors import InvalidInputError, NotFoundError, PiWorkflowsError
+from ..errors import InvalidInputError, PiWorkflowsError
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
 from ..storage import record_run_change, run_claims
@@ -36,25 +37,23 @@ DurableHandler = Callable[[ClientRequest], OperationResult]
 QueryHandler = Callable[[ClientRequest], Any]
 # Live operations belong to one connection (views, turn reports); they answer themselves.
 LiveHandler = Callable[[ClientRequest, Any], Awaitable[dict[str, Any]]]
+DurableWrapper = Callable[..., OperationResult]  # (request, *, proceed) -> OperationResult
 
 
-class Operations:
-    """The operation table. Feature modules add theirs through the `register_*` methods."""
+class OperationTable:
+    """Operation name → handler; host features add theirs through `register_*`.
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
-        self.durable: dict[str, DurableHandler] = {
-            "run.start": self.run_start,
-            "run.pause": self.run_pause,
-            "run.resume": self.run_resume,
-            "run.cancel": self.run_cancel,
-        }
-        self.queries: dict[str, QueryHandler] = {
-            "run.status": self.run_status,
-            "run.list": self.run_list,
-            "host.status": self.host_status,
-        }
+    `wrap_durable(name, wrapper)` decorates another feature's durable operation:
+    ``wrapper(request, proceed)`` decides whether to call ``proceed(request)``. Wrappers
+    are composed when the operation is called, so registration order never matters;
+    the last registered wrapper runs outermost.
+    """
+
+    def __init__(self) -> None:
+        self.durable: dict[str, DurableHandler] = {}
+        self.queries: dict[str, QueryHandler] = {}
         self.live: dict[str, LiveHandler] = {}
+        self.durable_wrappers: dict[str, list[DurableWrapper]] = {}
 
     def register_durable(self, operation: str, handler: DurableHandler) -> None:
         """A command whose change and receipt commit together (adopted on repeat)."""
@@ -66,24 +65,59 @@ class Operations:
     def register_live(self, operation: str, handler: LiveHandler) -> None:
         self.live[operation] = handler
 
+    def wrap_durable(self, operation: str, wrapper: DurableWrapper) -> None:
+        self.durable_wrappers.setdefault(operation, []).append(wrapper)
+
+    def durable_handler(self, operation: str) -> DurableHandler:
+        handler = self.durable[operation]
+        for wrapper in self.durable_wrappers.get(operation, ()):
+            handler = functools.partial(wrapper, proceed=handler)
+        return handler
+
     @property
     def known(self) -> frozenset[str]:
         return frozenset({*self.durable, *self.queries, *self.live, "host.stop"})
+
+
+class Operations:
+    """The host's own run operations and the dispatcher over the operation table."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.table = OperationTable()
+        for name, durable in (
+            ("run.start", self.run_start),
+            ("run.pause", self.run_pause),
+            ("run.resume", self.run_resume),
+            ("run.cancel", self.run_cancel),
+        ):
+            self.table.register_durable(name, durable)
+        for name, query in (
+            ("run.status", self.run_status),
+            ("run.list", self.run_list),
+            ("host.status", self.host_status),
+        ):
+            self.table.register_query(name, query)
+
+    @property
+    def known(self) -> frozenset[str]:
+        return self.table.known
 
     async def dispatch(self, request: ClientRequest, connection: Any = None) -> dict[str, Any]:
         host = self.host
         if host.stopping or host.epoch_lease is None:
             return response(request.request_id, "unavailable", error="Workflow host is stopping")
         operation = request.operation
-        if operation in self.live:
+        table = self.table
+        if operation in table.live:
             try:
-                return await self.live[operation](request, connection)
+                return await table.live[operation](request, connection)
             except PiWorkflowsError as error:
                 return response(
                     request.request_id, outcome_for_error(error), error=one_line_error(error)
                 )
-        if operation in self.durable:
-            handler = self.durable[operation]
+        if operation in table.durable:
+            handler = table.durable_handler(operation)
             return execute_durable(
                 host.store, request, host.epoch_lease.epoch, lambda: handler(request)
             )
@@ -91,7 +125,7 @@ class Operations:
             host.spawn(host.stop())
             return response(request.request_id, "accepted", receipt={"stopping": True})
         try:
-            receipt = self.queries[operation](request)
+            receipt = table.queries[operation](request)
         except PiWorkflowsError as error:
             return response(
                 request.request_id, outcome_for_error(error), error=one_line_error(error)
@@ -136,7 +170,7 @@ class Operations:
         )
 
     def run_status(self, request: ClientRequest) -> dict[str, Any]:
-        return run_status(_run_id(request))
+        return run_status(request.target_run_id())
 
     def run_list(self, request: ClientRequest) -> list[dict[str, Any]]:
         limit = request.payload.get("limit", RUN_LIST_LIMIT)
@@ -145,7 +179,7 @@ class Operations:
         return run_statuses(limit)
 
     def run_cancel(self, request: ClientRequest) -> OperationResult:
-        run_id = _run_id(request)
+        run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
         active = host.active_runs.get(run_id)
@@ -175,7 +209,7 @@ class Operations:
         )
 
     def run_pause(self, request: ClientRequest) -> OperationResult:
-        run_id = _run_id(request)
+        run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
         receipt = {"runId": run_id, "status": "parked", "paused": True}
@@ -227,7 +261,7 @@ class Operations:
         )
 
     def run_resume(self, request: ClientRequest) -> OperationResult:
-        run_id = _run_id(request)
+        run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
         if run_id in host.active_runs or run_id in host.pending_claims:
@@ -337,10 +371,3 @@ def _text(payload: dict[str, Any], key: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInputError(f"payload.{key} must be a non-empty string")
     return value
-
-
-def _run_id(request: ClientRequest) -> str:
-    run_id = request.run_id or request.payload.get("runId")
-    if not valid_id(run_id):
-        raise NotFoundError("The request names no run; pass a run id.")
-    return run_id

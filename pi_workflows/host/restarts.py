@@ -23,11 +23,12 @@ from ..storage.models import TERMINAL_RUN_STATUSES, Run
 from ..storage.runs import create_derived_run, get_run
 from ..storage.terminal_facts import latest_terminal_message
 from ..storage.workflow_messages import message_json
-from .operations import _run_id
+from .features import feature_hook
 from .receipts import OperationResult
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from .operations import OperationTable
+    from .services import HostServices
 
 RESTART_LIMIT = 3
 
@@ -36,8 +37,26 @@ def restart_run_id(workflow_message_id: str) -> str:
     return "restart-" + sha256_hex(workflow_message_id)[:40]
 
 
-def run_restart(host: Host, request: ClientRequest) -> OperationResult:
-    run_id = _run_id(request)
+class Restarts:
+    """The `run.restart` operation, as a host feature."""
+
+    def __init__(self, services: HostServices) -> None:
+        self.services = services
+
+    @feature_hook
+    def piwh_register_operations(self, operations: OperationTable) -> None:
+        operations.register_durable("run.restart", self.run_restart)
+
+    def run_restart(self, request: ClientRequest) -> OperationResult:
+        result = restart_run(request)
+        if result.outcome == "accepted":
+            self.services.store.after_commit(self.services.schedule_claim_pass)
+        return result
+
+
+def restart_run(request: ClientRequest) -> OperationResult:
+    """Reserve the restart child of a finished run (inside the request's transaction)."""
+    run_id = request.target_run_id()
     run = get_run(run_id)
     payload = request.payload
 
@@ -86,7 +105,6 @@ def run_restart(host: Host, request: ClientRequest) -> OperationResult:
         restart_number=run.restart_number + 1,
         parent_terminal_fingerprint=fingerprint,
     )
-    host.store.after_commit(host.schedule_claim_pass)
     return OperationResult(
         "accepted", receipt=_receipt(child), revision=child.revision, run_id=child.run_id
     )

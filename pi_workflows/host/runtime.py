@@ -27,24 +27,32 @@ from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_records
-from . import epoch_lease, human_decisions, sessions, terminal_messages
+from . import epoch_lease
 from .active_run import ActiveRun
+from .features import HostFeatures
 from .forkserver import ForkServer, fork_server_enabled
+from .human_decisions import HumanDecisions
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
 from .process_identity import is_running, is_same_process, start_identity
+from .restarts import Restarts
+from .services import HostServices
+from .sessions import Sessions
 from .supervisor import WorkerExit, WorkerSupervisor
+from .terminal_messages import TerminalMessages
 from .worker_gateway import WorkerGateway
 
 log = logging.getLogger("pi_workflows.host")
 
 DEFAULT_MAX_WORKERS = 4
 
-# Feature modules: each `install(host)` registers operations and listeners.
-FEATURES: tuple[Callable[[Host], None], ...] = (
-    terminal_messages.install,
-    human_decisions.install,
-    sessions.install,
+# The host's features, plugins on its private hookspec (see `host/features.py`), in the
+# order their hooks run.
+FEATURES: tuple[Callable[[HostServices], object], ...] = (
+    TerminalMessages,
+    Restarts,
+    HumanDecisions,
+    Sessions,
 )
 
 
@@ -119,17 +127,9 @@ class Host:
         self.fork_server = (
             ForkServer(sys.executable, str(home.root)) if fork_server_enabled() else None
         )
-        # Extension points for the feature modules of FEATURES (sessions, terminal
-        # messages, decisions): work for every poll tick, follow-ups of worker store
-        # operations (inside their transaction), and after-commit reactions to a run
-        # leaving `running`.
-        self.startup_actions: list[Callable[[], None]] = []  # after recovery, before listen
-        self.poll_actions: list[Callable[[], None]] = [self.schedule_claim_pass]
-        self.terminal_message_checks: list[Callable[[str], None]] = []
-        self.worker_operation_listeners: dict[str, list[Callable[..., None]]] = {}
-        self.run_stopped_listeners: list[Callable[[str, str | None, str], None]] = []
-        for install in FEATURES:
-            install(self)
+        services = HostServices(self)
+        self.features = HostFeatures([feature(services) for feature in FEATURES])
+        self.features.register_operations(self.operations.table)
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -163,8 +163,7 @@ class Host:
                     holder_is_dead=holder_is_dead,
                 )
                 epoch_lease.recover_previous_host(previous_host_id, self.epoch_lease.epoch)
-            for action in self.startup_actions:
-                action()
+            self.features.startup()
             self.started_at = now_ms()
             self.server = ClientServer(self, self.operations)
             await self.server.listen()
@@ -225,6 +224,7 @@ class Host:
             for active in handed_off:
                 if active.control == "handoff":
                     run_claims.park_run(active.run_id, active.claim_token)
+        self.features.stopping()
         self._release_identity()
         self.stopped.set()
         log.info("stopped")
@@ -257,11 +257,8 @@ class Host:
                 active.stop("claimLost")
 
     def _poll(self) -> None:
-        for action in self.poll_actions:
-            try:
-                action()
-            except Exception:
-                log.exception("poll action failed")
+        self.schedule_claim_pass()
+        self.features.poll()
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         """Keep a reference to background tasks so they finish before stop returns."""
@@ -478,20 +475,19 @@ class Host:
 
     def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         """After-commit effects of a run leaving `running`; none of them may raise."""
-        for listener in self.run_stopped_listeners:
-            try:
-                listener(run_id, old_status, new_status)
-            except Exception:
-                log.exception("run-stopped listener failed")
+        self.features.run_stopped(run_id, old_status, new_status)
         plugins.run_transition(run_id, old_status, new_status, None)
 
-    def check_terminal_message(self, run_id: str) -> None:
-        """Make sure a run that may have ended has its terminal message (never raises)."""
-        for check in self.terminal_message_checks:
-            try:
-                check(run_id)
-            except Exception:
-                log.exception("terminal message check failed")
+    def release_to_waiting(self, run_id: str, event_type: str) -> bool:
+        """Park the run of an active worker as `waiting` and let the worker go (in a
+        transaction); False when this host no longer holds the run's claim."""
+        active = self.active_runs.get(run_id)
+        if active is None or not run_claims.park_run(
+            run_id, active.claim_token, event_type=event_type, to_waiting=True
+        ):
+            return False
+        active.control = "handoff"
+        return True
 
     # --- status ------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ they live here so an idle branch report ends lost turns by exactly the same rule
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import plugins
 from ..clock import now_ms
@@ -26,9 +26,6 @@ from ..storage.workflow_messages import (
 )
 from .session_views import is_validating, open_message_id
 
-if TYPE_CHECKING:
-    from .runtime import Host
-
 TIMES = {1: "once", 2: "twice", 3: "three times"}
 PAUSED_DETAIL = "paused: the session interrupted the workflow step"
 
@@ -42,7 +39,6 @@ class TurnContext:
     check).
     """
 
-    host: Host
     now: int = field(default_factory=now_ms)
     stopped_runs: list[tuple[str, str, str]] = field(default_factory=list)
     settled_runs: set[str] = field(default_factory=set)

@@ -32,7 +32,7 @@ from ..errors import (
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
 from ..records import TurnReport
-from ..storage import put_json, read_json, record_run_change, run_claims, run_state, step_deadlines
+from ..storage import put_json, read_json, record_run_change, run_state, step_deadlines
 from ..storage.models import InteractiveRequest, InteractiveSubmission, Lease, Run, WorkflowMessage
 from ..storage.turns import STOP_REASONS, open_turns_for_session
 from ..storage.workflow_messages import (
@@ -40,12 +40,14 @@ from ..storage.workflow_messages import (
     cancel_pending_for_source,
     ensure_interaction_message,
 )
+from .features import feature_hook
 from .receipts import OperationResult
 from .session_turns import TurnContext
 from .session_views import is_validating, session_view
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from .operations import OperationTable
+    from .services import HostServices
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +84,8 @@ def _require_text(payload: dict[str, Any], key: str) -> str:
 
 
 class Sessions:
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, services: HostServices) -> None:
+        self.services = services
         self.coordinators: dict[str, Coordinator] = {}
         self.watches: dict[tuple[str, str], Watch] = {}
         self._tracked_connections: set[str] = set()
@@ -92,32 +94,39 @@ class Sessions:
         # the submission still validates, nobody will decide it any more.
         self._validations_launched: set[str] = set()
 
-    def install(self) -> None:
-        host = self.host
-        ops = host.operations
-        ops.register_live("view.session.watch", self.watch)
-        ops.register_live("view.unwatch", self.unwatch)
-        ops.register_live("workflowMessage.reportBranch", self.report_branch)
-        ops.register_live("workflowTurn.report", self.report_turn)
-        ops.register_live("interaction.submit", self.submit)
-        ops.register_durable("interaction.update", self.update)
-        plain_resume = ops.durable["run.resume"]
-        ops.register_durable("run.resume", lambda request: self.resume(request, plain_resume))
-        listeners = host.worker_operation_listeners
-        listeners.setdefault("interaction.request", []).append(self._on_interaction_request)
-        listeners.setdefault("interaction.reject", []).append(self._on_interaction_rejected)
-        for operation in ("interaction.accept", "notification.request"):
-            listeners.setdefault(operation, []).append(
-                lambda *_: host.store.after_commit(self.publish_soon)
-            )
-        host.run_stopped_listeners.append(lambda *_: self.publish_soon())
-        host.poll_actions.append(self.poll)
-        host.startup_actions.append(self.recover_inactive_model_turns)
+    @feature_hook
+    def piwh_register_operations(self, operations: OperationTable) -> None:
+        operations.register_live("view.session.watch", self.watch)
+        operations.register_live("view.unwatch", self.unwatch)
+        operations.register_live("workflowMessage.reportBranch", self.report_branch)
+        operations.register_live("workflowTurn.report", self.report_turn)
+        operations.register_live("interaction.submit", self.submit)
+        operations.register_durable("interaction.update", self.update)
+        operations.wrap_durable("run.resume", self.resume)
+
+    @feature_hook
+    def piwh_worker_operation(
+        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+    ) -> None:
+        if operation == "interaction.request":
+            self._on_interaction_request(result)
+        elif operation == "interaction.reject":
+            self._on_interaction_rejected(run_id)
+        elif operation in ("interaction.accept", "notification.request"):
+            self.services.store.after_commit(self.publish_soon)
+
+    @feature_hook
+    def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+        self.publish_soon()
+
+    @feature_hook
+    def piwh_startup(self) -> None:
+        self.recover_inactive_model_turns()
 
     def recover_inactive_model_turns(self) -> None:
         """Startup: turns left open across a host outage do not pay for the downtime."""
-        with self.host.store.transaction():
-            step_deadlines.give_back_host_downtime(self.host.previous_heartbeat_at, now_ms())
+        with self.services.store.transaction():
+            step_deadlines.give_back_host_downtime(self.services.previous_heartbeat_at, now_ms())
 
     # --- coordinators and views -----------------------------------------------------------
 
@@ -196,7 +205,7 @@ class Sessions:
         for watch in list(self.watches.values()):
             if not watch.connection.is_open:
                 continue
-            with self.host.store.transaction():
+            with self.services.store.transaction():
                 view = session_view(watch.session_id, self._coordinator_view(watch))
             fingerprint = digest(view)
             if fingerprint == watch.last_digest:
@@ -236,9 +245,9 @@ class Sessions:
         is_idle, has_pending = payload.get("isIdle"), payload.get("hasPendingMessages")
         if not isinstance(is_idle, bool) or not isinstance(has_pending, bool):
             raise InvalidInputError("isIdle and hasPendingMessages must be booleans")
-        ctx = TurnContext(self.host)
+        ctx = TurnContext()
         with _no_raw_integrity_errors():
-            with self.host.store.transaction():
+            with self.services.store.transaction():
                 adopt_branch(session_id, pairs)
                 if is_idle and not has_pending:
                     self._reconcile_idle(session_id, epoch, {m for m, _ in pairs}, ctx)
@@ -296,9 +305,9 @@ class Sessions:
         )
         if not coordinator.branch_reported:
             raise TurnConflictError("Workflow branch must be reported before model turns")
-        ctx = TurnContext(self.host)
+        ctx = TurnContext()
         with _no_raw_integrity_errors():
-            with self.host.store.transaction():
+            with self.services.store.transaction():
                 receipt = plugins.adjudicate_turn_report(report, ctx)
                 if receipt is None:
                     raise PiWorkflowsError(
@@ -312,30 +321,24 @@ class Sessions:
 
     def _after_report(self, ctx: TurnContext) -> None:
         for run_id, old_status, new_status in ctx.stopped_runs:
-            self.host.after_run_stopped(run_id, old_status, new_status)
+            self.services.run_stopped(run_id, old_status, new_status)
         for run_id in ctx.settled_runs:
-            self.host.check_terminal_message(run_id)
+            self.services.ensure_terminal_message(run_id)
         self.publish_soon()
 
     # --- interactions -------------------------------------------------------------------
 
-    def _on_interaction_request(self, active: Any, payload: Any, result: dict[str, Any]) -> None:
+    def _on_interaction_request(self, result: dict[str, Any]) -> None:
         request = InteractiveRequest.get_by_id(result["requestId"])
         if request.status == "pending":
             ensure_interaction_message(request, "initial")
-        self.host.store.after_commit(self.publish_soon)
+        self.services.store.after_commit(self.publish_soon)
 
-    def _on_interaction_rejected(self, active: Any, payload: Any, result: Any) -> None:
+    def _on_interaction_rejected(self, run_id: str) -> None:
         # The request stays pending: the run waits again, without a claim or a worker.
-        if not run_claims.park_run(
-            active.run_id,
-            active.claim_token,
-            event_type="run.interaction_rejected",
-            to_waiting=True,
-        ):
+        if not self.services.release_to_waiting(run_id, "run.interaction_rejected"):
             raise ConflictError("Rejected interaction could not release the run claim")
-        active.control = "handoff"
-        self.host.store.after_commit(self.publish_soon)
+        self.services.store.after_commit(self.publish_soon)
 
     def _pending_request(self, request: ClientRequest) -> InteractiveRequest:
         payload = request.payload
@@ -367,14 +370,14 @@ class Sessions:
         key = _require_text(request.payload, "submissionId")
         if "value" not in request.payload:
             raise InvalidInputError("interaction.submit needs the step output as value")
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             interaction = self._pending_request(request)
             submission, created = self._begin_validation(request, interaction, key)
         if submission.outcome == "validating":
             self._launch_validation(interaction.run_id, submission.submission_id)
         deadline = time.monotonic() + SUBMIT_WAIT_S
         while submission.outcome == "validating":
-            if self.host.stopping or time.monotonic() > deadline:
+            if self.services.is_stopping or time.monotonic() > deadline:
                 return response(
                     request.request_id,
                     "unavailable",
@@ -432,15 +435,16 @@ class Sessions:
 
     def _launch_validation(self, run_id: str, submission_id: str) -> None:
         """Claim the waiting run so a supervised worker runs the step's validator."""
-        host = self.host
-        if run_id in host.active_runs or run_id in host.pending_claims or host.stopping:
+        services = self.services
+        if services.is_run_busy(run_id) or services.is_stopping:
             return  # the poll action tries again once the run's worker is gone
-        with host.store.transaction():
-            generation = host.claim_for_resume(run_id, allow_pending_interaction=True)
+        with services.store.transaction():
+            generation = services.claim_for_resume(run_id, allow_pending_interaction=True)
         if generation is not None:
             self._validations_launched.add(submission_id)
 
-    def poll(self) -> None:
+    @feature_hook
+    def piwh_poll(self) -> None:
         validating = (
             InteractiveSubmission.select(InteractiveSubmission, InteractiveRequest)
             .join(InteractiveRequest)
@@ -448,7 +452,7 @@ class Sessions:
         )
         for submission in validating:
             run_id = submission.request.run_id
-            if run_id in self.host.active_runs or run_id in self.host.pending_claims:
+            if self.services.is_run_busy(run_id):
                 continue
             if submission.submission_id in self._validations_launched:
                 self._abandon_validation(submission)
@@ -466,12 +470,10 @@ class Sessions:
         )
 
     def _expirable(self) -> list[InteractiveRequest]:
-        host = self.host
         return [
             request
             for request in step_deadlines.expired_requests(now_ms())
-            if request.run_id not in host.active_runs
-            and request.run_id not in host.pending_claims
+            if not self.services.is_run_busy(request.run_id)
             and self._has_active_model_turn(request.target_session_id)
         ]
 
@@ -479,15 +481,18 @@ class Sessions:
         """Time out the first step whose deadline passed during a model turn (reference
         §6.9): cancel its request and claim the run, so a worker records the attempt
         `timed_out` and routes on from it."""
-        host = self.host
-        if host.stopping or not self._expirable():
+        services = self.services
+        if services.is_stopping or not self._expirable():
             return  # an idle tick takes no write lock
-        with host.store.transaction():
+        with services.store.transaction():
             for request in self._expirable():
-                if host.claim_for_resume(request.run_id, allow_pending_interaction=True) is None:
+                if (
+                    services.claim_for_resume(request.run_id, allow_pending_interaction=True)
+                    is None
+                ):
                     continue
                 self._begin_interaction_timeout(request)
-                host.store.after_commit(self.publish_soon)
+                services.store.after_commit(self.publish_soon)
                 return
 
     def _begin_interaction_timeout(self, request: InteractiveRequest) -> None:
@@ -507,7 +512,7 @@ class Sessions:
 
     def _abandon_validation(self, submission: InteractiveSubmission) -> None:
         self._validations_launched.discard(submission.submission_id)
-        with self.host.store.transaction():
+        with self.services.store.transaction():
             _reject_validating(
                 InteractiveSubmission.submission_id == submission.submission_id,
                 STALE_VALIDATION_ERROR,
@@ -519,10 +524,8 @@ class Sessions:
         self._check_current(request, interaction)
         run_id = interaction.run_id
         lease = Lease.get_by_id(run_id)
-        if (
-            run_id in self.host.active_runs
-            or run_id in self.host.pending_claims
-            or (lease.owner_id is not None and lease.expires_at > now_ms())
+        if self.services.is_run_busy(run_id) or (
+            lease.owner_id is not None and lease.expires_at > now_ms()
         ):
             return OperationResult(
                 "claimLost", error="Interactive run is not available for update", run_id=run_id
@@ -547,7 +550,7 @@ class Sessions:
             run_id=run_id,
         )
 
-    def resume(self, request: ClientRequest, plain_resume: Any) -> OperationResult:
+    def resume(self, request: ClientRequest, proceed: Any) -> OperationResult:
         """`run.resume` of a run paused at a step presents the step again (reference §6.4)."""
         run_id = request.run_id or request.payload.get("runId")
         run = Run.get_or_none(Run.run_id == run_id) if valid_id(run_id) else None
@@ -561,7 +564,7 @@ class Sessions:
             else None
         )
         if interaction is None:
-            return plain_resume(request)
+            return proceed(request)
         step_deadlines.give_back_pause(run_id, interaction, now_ms())
         revision = record_run_change(
             run_id,
@@ -572,7 +575,7 @@ class Sessions:
             status_detail="waiting for the origin session",
         )
         self._present_again(interaction)
-        self.host.store.after_commit(self.publish_soon)
+        self.services.store.after_commit(self.publish_soon)
         return OperationResult(
             "accepted",
             receipt={
@@ -636,8 +639,3 @@ def _parse_turn_report(payload: dict[str, Any]) -> TurnReport:
         stop_reason=stop_reason,
         response_session_entry_id=response_entry,
     )
-
-
-def install(host: Host) -> None:
-    host.sessions = Sessions(host)
-    host.sessions.install()

@@ -31,10 +31,10 @@ from ..storage.terminal_facts import (
     terminal_source_id,
 )
 from ..storage.workflow_messages import create_workflow_message
-from . import restarts
+from .features import feature_hook
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from .services import HostServices
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +44,14 @@ RECONCILE_INTERVAL_MS = 1000
 class TerminalMessages:
     """Creates terminal messages after commit and retries the ones that failed."""
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, services: HostServices) -> None:
+        self.services = services
         self.pending: set[str] = set()
         self.next_reconcile_at = 0  # 0 = nothing scheduled
 
     def ensure(self, run_id: str, override: StateOverride | None = None) -> None:
         """Create the run's terminal message if it needs one and has none (may raise)."""
-        store = self.host.store
+        store = self.services.store
         with store.transaction():
             if not is_required(run_id) or latest_terminal_message(run_id) is not None:
                 return
@@ -115,6 +115,14 @@ class TerminalMessages:
         if self.next_reconcile_at == 0:
             self.next_reconcile_at = now_ms() + RECONCILE_INTERVAL_MS
 
+    @feature_hook
+    def piwh_ensure_terminal_message(self, run_id: str) -> None:
+        self.try_ensure(run_id)
+
+    @feature_hook
+    def piwh_poll(self) -> None:
+        self.reconcile()
+
     def reconcile(self, *, force: bool = False) -> None:
         """Retry every pending run; without `force` at most once per interval."""
         if not self.pending:
@@ -129,22 +137,16 @@ class TerminalMessages:
         if not self.pending:
             self.next_reconcile_at = 0
 
+    @feature_hook
+    def piwh_startup(self) -> None:
+        self.discover_missing()
+
     def discover_missing(self) -> None:
         """Startup: every required but missing message, then one forced pass."""
         self.pending.update(runs_missing_terminal_messages())
         self.reconcile(force=True)
 
-    def on_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+    @feature_hook
+    def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         if new_status in TERMINAL_RUN_STATUSES:
             self.try_ensure(run_id)
-
-
-def install(host: Host) -> None:
-    terminal = TerminalMessages(host)
-    host.run_stopped_listeners.append(terminal.on_run_stopped)
-    host.terminal_message_checks.append(terminal.try_ensure)
-    host.poll_actions.append(terminal.reconcile)
-    host.startup_actions.append(terminal.discover_missing)
-    host.operations.register_durable(
-        "run.restart", lambda request: restarts.run_restart(host, request)
-    )

@@ -165,8 +165,7 @@ class WorkerGateway:
         if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
             return self._claim_lost(message_id)
         result = self._apply(operation, payload)
-        for listener in self.host.worker_operation_listeners.get(operation, ()):
-            listener(active, payload, result)
+        self.host.features.worker_operation(operation, active.run_id, payload, result)
         after = Run.get_by_id(active.run_id)
         if operation == "store.writeSnapshot" and after.status != "running":
             run_claims.project_lifecycle(active.run_id, active.generation, after.status)

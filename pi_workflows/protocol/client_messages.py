@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..canonical import digest
+from ..errors import NotFoundError
 from .framing import FrameError, valid_id
 
 SCHEMA = "pi-workflows.client.v1"
@@ -38,6 +39,13 @@ class ClientRequest:
     def fingerprint(self) -> str:
         """Identity of the request for adoption: everything except the request id."""
         return digest({k: v for k, v in self.raw.items() if k != "requestId"})
+
+    def target_run_id(self) -> str:
+        """The run the request is about: the envelope's `runId`, else `payload.runId`."""
+        run_id = self.run_id or self.payload.get("runId")
+        if not valid_id(run_id):
+            raise NotFoundError("The request names no run; pass a run id.")
+        return run_id
 
 
 def parse_request(message: dict[str, Any], known_operations: frozenset[str]) -> ClientRequest:

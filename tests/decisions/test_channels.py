@@ -222,3 +222,42 @@ def test_a_hanging_channel_does_not_slow_the_host(harness: HostHarness, tmp_path
         ),
         what="the stuck channel to deliver and settle once released",
     )
+
+
+CLOSING_CHANNEL = """
+from pathlib import Path
+
+from pi_workflows.hookspecs import hookimpl
+
+
+class ClosingChannel:
+    def __init__(self, context):
+        self.closed = Path(context.options["closed"])
+
+    def deliver(self, request):
+        return {"delivered": True}
+
+    def settle(self, request, resolution, delivery):
+        return {}
+
+    def close(self):
+        self.closed.write_text("closed")
+
+
+@hookimpl
+def piw_register_decision_channels(register):
+    register("closing", ClosingChannel)
+"""
+
+
+def test_a_stopping_host_closes_its_channels(harness: HostHarness, tmp_path: Path):
+    (tmp_path / "closing_channel.py").write_text(CLOSING_CHANNEL)
+    closed = harness.root / "closed"
+    write_channels(harness, {"channels": {"closer": {"kind": "closing", "closed": str(closed)}}})
+    harness.start_host(
+        PI_WORKFLOWS_PLUGINS="closing_channel",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+    assert not closed.exists()
+    harness.cli("host", "stop")
+    wait_until(closed.exists, what="the channel's close() during host stop")

@@ -1,0 +1,73 @@
+"""What a host feature may use of the host: a narrow, named set of services.
+
+Features (``pi_workflows.host.features``) never hold the `Host` itself, so they cannot
+reach into its worker table, claims or timers; what they need is here, each with the
+rule it keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ..home import Home
+    from ..storage import StateStore
+    from .runtime import Host
+
+
+class HostServices:
+    def __init__(self, host: Host) -> None:
+        self._host = host
+
+    @property
+    def store(self) -> StateStore:
+        """The state store: `transaction()` and `after_commit(callback)`."""
+        return self._host.store
+
+    @property
+    def home(self) -> Home:
+        return self._host.home
+
+    @property
+    def is_stopping(self) -> bool:
+        return self._host.stopping
+
+    @property
+    def previous_heartbeat_at(self) -> int | None:
+        """The last heartbeat of the host before this one (epoch ms), if any."""
+        return self._host.previous_heartbeat_at
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        """Run a coroutine on the host's loop; the host waits for it when it stops."""
+        return self._host.spawn(coroutine)
+
+    def schedule_claim_pass(self) -> None:
+        """A run became claimable: look for work soon (never inside the claim pass)."""
+        self._host.schedule_claim_pass()
+
+    def is_run_busy(self, run_id: str) -> bool:
+        """True while this host runs, or is about to launch, a worker for the run."""
+        return run_id in self._host.active_runs or run_id in self._host.pending_claims
+
+    def claim_for_resume(
+        self, run_id: str, *, allow_pending_interaction: bool = False
+    ) -> int | None:
+        """Claim a parked run and launch its worker after commit (inside a transaction)."""
+        return self._host.claim_for_resume(
+            run_id, allow_pending_interaction=allow_pending_interaction
+        )
+
+    def release_to_waiting(self, run_id: str, event_type: str) -> bool:
+        """Park the run this host's worker holds as `waiting`; the worker is let go."""
+        return self._host.release_to_waiting(run_id, event_type)
+
+    def run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+        """Announce, after commit, that a feature's write moved a run out of `running`."""
+        self._host.after_run_stopped(run_id, old_status, new_status)
+
+    def ensure_terminal_message(self, run_id: str) -> None:
+        """Ask for the run's terminal message if it has ended (never raises)."""
+        self._host.features.ensure_terminal_message(run_id)
