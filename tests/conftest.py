@@ -16,68 +16,32 @@ import sysconfig
 import tempfile
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from pi_workflows import plugins
-from pi_workflows.home import CONFIG_ENV, DATABASE_ENV, HOME_ENV, Home
-from pi_workflows.records import RunRecord
 from pi_workflows.storage import StateStore, open_state
+from pi_workflows.testing import WorkflowHome
+from pi_workflows.testing import run_record as kit_run_record
+
+# The test kit is also a pytest11 entry point; naming it here keeps a venv whose metadata
+# predates that entry point working (pytest registers a module once).
+pytest_plugins = ("pi_workflows.testing.pytest_plugin",)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
-MARKDOWN_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-markdown"
-WEBHOOK_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-webhook"
-CONSOLE_SCRIPT = Path(sys.executable).with_name("pi-workflows")
-PLUGIN_ENVS = (plugins.PLUGINS_ENV, plugins.DISABLE_ENV)
-
-
-@dataclass
-class HomeEnv:
-    """A private state home and config dir, and the environment that points at them."""
-
-    home: Home
-    config_dir: Path
-    env: dict[str, str] = field(default_factory=dict)
-
-    def run_cli(
-        self, *args: str, env: dict[str, str] | None = None, module: bool = False
-    ) -> subprocess.CompletedProcess[str]:
-        """Run `pi-workflows ARGS` (or `python -m pi_workflows ARGS`) in a subprocess."""
-        command = [sys.executable, "-m", "pi_workflows"] if module else [str(CONSOLE_SCRIPT)]
-        return subprocess.run(
-            [*command, *args],
-            env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
 
 
 @pytest.fixture
-def home_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> HomeEnv:
-    """`PI_WORKFLOWS_HOME` and `PI_WORKFLOWS_CONFIG_DIR` set to fresh private tmp dirs.
-
-    Set in this process (monkeypatch) and in `.env`, a full environment for subprocesses
-    that drops any inherited database URL and plugin lists.
-    """
-    root = tmp_path / "home"
-    config = tmp_path / "config"
-    config.mkdir(mode=0o700)
-    monkeypatch.setenv(HOME_ENV, str(root))
-    monkeypatch.setenv(CONFIG_ENV, str(config))
-    for variable in (DATABASE_ENV, *PLUGIN_ENVS):
-        monkeypatch.delenv(variable, raising=False)
-    env = {k: v for k, v in os.environ.items() if k not in (DATABASE_ENV, *PLUGIN_ENVS)}
-    env.update({HOME_ENV: str(root), CONFIG_ENV: str(config), "PYTHONUNBUFFERED": "1"})
-    return HomeEnv(Home(root.resolve()), config, env)
+def home_env(workflow_home: WorkflowHome) -> WorkflowHome:
+    """The kit's private home, under the name these tests grew up with."""
+    return workflow_home
 
 
 @pytest.fixture
-def store(home_env: HomeEnv) -> Iterator[StateStore]:
+def store(home_env: WorkflowHome) -> Iterator[StateStore]:
     """The SQLite state store of `home_env`, open in this process."""
     opened = open_state(home_env.home)
     try:
@@ -139,24 +103,6 @@ def audit_plugin() -> str:
     """Make sure `plugins/pi-workflows-audit` is pip-installed; returns its entry point name."""
     _ensure_plugin_installed("pi-workflows-audit", AUDIT_PLUGIN_DIR)
     return "audit"
-
-
-@pytest.fixture(scope="session")
-def markdown_plugin() -> str:
-    """Make sure `plugins/pi-workflows-markdown` is pip-installed; returns its entry point name.
-
-    The plugin is inert until `<config dir>/markdown-results.toml` exists, so installing it
-    changes no other test's terminal messages.
-    """
-    _ensure_plugin_installed("pi-workflows-markdown", MARKDOWN_PLUGIN_DIR)
-    return "markdown"
-
-
-@pytest.fixture(scope="session")
-def webhook_plugin() -> str:
-    """Make sure `plugins/pi-workflows-webhook` is pip-installed; returns its entry point name."""
-    _ensure_plugin_installed("pi-workflows-webhook", WEBHOOK_PLUGIN_DIR)
-    return "webhook"
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------
@@ -284,29 +230,7 @@ def make_run():
     return create_test_run
 
 
-def sample_run_record(**overrides: object) -> RunRecord:
-    """A queued interactive `RunRecord` for hook tests; pass fields to change."""
-    fields: dict[str, object] = {
-        "run_id": "run-1",
-        "workflow_name": "hello",
-        "status": "queued",
-        "queue_status": "queued",
-        "execution_mode": "interactive",
-        "origin_session_id": "session-1",
-        "parent_run_id": None,
-        "lineage_kind": None,
-        "restart_number": 0,
-        "input": {"task": "x"},
-        "launch_options": {},
-        "available_at": 100,
-        "created_at": 100,
-        "revision": 1,
-    }
-    fields.update(overrides)
-    return RunRecord(**fields)
-
-
 @pytest.fixture
 def run_record():
     """`run_record(**overrides)` builds a `RunRecord` without touching the database."""
-    return sample_run_record
+    return kit_run_record

@@ -1,31 +1,5 @@
-"""Waiting in tests: poll a condition with a deadline, never sleep a fixed time."""
+"""Waiting in tests; the helpers live in the test kit (`pi_workflows.testing`)."""
 
-from __future__ import annotations
+from pi_workflows.testing.polling import process_gone, wait_until
 
-import time
-from collections.abc import Callable
-from typing import Any
-
-import psutil
-
-
-def wait_until(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition"
-) -> Any:
-    """Poll `predicate` until it returns a truthy value or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
-
-
-def process_gone(pid: int) -> bool:
-    """The process has exited (a zombie waiting to be reaped counts as gone)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+__all__ = ["process_gone", "wait_until"]

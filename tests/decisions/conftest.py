@@ -67,7 +67,7 @@ WORKFLOW = workflow(
 
 def write_channels(harness: HostHarness, config: dict[str, Any]) -> Path:
     """`<config>/channels.json`, private as the host requires."""
-    path = harness.config / "channels.json"
+    path = harness.config_dir / "channels.json"
     path.write_text(json.dumps(config))
     os.chmod(path, 0o600)
     return path

@@ -1,0 +1,45 @@
+"""The kit's pytest fixtures (registered through the ``pytest11`` entry point)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ..home import CONFIG_ENV, HOME_ENV
+from .host import WorkflowHome, WorkflowHost, short_temp_dir
+from .isolation import FOREIGN_ENV, IsolatedPlugins, isolated_plugins
+
+
+@pytest.fixture
+def workflow_plugins() -> Iterator[IsolatedPlugins]:
+    """The plugin manager with the built-ins only; ``register(plugin)`` adds one for the test."""
+    with isolated_plugins() as isolated:
+        yield isolated
+
+
+@pytest.fixture
+def workflow_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkflowHome]:
+    """A private home, config dir and project, also set in this process's environment.
+
+    A host the command line starts on demand in it is stopped afterwards.
+    """
+    home = WorkflowHome(short_temp_dir())
+    for variable in FOREIGN_ENV:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv(HOME_ENV, str(home.home.root))
+    monkeypatch.setenv(CONFIG_ENV, str(home.config_dir))
+    try:
+        yield home
+    finally:
+        home.cleanup()
+
+
+@pytest.fixture
+def workflow_host() -> Iterator[WorkflowHost]:
+    """A real host in a private home; call ``start()`` once workflows and plugins are written."""
+    host = WorkflowHost(short_temp_dir())
+    try:
+        yield host
+    finally:
+        host.cleanup()

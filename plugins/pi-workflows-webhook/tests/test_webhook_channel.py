@@ -1,0 +1,185 @@
+"""pi-workflows-webhook with the test kit: a real host delivers to a real HTTP receiver."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from piw_webhook.channel import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookChannel, sign
+
+from pi_workflows.errors import ChannelConfigError
+from pi_workflows.testing import WorkflowHost, channel_context
+
+SECRET = "test-webhook-secret"
+
+DECIDE = """
+from pi_workflows import choice, compute, edge, human_decision, workflow
+
+WORKFLOW = workflow(
+    name="decide",
+    start_at="approve",
+    nodes={
+        "approve": human_decision(
+            audience="operator",
+            choices={"ship": choice("Ship"), "stop": choice("Stop")},
+            request=lambda ctx: {
+                "title": "Ship it?",
+                "subject": {"secret-plan": ctx.input},
+                "presentation": {"summary": "Release 1.2.3 is ready.", "blocks": []},
+            },
+        ),
+        "done": compute(lambda ctx: {"answer": ctx.outputs["approve"]}),
+    },
+    edges=[edge("approve", "done")],
+)
+"""
+
+
+class Receiver:
+    """The receiving side of the webhook: a stdlib HTTP server that keeps what it got."""
+
+    def __init__(self) -> None:
+        self.received: queue.Queue[tuple[dict[str, Any], bytes, dict[str, str]]] = queue.Queue()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.put((json.loads(body), body, dict(self.headers)))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def next(self, kind: str) -> tuple[dict[str, Any], bytes, dict[str, str]]:
+        deadline = time.monotonic() + 30
+        while True:
+            body, raw, headers = self.received.get(timeout=max(0.1, deadline - time.monotonic()))
+            if body["type"] == kind:
+                return body, raw, headers
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+
+
+def _signed(answer: dict[str, Any], secret: str = SECRET, stamp: int | None = None):
+    body = json.dumps(answer).encode()
+    timestamp = str(int(time.time()) if stamp is None else stamp)
+    return body, {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(secret, timestamp, body)}
+
+
+def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _configure(host: WorkflowHost, url: str) -> None:
+    secret_file = host.config_dir / "hook.secret"
+    secret_file.write_text(SECRET + "\n")
+    channels = host.config_dir / "channels.json"
+    channels.write_text(
+        json.dumps(
+            {
+                "audiences": {"operator": ["cli", "hook"]},
+                "channels": {
+                    "hook": {
+                        "kind": "webhook",
+                        "url": url,
+                        "secret_file": str(secret_file),
+                        "allowed_actors": ["alice"],
+                    }
+                },
+            }
+        )
+    )
+    for path in (secret_file, channels):
+        os.chmod(path, 0o600)
+
+
+def test_a_host_delivers_signed_requests_and_accepts_one_signed_answer(
+    workflow_host: WorkflowHost, receiver: Receiver
+):
+    workflow_host.use_entry_points("webhook")
+    _configure(workflow_host, receiver.url)
+    workflow_host.write_workflow("decide", DECIDE)
+    workflow_host.start()
+    run_id = workflow_host.start_run("decide", {"plan": "release"})
+
+    delivered, raw, headers = receiver.next("decision.request")
+    assert headers[SIGNATURE_HEADER] == sign(SECRET, headers[TIMESTAMP_HEADER], raw)
+    assert delivered["request"]["runId"] == run_id
+    assert "subject" not in delivered["request"] and b"secret-plan" not in raw
+    assert SECRET not in workflow_host.host_log()
+    answer_url = delivered["answerUrl"]
+    workflow_host.wait_for_status(run_id, "waiting")  # parked: an answer continues it at once
+    answer = {"decisionId": delivered["request"]["decisionId"], "choice": "ship"}
+
+    forged = _send(answer_url, *_signed({**answer, "actor": "alice", "nonce": "1"}, "wrong"))
+    stale = _send(answer_url, *_signed({**answer, "actor": "alice", "nonce": "2"}, stamp=1))
+    mallory = _send(answer_url, *_signed({**answer, "actor": "mallory", "nonce": "3"}))
+    body, signed = _signed({**answer, "actor": "alice", "nonce": uuid.uuid4().hex})
+    status, result = _send(answer_url, body, signed)
+    replayed = _send(answer_url, body, signed)
+
+    assert (forged[0], stale[0], mallory[0]) == (401, 401, 403)
+    assert status == 200 and result["outcome"] == "accepted"
+    assert replayed[0] == 409
+    child = result["receipt"]["continuationRunId"]
+    final = workflow_host.wait_for_run(child)
+    assert final["status"] == "completed"
+    assert final["finalOutput"]["answer"]["choice"] == "ship"
+    settled, _, _ = receiver.next("decision.settled")
+    assert settled["resolution"]["response"] == {"choice": "ship"}
+
+
+def test_answers_reach_report_answer_once_and_only_from_allowed_actors():
+    context = channel_context(
+        "hook",
+        kind="webhook",
+        options={"url": "http://127.0.0.1:9/unused"},
+        credentials={"secret": SECRET},
+        allowed_actors=("alice",),
+    )
+    channel = WebhookChannel(context)
+    try:
+        body, headers = _signed(
+            {"decisionId": "d-1", "choice": "ship", "actor": "alice", "nonce": "n"}
+        )
+        accepted = channel.handle_answer(headers, body)
+        replayed = channel.handle_answer(headers, body)
+        body, headers = _signed({"decisionId": "d-1", "choice": "x", "actor": "eve", "nonce": "m"})
+        refused = channel.handle_answer(headers, body)
+    finally:
+        channel.close()
+
+    assert accepted[0] == 200 and replayed[0] == 409 and refused[0] == 403
+    assert context.report_answer.answers == [("d-1", "ship", None, "alice")]
+
+
+def test_a_channel_without_its_secret_refuses_to_start():
+    with pytest.raises(ChannelConfigError, match="needs 'secret_file'"):
+        WebhookChannel(channel_context("hook", options={"url": "http://127.0.0.1:9/"}))
