@@ -23,7 +23,7 @@ import pytest
 
 from pi_workflows import plugins
 from pi_workflows.storage import StateStore, open_state
-from pi_workflows.testing import WorkflowHome
+from pi_workflows.testing import WorkflowHome, installed_entry_points
 from pi_workflows.testing import run_record as kit_run_record
 
 # The test kit is also a pytest11 entry point; naming it here keeps a venv whose metadata
@@ -36,7 +36,8 @@ AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
 
 @pytest.fixture
 def home_env(workflow_home: WorkflowHome) -> WorkflowHome:
-    """The kit's private home, under the name these tests grew up with."""
+    """The kit's private home, with every installed entry-point plugin enabled."""
+    workflow_home.use_entry_points(*installed_entry_points())
     return workflow_home
 
 

@@ -124,12 +124,12 @@ class AnswerRecorder:
     ) -> dict[str, Any]:
         with self._lock:
             self.answers.append((decision_id, choice, input, actor))
-        result: dict[str, Any] = {"outcome": self.outcome}
-        if self.outcome in ("accepted", "adopted"):
-            result["receipt"] = {"decisionId": decision_id, "choice": choice}
-        else:
-            result["error"] = f"The answer was {self.outcome}."
-        return result
+        won = self.outcome in ("accepted", "adopted")
+        return {
+            "outcome": self.outcome,
+            "receipt": {"decisionId": decision_id, "winner": {"choice": choice}} if won else None,
+            "error": None if won else f"The answer was {self.outcome}.",
+        }
 
 
 def channel_context(
@@ -147,7 +147,7 @@ def channel_context(
     ``report_answer`` defaults to a fresh :class:`AnswerRecorder` (reach it as
     ``context.report_answer``); ``store_call`` defaults to calling the function directly.
     """
-    from ..host.channels import ChannelContext, ChannelSettings
+    from ..host.decision_channel_runner import ChannelContext, ChannelSettings
 
     settings = ChannelSettings(
         name,

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from pi_workflows.home import DATABASE_ENV
-from pi_workflows.testing import WorkflowHost, short_temp_dir, wait_until
+from pi_workflows.testing import WorkflowHost, installed_entry_points, short_temp_dir, wait_until
+from pi_workflows.testing.host import FAST_TIMERS
 
 
 class HostHarness(WorkflowHost):
-    """The kit's host with the inspection helpers the host tests share."""
+    """The kit's host with the inspection helpers the host tests share.
 
-    start_host = WorkflowHost.start  # the name these tests grew up with
+    Unlike the kit's default, every installed entry-point plugin loads (the suite runs in
+    a venv with this repository's plugin distributions installed, and tests rely on them).
+    """
+
+    start_host = WorkflowHost.start  # the names these tests grew up with
+
+    @property
+    def config(self) -> Path:
+        return self.config_dir
 
     def wait_for_pid(self, filename: str, previous: int | None = None) -> int:
         """The worker pid a test workflow wrote to `<project>/<filename>` (a new one)."""
@@ -34,11 +44,11 @@ class HostHarness(WorkflowHost):
 
 @pytest.fixture
 def harness() -> Iterator[HostHarness]:
-    harness = HostHarness(short_temp_dir())
+    harness = HostHarness(short_temp_dir(), entry_points=installed_entry_points())
     try:
         yield harness
     finally:
         harness.cleanup()
 
 
-__all__ = ["DATABASE_ENV", "HostHarness", "wait_until"]
+__all__ = ["DATABASE_ENV", "FAST_TIMERS", "HostHarness", "wait_until"]
