@@ -32,8 +32,10 @@ from .records import (
     HostInfo,
     MessageContent,
     RunRecord,
+    TerminalFacts,
     TurnReceipt,
     TurnReport,
+    WorkerLaunchEnvelope,
     WorkerProcessSpec,
     WorkerRunCommand,
     WorkerSettings,
@@ -137,11 +139,12 @@ def piw_worker_run_command(
 
 @hookspec(firstresult=True)
 def piw_worker_process(
-    envelope: dict[str, Any], settings: WorkerSettings
+    envelope: WorkerLaunchEnvelope, settings: WorkerSettings
 ) -> WorkerProcessSpec | None:
     """Describe the process that executes one worker launch.
 
-    :param envelope: the launch envelope (``pi-workflows.worker-launch.v1``).
+    :param envelope: the launch envelope, a
+        :class:`~pi_workflows.records.WorkerLaunchEnvelope` (``worker-launch.v1``).
     :param settings: host settings (home, database URL, Python executable).
     :returns: a :class:`~pi_workflows.records.WorkerProcessSpec`, or ``None``.
 
@@ -199,12 +202,12 @@ def piw_unproductive_turn_limit(run: RunRecord, node_id: str) -> int | None:
 
 
 @hookspec(firstresult=True)
-def piw_presentation_instructions(run: RunRecord, facts: dict[str, Any]) -> str | None:
+def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str | None:
     """The instruction line of a terminal workflow message.
 
     :param run: the terminal run.
-    :param facts: the terminal facts (``pi-workflows.terminal-result.v1``, without the
-        fingerprint).
+    :param facts: the :class:`~pi_workflows.records.TerminalFacts`, without
+        ``terminalFingerprint``.
     :returns: one or more sentences telling the model how to present the result.
 
     Called in the host, after the run's terminal state committed and outside any
@@ -216,10 +219,11 @@ def piw_presentation_instructions(run: RunRecord, facts: dict[str, Any]) -> str 
 
 
 @hookspec(firstresult=True)
-def piw_render_terminal_message(facts: dict[str, Any], instructions: str) -> MessageContent | None:
+def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent | None:
     """Render the terminal workflow message for the origin session.
 
-    :param facts: terminal facts including ``terminalFingerprint``.
+    :param facts: the :class:`~pi_workflows.records.TerminalFacts`, with
+        ``terminalFingerprint``.
     :param instructions: the result of :func:`piw_presentation_instructions`.
     :returns: :class:`~pi_workflows.records.MessageContent` (text and details).
 
@@ -240,17 +244,33 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     """Register decision channel kinds: ``register(kind, factory)``.
 
     Called once when the host starts and loads ``<config>/channels.toml`` (see
-    ``pi_workflows.host.decision_channel_runner``). Every implementation runs. For each configured
-    channel of that kind the host calls ``factory(context)`` with a
-    ``pi_workflows.host.decision_channel_runner.ChannelContext`` (``name``, ``options``,
-    ``credentials``, ``settings.allows(actor)``, ``report_answer(decision_id, choice,
-    input=None, *, actor)``, ``store_call(fn)``) and gets a channel object with:
+    ``pi_workflows.host.decision_channel_runner``). Every implementation runs. For each
+    configured channel of that kind the host calls ``factory(context)`` and uses the
+    object it returns.
 
-    - ``deliver(request) -> dict | None``: offer a decision (the channel request: its
-      presentation and choices, never the private subject);
+    The context (``pi_workflows.host.decision_channel_runner.ChannelContext``; build one
+    in tests with ``pi_workflows.testing.channel_context``):
+
+    - ``name``: the channel's name in channels.toml; ``options``: its other keys;
+      ``credentials``: ``{key: secret}`` read from its ``<key>_file`` entries (never log);
+      ``settings.allows(actor)``: whether ``allowed_actors`` admits ``actor``;
+    - ``report_answer(decision_id, choice, input=None, *, actor)``: submit a human answer
+      from any thread but the host's loop (blocks until the host decided) →
+      :class:`~pi_workflows.records.AnswerResult`;
+    - ``store_call(fn)``: run ``fn()`` in a state-store transaction on the host's loop
+      (for built-in channels whose delivery is a database write).
+
+    The channel object:
+
+    - ``deliver(request) -> dict | None``: offer a decision. ``request`` is a
+      :class:`~pi_workflows.records.ChannelRequest` (presentation and choices, never the
+      private subject). What it returns is kept as the
+      :data:`~pi_workflows.records.ChannelDelivery` (JSON: e.g. a chat message id);
     - ``settle(request, resolution, delivery) -> dict | None``: the decision was
-      resolved (``resolution`` names the winner); e.g. remove buttons;
-    - ``close()``: the host is stopping.
+      resolved; ``resolution`` is a :class:`~pi_workflows.records.DecisionResolution`
+      naming the winner, ``delivery`` what this channel's ``deliver`` returned; e.g.
+      remove buttons;
+    - ``close()`` (optional): the host is stopping.
 
     Factories and methods run on the channel's own thread, never on the host's event
     loop. Raise ``pi_workflows.errors.ChannelDeliveryError`` when a call definitely did
@@ -297,9 +317,32 @@ def piw_workflow_dirs(project: Path) -> list[Path] | None:
 def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register headless agent executors: ``register(name, factory)``.
 
-    Called when a headless run reaches an agent step. Every implementation runs. The
-    built-in (``pi_workflows.builtin.executors``) registers ``command``, which pipes the
-    step prompt to a configured command and reads JSON from its stdout.
+    Called in the worker when a headless run reaches an agent step (interactive runs ask
+    their origin session instead). Every implementation runs; the first registration of
+    a name wins. The executor contract:
+
+    - **choice**: the worker uses the executor named by ``PI_WORKFLOWS_AGENT_EXECUTOR``
+      in the host's environment (default ``command``); an unregistered name fails the
+      step with the list of registered ones;
+    - **factory**: ``factory()`` is called with no arguments, once per agent step, and
+      returns the executor; raise ``pi_workflows.engine.agents.AgentExecutorError`` with
+      a sentence for the user when it cannot work (missing configuration, say);
+    - **step**: ``executor.run_agent_step(request, signal)`` runs one step and returns
+      an :class:`~pi_workflows.records.AgentStepResult` (``{"output": ...}``).
+      ``request`` is an :class:`~pi_workflows.records.AgentStepRequest`: ``prompt``
+      (the authored prompt plus the step contract block: send it to the model as is),
+      ``contract`` (run, workflow, node and attempt ids, expected output) and
+      ``presentation``. ``signal`` (``pi_workflows.engine.context.AbortSignal``) is set
+      when the attempt stops being active (cancelled, paused, deadline): poll
+      ``signal.is_aborted`` or block in ``signal.wait(timeout)``, then return or raise
+      promptly; an ignored signal leaves the call running but its result is refused. An exception
+      fails the attempt with its message; the node's retry policy decides what follows.
+
+    The call runs in the worker process, on the engine's thread; it may block for as
+    long as the model works. The built-in (``pi_workflows.builtin.executors``) registers
+    ``command``, which pipes the step prompt to ``PI_WORKFLOWS_AGENT_COMMAND`` and reads
+    JSON from its stdout. Since 0.1 the request and result are typed (TypedDicts, plain
+    dicts at run time), so executors written against the dict shape work unchanged.
     """
 
 

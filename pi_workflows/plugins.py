@@ -25,6 +25,7 @@ import pluggy
 from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from .errors import PiWorkflowsError, PluginError, PluginLoadError
+from .records import TerminalFacts, WorkerLaunchEnvelope
 
 ENTRY_POINT_GROUP = "pi_workflows"
 PLUGINS_ENV = "PI_WORKFLOWS_PLUGINS"
@@ -287,7 +288,7 @@ def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -
     )
 
 
-def worker_process(envelope: dict[str, Any], settings: Any) -> Any:
+def worker_process(envelope: WorkerLaunchEnvelope, settings: Any) -> Any:
     return _call("piw_worker_process", envelope=envelope, settings=settings)
 
 
@@ -299,11 +300,11 @@ def unproductive_turn_limit(run: Any, node_id: str) -> int:
     return _call("piw_unproductive_turn_limit", run=run, node_id=node_id)
 
 
-def presentation_instructions(run: Any, facts: dict[str, Any]) -> str:
+def presentation_instructions(run: Any, facts: TerminalFacts) -> str:
     return _call("piw_presentation_instructions", run=run, facts=facts)
 
 
-def render_terminal_message(facts: dict[str, Any], instructions: str) -> Any:
+def render_terminal_message(facts: TerminalFacts, instructions: str) -> Any:
     return _call("piw_render_terminal_message", facts=facts, instructions=instructions)
 
 

@@ -4,11 +4,9 @@ Hooks receive and return these instead of peewee rows, so a plugin never holds a
 database object and the core can add fields without breaking signatures.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 
 @dataclass(frozen=True)
@@ -144,3 +142,184 @@ class MessageContent:
 
     text: str
     details: dict[str, Any] = field(default_factory=dict)
+
+
+# --- dict-shaped hook arguments, typed ------------------------------------------------------
+#
+# JSON objects that hooks receive and return. They are TypedDicts, so at run time they are
+# the plain dicts they always were (a plugin indexing ``facts["status"]`` keeps working),
+# and a type checker knows every key.
+
+
+class EarlierOutcome(TypedDict):
+    """One terminal ancestor of a run along ``parentRunId``, oldest first."""
+
+    runId: str
+    #: ``completed``, ``failed``, ``timed_out`` or ``cancelled``.
+    status: str
+    #: why the run ended (the run's status detail), or None.
+    reason: str | None
+    #: the run's final output (JSON), or None.
+    finalOutput: Any
+    #: the run's error text, or None.
+    error: str | None
+
+
+class TerminalFacts(TypedDict):
+    """What a terminal workflow message says about a finished run (``terminal-result.v1``).
+
+    ``piw_presentation_instructions`` gets the facts without ``terminalFingerprint``;
+    ``piw_render_terminal_message`` gets them with it.
+    """
+
+    #: always ``pi-workflows.terminal-result.v1``.
+    schema: str
+    runId: str
+    workflowName: str
+    #: the name the run was started with (a path or name; part of the fingerprint).
+    workflowRef: str
+    #: the run's input (JSON).
+    input: Any
+    #: ``completed``, ``failed``, ``timed_out`` or ``cancelled``.
+    status: str
+    #: the final output (JSON) of a completed run, else None.
+    finalOutput: Any
+    #: the error text of a run that did not complete, else None.
+    error: str | None
+    #: the run's status detail (why it ended), or None.
+    reason: str | None
+    #: 0 for a first run, n for the n-th restart in its chain.
+    restartNumber: int
+    #: terminal ancestors (restart and continuation chain), oldest first.
+    earlierOutcomes: list[EarlierOutcome]
+    #: sha-256 over workflowRef, input, status, finalOutput, error and reason: the same
+    #: outcome repeated across a restart chain has the same fingerprint.
+    terminalFingerprint: NotRequired[str]
+
+
+class DecisionChoice(TypedDict):
+    """One choice of a human decision, keyed by its id in ``ChannelRequest.choices``."""
+
+    #: the button text.
+    label: str
+    #: the free-text field answered together with this choice: ``{name, prompt}``.
+    input: NotRequired[dict[str, str]]
+
+
+class ChannelRequest(TypedDict):
+    """What a decision channel may show: presentation and choices, never the private subject."""
+
+    #: always ``pi-workflows.human-decision-channel-request.v1``.
+    schema: str
+    decisionId: str
+    #: digest of the full request (subject included); changes if the request would.
+    requestDigest: str
+    runId: str
+    workflowName: str
+    nodeId: str
+    #: the audience the workflow addressed (``[audiences]`` of channels.toml).
+    audience: str
+    title: str
+    #: ``{schema, summary, blocks: [...]}`` (``decision-presentation.v1``).
+    presentation: dict[str, Any]
+    presentationDigest: str
+    #: choice id → choice.
+    choices: dict[str, DecisionChoice]
+    #: ISO 8601 UTC times; ``expiresAt`` is None without a deadline.
+    createdAt: str
+    expiresAt: str | None
+    #: the response applied when the deadline passes (``{choice, input?}``), or None.
+    defaultResponse: dict[str, Any] | None
+
+
+class DecisionResolution(TypedDict):
+    """The winning answer of a decision (``settle``'s ``resolution``)."""
+
+    #: ``human`` (an answer), ``timeout`` (the default response at the deadline) or
+    #: ``cancellation`` (the run was cancelled first).
+    provenance: str
+    #: the channel the winning answer came through, or None.
+    channel: str | None
+    #: who answered, or None.
+    actor: str | None
+    #: ``{choice, input?}``, or None for a cancellation.
+    response: dict[str, Any] | None
+    #: ISO 8601 UTC.
+    resolvedAt: str
+    #: the run that carries the workflow on with this answer, once created.
+    continuationRunId: str | None
+
+
+#: What a channel's ``deliver`` returned (stored as JSON; None when it returned nothing
+#: JSON can hold). ``settle`` gets it back to find its own message, e.g. a chat message id.
+ChannelDelivery = dict[str, Any] | None
+
+
+class AnswerResult(TypedDict):
+    """What ``ChannelContext.report_answer`` returns (all three keys are always present)."""
+
+    #: ``accepted`` (this answer won), ``adopted`` (the identical answer had already won),
+    #: ``conflict`` (another answer won first) or ``rejected`` (not allowed, unknown
+    #: decision or choice, bad input).
+    outcome: str
+    #: ``{decisionId, parentRunId, status, winner, continuationRunId}`` for accepted,
+    #: adopted and conflict (``winner`` is the response that won); else None.
+    receipt: dict[str, Any] | None
+    #: for conflict and rejected: the sentence to show the person who answered; else None.
+    error: str | None
+
+
+class StepContract(TypedDict):
+    """The identity of one agent step attempt (also in the prompt's contract block)."""
+
+    runId: str
+    workflowName: str
+    nodeId: str
+    #: unique per attempt; a retried step gets a new one.
+    attemptId: str
+    #: the author's description of the output, or None for the default.
+    expectedOutput: str | None
+    #: always ``submit``: the step is done when its output is accepted.
+    completion: str
+
+
+class AgentStepRequest(TypedDict):
+    """What an agent executor's ``run_agent_step`` gets for a headless step."""
+
+    contract: StepContract
+    #: the authored prompt followed by the step contract block; send it to the model.
+    prompt: str
+    #: ``{statusDetail}``: a short text to show while the step runs, or None.
+    presentation: dict[str, Any]
+
+
+class AgentStepResult(TypedDict):
+    """What ``run_agent_step`` returns: the step output.
+
+    JSON, or text containing JSON (the engine parses it tolerantly: the whole text, a
+    fenced block, or the first balanced ``{…}``/``[…]``); then the node's validator runs.
+    """
+
+    output: Any
+
+
+class WorkerLaunchEnvelope(TypedDict):
+    """Everything a worker process needs to execute one claimed run (``worker-launch.v1``)."""
+
+    schema: str
+    runId: str
+    #: the claim generation the worker acts under; stale generations are refused.
+    generation: int
+    #: a fresh secret per launch; the worker's messages carry it.
+    workerEpoch: str
+    #: the run's project directory (the worker's working directory).
+    projectPath: str
+    #: where the workflow definition comes from (``{kind, ...}``).
+    workflowSource: dict[str, Any]
+    definitionDigest: str
+    inputHash: str
+    protocolVersion: int
+    #: the host's database URL, or None for the home's SQLite file.
+    databaseUrl: str | None
+    #: the state home directory.
+    home: str

@@ -16,6 +16,7 @@ from ..engine.agents import AgentExecutorError
 from ..engine.context import AbortSignal
 from ..engine.shell import ShellCommandFailed, run_shell
 from ..hookspecs import hookimpl
+from ..records import AgentStepRequest, AgentStepResult
 
 COMMAND_ENV = "PI_WORKFLOWS_AGENT_COMMAND"
 
@@ -26,7 +27,7 @@ class CommandExecutor:
     def __init__(self, argv: list[str]) -> None:
         self.argv = argv
 
-    def run_agent_step(self, request: dict[str, Any], signal: AbortSignal) -> dict[str, Any]:
+    def run_agent_step(self, request: AgentStepRequest, signal: AbortSignal) -> AgentStepResult:
         contract = request["contract"]
         try:
             result = run_shell(

@@ -6,11 +6,9 @@ changes the layout (see `docs/terminal-messages.md`) can keep the same safety wo
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..canonical import canonical_json
 from ..hookspecs import hookimpl
-from ..records import MessageContent, RunRecord
+from ..records import MessageContent, RunRecord, TerminalFacts
 
 DEFAULT_INSTRUCTIONS = "Explain the final workflow result to the user in a normal response."
 
@@ -26,7 +24,7 @@ GUARDRAILS = (
 
 
 @hookimpl(trylast=True)
-def piw_presentation_instructions(run: RunRecord, facts: dict[str, Any]) -> str:
+def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str:
     # The workflow's prompt was written for its result; a failure gets the neutral default.
     prompt = run.presentation_prompt
     if facts.get("status") == "completed" and prompt and prompt.strip():
@@ -35,6 +33,6 @@ def piw_presentation_instructions(run: RunRecord, facts: dict[str, Any]) -> str:
 
 
 @hookimpl(trylast=True)
-def piw_render_terminal_message(facts: dict[str, Any], instructions: str) -> MessageContent:
+def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent:
     lines = [PREAMBLE, instructions, *GUARDRAILS, "", "Workflow result:", canonical_json(facts)]
     return MessageContent(text="\n".join(lines), details={"terminal": facts})

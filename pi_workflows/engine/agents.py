@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from .. import plugins
 from ..authoring.nodes import DEFAULT_EXPECTED_OUTPUT, Node
 from ..errors import PiWorkflowsError
+from ..records import AgentStepRequest, AgentStepResult
 from .context import AbortSignal
 
 EXECUTOR_ENV = "PI_WORKFLOWS_AGENT_EXECUTOR"
@@ -29,7 +30,9 @@ class AgentExecutorError(PiWorkflowsError):
 
 
 class AgentExecutor(Protocol):
-    def run_agent_step(self, request: dict[str, Any], signal: AbortSignal) -> dict[str, Any]:
+    """The executor contract is documented at ``piw_register_agent_executors``."""
+
+    def run_agent_step(self, request: AgentStepRequest, signal: AbortSignal) -> AgentStepResult:
         """Run one step; return ``{"output": <JSON or text>}``; stop when `signal` aborts."""
 
 

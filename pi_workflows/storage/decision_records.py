@@ -17,6 +17,7 @@ from typing import Any
 from ..canonical import canonical_json, digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
+from ..records import ChannelRequest, DecisionResolution
 from .blobs import put_json, read_json
 from .models import (
     Effect,
@@ -264,7 +265,7 @@ def public_request(decision: HumanDecision) -> dict[str, Any]:
     return record
 
 
-def channel_request(decision: HumanDecision) -> dict[str, Any]:
+def channel_request(decision: HumanDecision) -> ChannelRequest:
     """What a channel may see: the presentation and choices, never the subject."""
     record = public_request(decision)
     return {
@@ -312,7 +313,7 @@ class Resolution:
     continuation_run_id: str | None
 
 
-def resolution_json(row: HumanDecisionResolution) -> dict[str, Any]:
+def resolution_json(row: HumanDecisionResolution) -> DecisionResolution:
     return {
         "provenance": row.provenance,
         "channel": row.channel,

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..canonical import digest
 from ..errors import IncompleteTerminalStateError
+from ..records import EarlierOutcome, TerminalFacts
 from .blobs import read_json, read_text
 from .models import TERMINAL_RUN_STATUSES, Run, RunQueue, WorkflowMessage
 from .workflow_messages import workflow_message_id
@@ -106,7 +107,7 @@ def runs_missing_terminal_messages() -> list[str]:
     return [run_id for (run_id,) in query.tuples()]
 
 
-def _outcome(run: Run) -> dict[str, Any]:
+def _outcome(run: Run) -> EarlierOutcome:
     return {
         "runId": run.run_id,
         "status": run.status,
@@ -116,9 +117,9 @@ def _outcome(run: Run) -> dict[str, Any]:
     }
 
 
-def ancestor_outcomes(run_id: str) -> list[dict[str, Any]]:
+def ancestor_outcomes(run_id: str) -> list[EarlierOutcome]:
     """Terminal ancestors along `parent_run_id`, oldest first (waiting ones are skipped)."""
-    outcomes: list[dict[str, Any]] = []
+    outcomes: list[EarlierOutcome] = []
     seen = {run_id}
     parent_id = Run.get_by_id(run_id).parent_run_id
     while parent_id is not None and parent_id not in seen:
@@ -133,7 +134,7 @@ def ancestor_outcomes(run_id: str) -> list[dict[str, Any]]:
     return outcomes
 
 
-def terminal_facts(run_id: str, override: StateOverride | None = None) -> dict[str, Any] | None:
+def terminal_facts(run_id: str, override: StateOverride | None = None) -> TerminalFacts | None:
     """The facts of a finished run, or None when it is not (yet) terminal.
 
     Raises IncompleteTerminalStateError when the run needs a message but is not terminal,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import Claim, HostInfo, RunRecord, TurnReport
+from ..records import AnswerResult, Claim, HostInfo, RunRecord, TerminalFacts, TurnReport
 from ..storage.terminal_facts import TERMINAL_RESULT_SCHEMA, terminal_fingerprint
 
 
@@ -63,7 +63,7 @@ def claim(**overrides: Any) -> Claim:
 
 def terminal_facts(
     status: str = "completed", *, fingerprint: bool = True, **overrides: Any
-) -> dict[str, Any]:
+) -> TerminalFacts:
     """Terminal facts (``pi-workflows.terminal-result.v1``) of a ``hello`` run.
 
     A completed run has ``finalOutput``; any other status an ``error``. With `fingerprint`
@@ -71,7 +71,7 @@ def terminal_facts(
     host computes it; without (what ``piw_presentation_instructions`` gets) it is absent.
     """
     completed = status == "completed"
-    facts: dict[str, Any] = {
+    facts: TerminalFacts = {
         "schema": TERMINAL_RESULT_SCHEMA,
         "runId": "run-1",
         "workflowName": "hello",
@@ -84,7 +84,7 @@ def terminal_facts(
         "restartNumber": 0,
         "earlierOutcomes": [],
     }
-    facts.update(overrides)
+    facts.update(overrides)  # type: ignore[typeddict-item]
     if fingerprint:
         facts["terminalFingerprint"] = terminal_fingerprint(facts)
     return facts
@@ -121,7 +121,7 @@ class AnswerRecorder:
 
     def __call__(
         self, decision_id: str, choice: str, input: Any = None, *, actor: str
-    ) -> dict[str, Any]:
+    ) -> AnswerResult:
         with self._lock:
             self.answers.append((decision_id, choice, input, actor))
         won = self.outcome in ("accepted", "adopted")
