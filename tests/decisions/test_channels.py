@@ -111,14 +111,11 @@ def piw_register_decision_channels(register):
 """
 
 
-def test_a_stopping_host_closes_its_channels(harness: HostHarness, tmp_path: Path):
-    (tmp_path / "closing_channel.py").write_text(CLOSING_CHANNEL)
+def test_a_stopping_host_closes_its_channels(harness: HostHarness):
+    harness.add_plugin("closing_channel", CLOSING_CHANNEL)
     closed = harness.root / "closed"
     write_channels(harness, {"channels": {"closer": {"kind": "closing", "closed": str(closed)}}})
-    harness.start_host(
-        PI_WORKFLOWS_PLUGINS="closing_channel",
-        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-    )
+    harness.start_host()
     assert not closed.exists()
     harness.cli("host", "stop")
     wait_until(closed.exists, what="the channel's close() during host stop")
