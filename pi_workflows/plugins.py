@@ -8,6 +8,7 @@ plugin's exception in a :class:`PluginError` that names the plugin and the hook.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import importlib
 import importlib.metadata
 import logging
@@ -30,6 +31,7 @@ from .records import TerminalFacts, WorkerLaunchEnvelope
 ENTRY_POINT_GROUP = "pi_workflows"
 PLUGINS_ENV = "PI_WORKFLOWS_PLUGINS"
 DISABLE_ENV = "PI_WORKFLOWS_DISABLE_PLUGINS"
+DEBUG_HOOKS_ENV = "PI_WORKFLOWS_DEBUG_HOOKS"
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class PluginRegistry:
     sources: dict[str, PluginSource] = field(default_factory=dict)
     load_errors: list[PluginLoadError] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
+    tracing: bool = False  # PI_WORKFLOWS_DEBUG_HOOKS
 
 
 def _names_from_env(variable: str) -> list[str]:
@@ -105,7 +108,45 @@ def load_plugins() -> PluginRegistry:
         )
 
     manager.check_pending()
+    if os.environ.get(DEBUG_HOOKS_ENV, "") not in ("", "0"):
+        registry.tracing = True
+        _trace_hook_calls(manager)
     return registry
+
+
+def _trace_hook_calls(manager: pluggy.PluginManager) -> None:
+    """Write every hook call to stderr (the host's log, for the host): pluggy's call monitor.
+
+    Argument and result *types* only: hook arguments carry run inputs, outputs and session
+    ids, which never go to a log.
+    """
+
+    def before(hook_name: str, hook_impls: list[Any], kwargs: dict[str, Any]) -> None:
+        order = [impl.plugin_name for impl in reversed(hook_impls)]
+        _trace_call(hook_name, kwargs, order)
+
+    def after(outcome: Any, hook_name: str, hook_impls: list[Any], kwargs: Any) -> None:
+        if outcome.exception is not None:
+            _debug_line(f"{hook_name} raised {type(outcome.exception).__name__}")
+        else:
+            _debug_line(f"{hook_name} returned {_shape(outcome.get_result())}")
+
+    manager.add_hookcall_monitoring(before, after)
+
+
+def _trace_call(hook_name: str, kwargs: dict[str, Any], order: list[str]) -> None:
+    arguments = ", ".join(f"{name}={_shape(value)}" for name, value in kwargs.items())
+    _debug_line(f"{hook_name}({arguments}) calls {' -> '.join(order) or 'nobody'}")
+
+
+def _shape(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return f"{type(value).__name__}[{len(value)}]"
+    return "None" if value is None else type(value).__name__
+
+
+def _debug_line(text: str) -> None:
+    print(f"[pi-workflows hooks] {text}", file=sys.stderr, flush=True)
 
 
 def _register_guarded(
@@ -116,18 +157,49 @@ def _register_guarded(
     hint: str,
 ) -> None:
     try:
-        registry.manager.register(load(), name=name)
+        plugin = load()
+        registry.manager.register(plugin, name=name)
         _check_hooks_of(registry.manager, name)
     except Exception as exc:  # a broken plugin must not take the CLI or host down
         error = PluginLoadError(
-            f"Plugin {name!r} ({hint}) failed to load: {type(exc).__name__}: {exc}; fix or "
-            f"uninstall it, or disable it with {DISABLE_ENV}={name}."
+            f"Plugin {name!r} ({hint}) failed to load: {type(exc).__name__}: {exc}"
+            f"{_where(exc)}; fix or uninstall it, or disable it with {DISABLE_ENV}={name}."
         )
         error.plugin_name = name
         registry.load_errors.append(error)
         print(f"pi-workflows: warning: {error}", file=sys.stderr)
         return
     registry.sources[name] = source
+    for function_name in _unmarked_hook_functions(plugin):
+        print(
+            f"pi-workflows: warning: plugin {name!r} defines {function_name} without "
+            "@hookimpl, so it is never called; decorate it with pi_workflows.hookimpl.",
+            file=sys.stderr,
+        )
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at FILE:LINE)``: where loading failed, in the plugin's code when possible."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" (at {exc.filename}:{exc.lineno})"
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if not frame.filename.startswith("<frozen") and frame.filename != __file__
+    ]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def _unmarked_hook_functions(plugin: object) -> list[str]:
+    """`piw_*` functions of a plugin that lack the @hookimpl marker (a silent no-op)."""
+    marker = f"{hookspecs.PROJECT_NAME}_impl"
+    return sorted(
+        name
+        for name in dir(plugin)
+        if name.startswith("piw_")
+        and callable(getattr(plugin, name, None))
+        and not hasattr(getattr(plugin, name), marker)
+    )
 
 
 def _check_hooks_of(manager: pluggy.PluginManager, name: str) -> None:
@@ -136,11 +208,26 @@ def _check_hooks_of(manager: pluggy.PluginManager, name: str) -> None:
     `check_pending()` over the whole manager would fail the load of every plugin for one
     misspelt hook; checking right after each registration pins the error on its plugin.
     """
+    plugin = manager.get_plugin(name)
+    unknown = sorted(
+        caller.name for caller in manager.get_hookcallers(plugin) or [] if caller.spec is None
+    )
     try:
         manager.check_pending()
-    except pluggy.PluginValidationError:
+    except pluggy.PluginValidationError as error:
         manager.unregister(name=name)
-        raise
+        if not unknown:
+            raise
+        raise pluggy.PluginValidationError(
+            plugin, "; ".join(_unknown_hook_sentence(hook) for hook in unknown)
+        ) from error
+
+
+def _unknown_hook_sentence(hook: str) -> str:
+    known = [name for name in vars(hookspecs) if name.startswith("piw_")]
+    close = difflib.get_close_matches(hook, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else " (see pi_workflows/hookspecs.py)"
+    return f"unknown hook {hook}{hint}"
 
 
 def _own_version() -> str:
@@ -210,6 +297,22 @@ def describe_plugins() -> list[dict[str, Any]]:
     return described
 
 
+def describe_hooks() -> list[dict[str, Any]]:
+    """Every hook with its implementations in call order: the first one answers first."""
+    manager = registry().manager
+    described = []
+    for name in sorted(n for n in vars(hookspecs) if n.startswith("piw_")):
+        caller = getattr(manager.hook, name)
+        described.append(
+            {
+                "hook": name,
+                "firstresult": bool(caller.spec and caller.spec.opts.get("firstresult")),
+                "implementations": [impl.plugin_name for impl in reversed(caller.get_hookimpls())],
+            }
+        )
+    return described
+
+
 # --- calling hooks -----------------------------------------------------------------------
 
 
@@ -245,7 +348,10 @@ def _call_each(hook_name: str, **kwargs: Any) -> list[PluginError]:
     """
     failures = []
     caller = getattr(registry().manager.hook, hook_name)
-    for impl in reversed(caller.get_hookimpls()):
+    implementations = list(reversed(caller.get_hookimpls()))
+    if registry().tracing:  # each implementation is called directly, past pluggy's monitor
+        _trace_call(hook_name, kwargs, [impl.plugin_name for impl in implementations])
+    for impl in implementations:
         try:
             impl.function(**{name: kwargs[name] for name in impl.argnames})
         except Exception as exc:
