@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .. import plugins
 from .context import emit_json, json_option
+from .plugin_template import write_distribution
 
 
-@click.command("plugins")
+@click.group("plugins", invoke_without_command=True)
 @click.option(
     "--by-hook",
     is_flag=True,
     help="List hooks instead, each with its implementations in call order.",
 )
 @json_option
-def plugins_command(by_hook: bool, as_json: bool) -> None:
+@click.pass_context
+def plugins_command(ctx: click.Context, by_hook: bool, as_json: bool) -> None:
     """List plugins (name, distribution, version, hooks), then who answers each hook first."""
+    if ctx.invoked_subcommand is not None:
+        return
     hooks = plugins.describe_hooks()
     if by_hook:
         if as_json:
@@ -50,3 +56,27 @@ def _echo_hooks(hooks: list[dict]) -> None:
         order = " -> ".join(hook["implementations"]) or "(no implementation)"
         click.echo(f"  {hook['hook']}  [{kind}]")
         click.echo(f"      {order}")
+
+
+@plugins_command.command("new")
+@click.argument("name")
+@click.option(
+    "--hook",
+    "hooks",
+    multiple=True,
+    metavar="HOOK",
+    help="A hook to implement (repeat for more); see 'pi-workflows plugins --by-hook'.",
+)
+@click.option(
+    "--directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to write it (default: ./pi-workflows-NAME; must not exist).",
+)
+def new_command(name: str, hooks: tuple[str, ...], directory: Path | None) -> None:
+    """Write a ready plugin distribution NAME: pyproject with the entry point, documented
+    stubs for each --hook, and a passing test written with the test kit."""
+    target = directory or Path.cwd() / f"pi-workflows-{name}"
+    written = write_distribution(name, list(hooks), target)
+    click.echo(f"wrote {written}")
+    click.echo(f"next: pip install -e '{written}[test]' && pytest -q {written}/tests")
