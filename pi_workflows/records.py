@@ -13,29 +13,52 @@ from typing import Any, NotRequired, TypedDict
 class HostInfo:
     """The host asking a claiming hook, and its current load."""
 
+    #: this host process's id (new at every start).
     host_id: str
+    #: the host epoch it holds: one host per home runs at a time, each with a higher epoch.
     epoch: int
+    #: workers running or starting now.
     active_workers: int
+    #: ``PI_WORKFLOWS_MAX_WORKERS`` (default 4).
     max_workers: int
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """A run joined with its queue row, as the host sees it when deciding about it."""
+    """A run joined with its queue row, as the host sees it when deciding about it.
+
+    ``paused``: an operator paused it (``run pause``); ``error_code``: the queue's error
+    code of a failed launch or run, else None; ``presentation_prompt``: the workflow's
+    instructions for presenting its result, else None.
+    """
 
     run_id: str
     workflow_name: str
+    #: ``queued``, ``running``, ``waiting``, ``completed``, ``failed``, ``timed_out`` or
+    #: ``cancelled`` (what the run did).
     status: str
+    #: ``queued``, ``starting``, ``running``, ``parked``, ``done``, ``failed`` or
+    #: ``cancelled`` (where the run is in the host's queue).
     queue_status: str
+    #: ``interactive`` (agent steps go to the origin session) or ``headless`` (executor).
     execution_mode: str
+    #: the chat session that started an interactive run, else None.
     origin_session_id: str | None
+    #: the run this one restarts or continues, else None.
     parent_run_id: str | None
+    #: ``restart`` or ``continuation`` for a run with a parent, else None.
     lineage_kind: str | None
+    #: 0 for a first run, n for the n-th restart in its chain.
     restart_number: int
+    #: the run's input (JSON).
     input: Any
+    #: start options kept with the run (a continuation's ``humanDecision``, say).
     launch_options: dict[str, Any]
+    #: epoch ms from which the run may be claimed.
     available_at: int
+    #: epoch ms.
     created_at: int
+    #: bumped by every committed change of the run.
     revision: int
     paused: bool = False
     error_code: str | None = None
@@ -52,8 +75,11 @@ class Claim:
     """A fenced claim on a run: owner, generation and expiry (the token stays in the host)."""
 
     run_id: str
+    #: the claiming host's ``host_id``.
     owner_id: str
+    #: bumped by every claim of the run; a worker of an older generation is refused.
     generation: int
+    #: epoch ms when the lease runs out unless renewed.
     expires_at: int
 
 
@@ -64,10 +90,15 @@ class WorkerRunCommand:
     `kind` is one of `start`, `resume`, `restart`, `continue`.
     """
 
+    #: ``start``, ``resume``, ``restart`` or ``continue``.
     kind: str
+    #: the run input (start, restart and continue).
     input: Any = None
+    #: the parent a continuation carries on from.
     parent_run_id: str | None = None
+    #: the answer a continuation resumes with (``{choice, input?}``).
     human_decision: dict[str, Any] | None = None
+    #: the waiting agent attempt whose interaction deadline expired (resume).
     resume_interaction_attempt_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -87,8 +118,11 @@ class WorkerRunCommand:
 class WorkerSettings:
     """Host settings a worker launch may depend on."""
 
+    #: the state home directory.
     home: Path
+    #: the host's ``--database`` URL, or None for the home's SQLite file.
     database_url: str | None
+    #: the Python interpreter the host runs on.
     python: str
 
 
@@ -100,9 +134,13 @@ class WorkerProcessSpec:
     from its worker fork server (imports already done) instead of spawning a cold one.
     """
 
+    #: the command and its arguments.
     argv: list[str]
+    #: variables added to the host's environment.
     env: dict[str, str] = field(default_factory=dict)
+    #: the working directory (the run's project), or None for the host's.
     cwd: str | None = None
+    #: True only for the built-in worker command.
     forkable: bool = False
 
 
@@ -110,13 +148,20 @@ class WorkerProcessSpec:
 class TurnReport:
     """A session's `workflowTurn.report` payload (SPEC §9.4)."""
 
+    #: ``start`` or ``end`` of a model turn.
     state: str
+    #: the session's id for this model turn.
     workflow_turn_id: str
+    #: the workflow message the turn answers.
     workflow_message_id: str
     run_id: str
+    #: the session reporting.
     target_session_id: str
+    #: the reporting coordinator's epoch (the host checked it is current).
     coordinator_epoch: str
+    #: why an ended turn stopped (``stop``, ``aborted``, ``error``, ...).
     stop_reason: str | None = None
+    #: the session entry holding the model's answer, when the session has one.
     response_session_entry_id: str | None = None
 
 
@@ -124,8 +169,11 @@ class TurnReport:
 class TurnReceipt:
     """The adjudicated answer to a turn report: outcome, ownership and the saved turn."""
 
+    #: ``accepted`` (a new fact) or ``adopted`` (a repeat of a recorded one).
     outcome: str
+    #: ``absent`` (no turn), ``active`` or ``settled``.
     ownership: str
+    #: the saved turn (``pi-workflows.workflow-turn.v1``), or None.
     turn: dict[str, Any] | None
 
     def to_json(self) -> dict[str, Any]:
@@ -140,7 +188,9 @@ class TurnReceipt:
 class MessageContent:
     """The text a session shows for a workflow message, plus structured details."""
 
+    #: what the session shows (and the model reads).
     text: str
+    #: structured data for clients; the core sets its identity and ``terminal`` keys.
     details: dict[str, Any] = field(default_factory=dict)
 
 

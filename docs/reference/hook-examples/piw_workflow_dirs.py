@@ -1,0 +1,7 @@
+# Also look for workflows in the team's shared directory next to the project.
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_workflow_dirs(project):
+    return [project.parent / "team-workflows"]

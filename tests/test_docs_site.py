@@ -1,0 +1,95 @@
+"""The documentation site: a generated page per hook, examples that load, tutorials that run.
+
+`mkdocs build --strict` itself runs in `tox -e docs` and `.ci/run` (it needs the `docs`
+extra); these tests need only the code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pluggy
+
+from pi_workflows import hookspecs
+from pi_workflows.testing import WorkflowHost
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reference_pages = _load(DOCS / "reference_pages.py", "reference_pages")
+
+
+def _code_blocks(page: Path, language: str = "python") -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", page.read_text(), re.DOTALL)
+
+
+def test_every_hook_has_a_generated_page_with_its_contract_and_an_example():
+    pages = reference_pages.pages()
+    hooks = sorted(name for name in vars(hookspecs) if name.startswith("piw_"))
+
+    missing = [hook for hook in hooks if f"reference/hooks/{hook}.md" not in pages]
+    assert missing == [], f"hooks without a reference page: {missing}"
+    for hook in hooks:
+        page = pages[f"reference/hooks/{hook}.md"]
+        assert f"def {hook}(" in page
+        assert "**Built-in implementation:**" in page
+        assert "**Implemented by the distributions in `plugins/`:**" in page
+        assert "## Example plugin" in page and f"def {hook}(" in page.split("## Example")[1]
+        assert f"[`{hook}`]({hook}.md)" in pages["reference/hooks/index.md"]
+    markdown = pages["reference/hooks/piw_render_terminal_message.md"]
+    assert "pi-workflows-markdown" in markdown and "pi_workflows.builtin.terminal" in markdown
+
+
+def test_every_example_plugin_is_a_valid_plugin():
+    for example in sorted((DOCS / "reference" / "hook-examples").glob("piw_*.py")):
+        manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        manager.add_hookspecs(hookspecs)
+        module = _load(example, f"example_{example.stem}")
+        manager.register(module)
+        manager.check_pending()
+        implemented = {caller.name for caller in manager.get_hookcallers(module)}
+        assert example.stem in implemented, example
+
+
+def test_the_records_page_documents_every_typed_dict_field():
+    page = reference_pages.pages()["reference/records.md"]
+
+    for record in ("TerminalFacts", "ChannelRequest", "AgentStepRequest", "RunRecord"):
+        assert f"## `{record}`" in page
+    assert "| `terminalFingerprint` | `str (optional)` | sha-256 over" in page
+    assert "| `origin_session_id` | `str \\| None` | the chat session" in page
+
+
+def test_the_tutorials_run_on_a_real_host(workflow_host: WorkflowHost):
+    workflow = _code_blocks(DOCS / "tutorial" / "first-workflow.md")[0]
+    plugin, plugin_test = _code_blocks(DOCS / "tutorial" / "first-plugin.md")
+    failing = re.search(r'FAILING = """\n(.*?)"""', plugin_test, re.DOTALL).group(1)
+    workflow_host.write_workflow("count-words", workflow)
+    workflow_host.write_workflow("failing", failing)
+    (workflow_host.project / "README.md").write_text("three little words\n")
+    workflow_host.add_plugin("piw_brief_plugin", plugin)
+    workflow_host.start()
+
+    counted = workflow_host.start_run("count-words", {"file": "README.md"})
+    failed = workflow_host.start_run("failing", session="chat-1")
+
+    assert workflow_host.wait_for_run(counted)["finalOutput"] == {
+        "file": "README.md",
+        "words": 3,
+    }
+    workflow_host.wait_for_run(failed)
+    message = workflow_host.wait_for_message("chat-1", failed)
+    assert "In two sentences: say what failed" in message["content"]
+    listed = json.loads(workflow_host.cli("workflows", "--json").stdout)
+    assert "count-words" in json.dumps(listed)
