@@ -6,7 +6,7 @@ import json
 import uuid
 from collections import Counter
 
-from tests.pi.model_server import Text, ToolCall, ToolCalls
+from tests.pi.model_server import Hold, Text, ToolCall, ToolCalls
 from tests.pi.session.workflow_pi import WorkflowPi, two_turn_script
 from tests.polling import wait_until
 
@@ -48,6 +48,17 @@ def test_two_turn_runs_in_the_session_and_ends_with_one_explained_result(pi_sess
         last["content"][0]["text"] == "The two-turn workflow completed: a plan to add a changelog."
     )
     assert [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4
+
+    # The settled terminal turn is closed: an ordinary chat turn afterwards binds to nothing
+    # (reference 7.13, 7.18).
+    pi_session.server.script(Text("Anything else?"))
+    pi.prompt("Thanks!")
+    pi.wait_for(
+        lambda e: e.get("type") == "agent_end" and "Anything else?" in json.dumps(e),
+        what="the end of the chat turn",
+    )
+    assert len(pi_session.turns(session_id)) == 4
+    assert len(pi_session.entries(pi)) == 4
 
 
 def test_a_model_that_never_submits_gets_two_reminders_then_the_run_fails(pi_session: WorkflowPi):
@@ -121,3 +132,32 @@ def test_a_person_answers_a_decision_the_model_may_not(pi_session: WorkflowPi):
     assert answered["status"] == "accepted"
     assert answered["resolution"]["channel"] == "session"
     assert [m["kind"] for m in pi_session.host_messages(session_id)] == ["decision", "terminal"]
+
+
+def test_a_step_that_arrives_during_a_chat_turn_is_delivered_once_after_it(pi_session: WorkflowPi):
+    """Reference 7.21 and 6.15: ordinary chat neither blocks delivery nor becomes a step turn."""
+    pi_session.server.script(Hold(then=Text("Chatting.")), *two_turn_script())
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id)
+    pi.prompt("Let us chat first.")
+    pi_session.server.wait_for_requests(1)
+    # Extension commands run while Pi streams: the run starts, its step must wait.
+    pi.prompt("/workflow start two-turn")
+    wait_until(
+        lambda: pi_session.host_messages(session_id), timeout=60, what="the first step message"
+    )
+    assert pi_session.entries(pi) == [] and pi_session.turns(session_id) == []
+    pi_session.server.release_holds()
+
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+    wait_until(
+        lambda: [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4,
+        what="four completed turns",
+    )
+    hosted = pi_session.host_messages(session_id)
+    assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
+    # The chat turn came first and was nobody's: the first workflow turn is the step's own.
+    first_step = hosted[0]["workflowMessageId"]
+    assert pi_session.turns(session_id)[0][1] == first_step
