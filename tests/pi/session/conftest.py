@@ -9,6 +9,7 @@ import pytest
 from tests.host.conftest import HostHarness, harness  # noqa: F401
 from tests.pi.model_server import ScriptedModelServer
 from tests.pi.offline_pi import PiHome
+from tests.pi.session.relay import Relay, cli_shim
 from tests.pi.session.workflow_pi import WorkflowPi
 
 
@@ -24,3 +25,15 @@ def pi_session(
         yield bed
     finally:
         bed.close()
+
+
+@pytest.fixture
+def relay(pi_session: WorkflowPi) -> Iterator[Relay]:
+    """A relay in front of the harness host; `pi_session.start(..., PI_WORKFLOWS_CLI=relay.cli)`."""
+    root = pi_session.harness.root
+    wire = Relay(root / "relay.sock", pi_session.harness.home.socket_path)
+    wire.cli = str(cli_shim(root / "relay-cli", wire))
+    try:
+        yield wire
+    finally:
+        wire.close()

@@ -1,0 +1,171 @@
+"""Lost and late acknowledgements between the extension and the host (reference 6.16, 7.12,
+7.17, 7.19, 7.20, 8.12): nothing is shown twice, no turn is reported twice or lost."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+
+from tests.pi.model_server import Text
+from tests.pi.session.relay import Relay
+from tests.pi.session.workflow_pi import WorkflowPi, submit, two_turn_script
+from tests.polling import wait_until
+
+
+def _turn_reports(relay: Relay, **where: str) -> list[dict]:
+    return [
+        r["payload"]
+        for r in relay.requests_for("workflowTurn.report")
+        if all(r["payload"].get(key) == value for key, value in where.items())
+    ]
+
+
+def _finish_two_turn(pi_session: WorkflowPi, pi, session_id: str) -> list[dict]:
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+    wait_until(
+        lambda: [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4,
+        what="four completed turns",
+    )
+    hosted = pi_session.host_messages(session_id)
+    assert all(m["status"] == "sent" for m in hosted)
+    assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
+    return hosted
+
+
+def test_lost_branch_acknowledgements_resend_nothing_and_keep_the_turn_order(
+    pi_session: WorkflowPi, relay: Relay
+):
+    def branch_of(count: int):
+        return lambda r: (
+            r["operation"] == "workflowMessage.reportBranch"
+            and len(r["payload"]["entries"]) == count
+        )
+
+    relay.lose_reply(branch_of(1))  # the report that first shows the inspect step
+    relay.lose_reply(branch_of(4))  # the report that first shows the terminal message
+    pi_session.server.script(*two_turn_script())
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    pi.prompt("/workflow start two-turn")
+    hosted = _finish_two_turn(pi_session, pi, session_id)
+
+    # Both losses cut the connection: three coordinator epochs reported the branch.
+    epochs = {
+        r["payload"]["coordinatorEpoch"] for r in relay.requests_for("workflowMessage.reportBranch")
+    }
+    assert len(epochs) == 3
+    # The step's start, its one submission and its end, in that order (6.16, 7.12).
+    inspect = hosted[0]["workflowMessageId"]
+    order = [
+        (r["operation"], r["payload"].get("state"))
+        for r in relay.requests
+        if r["payload"].get("workflowMessageId") == inspect
+        or (r["operation"] == "interaction.submit" and r["payload"]["step"] == "inspect")
+    ]
+    assert order == [
+        ("workflowTurn.report", "started"),
+        ("interaction.submit", None),
+        ("workflowTurn.report", "ended"),
+    ]
+    # The terminal message was finalized once: shown once, one start and one end (8.12).
+    terminal = hosted[3]["workflowMessageId"]
+    assert [p["state"] for p in _turn_reports(relay, workflowMessageId=terminal)] == [
+        "started",
+        "ended",
+    ]
+
+
+def test_a_lost_end_acknowledgement_is_repeated_and_a_late_start_keeps_its_reply(
+    pi_session: WorkflowPi, relay: Relay
+):
+    relay.lose_reply(
+        lambda r: r["operation"] == "workflowTurn.report" and r["payload"]["state"] == "ended"
+    )
+    starts: list[str] = []
+
+    def fourth_start(request: dict) -> bool:
+        if (
+            request["operation"] == "workflowTurn.report"
+            and request["payload"]["state"] == "started"
+        ):
+            starts.append(request["payload"]["workflowTurnId"])
+        return len(starts) == 4
+
+    late = relay.hold_reply(fourth_start)  # the terminal message's start
+    pi_session.server.script(*two_turn_script())
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    pi.prompt("/workflow start two-turn")
+    # The model answers the terminal message while its start is still unacknowledged.
+    pi.wait_for(
+        lambda e: (
+            e.get("type") == "agent_end" and "The two-turn workflow completed" in json.dumps(e)
+        ),
+        timeout=90,
+        what="the explanation turn's end",
+    )
+    late.set()
+    _finish_two_turn(pi_session, pi, session_id)
+
+    # 7.19: the lost end was sent again, identical but for the new coordinator epoch.
+    first_end = next(p for p in _turn_reports(relay, state="ended"))
+    again = _turn_reports(relay, state="ended", workflowTurnId=first_end["workflowTurnId"])
+    assert len(again) == 2
+    assert again[0]["coordinatorEpoch"] != again[1]["coordinatorEpoch"]
+    assert {k: v for k, v in again[0].items() if k != "coordinatorEpoch"} == {
+        k: v for k, v in again[1].items() if k != "coordinatorEpoch"
+    }
+    (saved,) = pi_session.harness.query(
+        "SELECT stop_reason, response_session_entry_id FROM workflow_turns "
+        "WHERE workflow_turn_id = ?",
+        first_end["workflowTurnId"],
+    )
+    assert saved == ("completed", first_end["responseSessionEntryId"])
+    # 7.20: the reply that arrived during the start acknowledgement is the end's response.
+    terminal_turn = starts[3]
+    reports = _turn_reports(relay, workflowTurnId=terminal_turn)
+    assert [p["state"] for p in reports] == ["started", "ended"]
+    assert reports[1]["responseSessionEntryId"] is not None
+    (saved,) = pi_session.harness.query(
+        "SELECT response_session_entry_id FROM workflow_turns WHERE workflow_turn_id = ?",
+        terminal_turn,
+    )
+    assert saved == (reports[1]["responseSessionEntryId"],)
+
+
+def test_a_turn_the_host_does_not_grant_is_never_reported_as_ended(
+    pi_session: WorkflowPi, relay: Relay
+):
+    """7.12 and 7.17: the run is paused while the start report travels; the receipt says
+    `absent`, so the Pi run is an ordinary one: its submission is refused, no end is sent."""
+    release = relay.hold_request(
+        lambda r: r["operation"] == "workflowTurn.report" and r["payload"]["state"] == "started"
+    )
+    pi_session.server.script(
+        submit("inspect", {"findings": ["README.md"], "repoSummary": "demo"}),
+        Text("The run seems to be paused."),
+    )
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    pi.prompt("/workflow start two-turn")
+    wait_until(lambda: _turn_reports(relay, state="started"), timeout=60, what="the start report")
+    (run,) = pi_session.runs()
+    pi_session.harness.cli("run", "pause", run["runId"])
+    release.set()
+
+    pi.wait_for(
+        lambda e: e.get("type") == "agent_end" and "seems to be paused" in json.dumps(e),
+        timeout=60,
+        what="the end of the ungranted turn",
+    )
+    (refused,) = pi_session.server.requests[1].tool_results()
+    assert "paused" in refused["content"]
+    (start,) = _turn_reports(relay, state="started")
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's reply")
+    assert _turn_reports(relay, workflowTurnId=start["workflowTurnId"]) == [start]
+    assert pi_session.turns(session_id) == []
+    status = json.loads(pi_session.harness.cli("run", "status", run["runId"], "--json").stdout)
+    assert status["paused"] is True
