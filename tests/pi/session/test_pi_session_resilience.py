@@ -23,7 +23,20 @@ def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplic
     pi = pi_session.start(session_id)
     pi.prompt("/workflow start two-turn")
     pi_session.server.wait_for_requests(3, timeout=60)
-
+    # Kill once the draft step waits durably and its worker is gone (a worker killed before
+    # its waiting snapshot is another scenario: the engine resumes from the node's start).
+    harness = pi_session.harness
+    wait_until(
+        lambda: (
+            harness.query(
+                "SELECT 1 FROM node_attempts WHERE node_id = 'draft' AND status = 'waiting'"
+            )
+            and not harness.query(
+                "SELECT 1 FROM run_workers WHERE status IN ('starting', 'ready', 'running')"
+            )
+        ),
+        what="the draft step waiting with no worker",
+    )
     old_host = pi_session.harness.host_process
     os.kill(old_host.pid, signal.SIGKILL)
     old_host.wait()

@@ -40,22 +40,18 @@ export class WorkflowActions {
 		return response.receipt;
 	}
 
-	/** Runs this session started (its messages name them) plus its current run. */
-	private sessionRuns(): Set<string> {
-		const view = this.session().view;
-		const runs = new Set((view?.workflowMessages ?? []).map((message) => message.runId));
-		if (view?.run?.runId) runs.add(view.run.runId);
-		return runs;
-	}
-
-	private runOf(runId?: string): string {
-		const view = this.session().view;
+	/** The named run if it is one of this session's, else the session's current (or last) run. */
+	private async runOf(runId?: string): Promise<string> {
+		const view = await this.session().currentView();
+		const runs = view.workflowMessages.map((message) => message.runId);
+		if (view.run?.runId) runs.push(view.run.runId);
 		if (runId) {
-			if (!this.sessionRuns().has(runId)) throw new Error(`Run ${runId} is not a run of this Pi session.`);
+			if (!runs.includes(runId)) throw new Error(`Run ${runId} is not a run of this Pi session.`);
 			return runId;
 		}
-		if (!view?.run?.runId) throw new Error("This Pi session has no workflow run; start one with /workflow start NAME.");
-		return view.run.runId;
+		const current = view.run?.runId ?? runs[runs.length - 1];
+		if (!current) throw new Error("This Pi session has no workflow run; start one with /workflow start NAME.");
+		return current;
 	}
 
 	async listWorkflows(cwd: string): Promise<string> {
@@ -78,20 +74,18 @@ export class WorkflowActions {
 	}
 
 	async status(runId?: string): Promise<any> {
-		const id = this.runOf(runId);
-		return await this.call("run.status", {}, { runId: id });
+		return await this.call("run.status", {}, { runId: await this.runOf(runId) });
 	}
 
 	async control(operation: "run.pause" | "run.resume" | "run.cancel", runId?: string): Promise<any> {
-		const id = this.runOf(runId);
-		return await this.call(operation, {}, { runId: id });
+		return await this.call(operation, {}, { runId: await this.runOf(runId) });
 	}
 
 	/** The newest still-pending human decision of this session's runs, if any. */
 	private async pendingDecision(): Promise<any | null> {
-		const view = this.session().view;
+		const view = await this.session().currentView();
 		const ids = new Set(
-			(view?.workflowMessages ?? [])
+			view.workflowMessages
 				.filter((message) => message.kind === "decision")
 				.map((message) => message.details?.decisionId),
 		);
@@ -105,7 +99,7 @@ export class WorkflowActions {
 	/** The model answers: checkpoints only. */
 	async answerAsModel(input: unknown, runId?: string): Promise<any> {
 		if (await this.pendingDecision()) throw new Error(MODEL_DECISION_REFUSAL);
-		return await this.call("checkpoint.answer", { input }, { runId: this.runOf(runId) });
+		return await this.call("checkpoint.answer", { input }, { runId: await this.runOf(runId) });
 	}
 
 	/** The person answers: the pending decision through the session channel, else a checkpoint. */
@@ -118,7 +112,7 @@ export class WorkflowActions {
 		}
 		const decision = await this.pendingDecision();
 		if (!decision) {
-			return await this.call("checkpoint.answer", { input: answer }, { runId: this.runOf() });
+			return await this.call("checkpoint.answer", { input: answer }, { runId: await this.runOf() });
 		}
 		const chosen = typeof answer === "object" && answer !== null ? (answer as Record<string, unknown>) : {};
 		const choice = typeof answer === "string" ? answer : chosen.choice;
@@ -137,9 +131,10 @@ export class WorkflowActions {
 		return await this.call("decision.answer", payload);
 	}
 
-	private step(target: StepTarget): any {
+	private async step(target: StepTarget): Promise<any> {
 		const session = this.session();
-		const steps = (session.view?.pendingInteractions ?? []).filter((item) => item.kind !== "decision");
+		const view = await session.currentView();
+		const steps = view.pendingInteractions.filter((item) => item.kind !== "decision");
 		let matches = steps;
 		if (target.requestId) matches = steps.filter((item) => item.requestId === target.requestId);
 		else if (target.step) {
@@ -148,7 +143,7 @@ export class WorkflowActions {
 			);
 		} else if (steps.length > 1) {
 			const turn = session.coordinator.currentTurn();
-			const message = session.view?.workflowMessages.find((m) => m.workflowMessageId === turn?.workflowMessageId);
+			const message = view.workflowMessages.find((m) => m.workflowMessageId === turn?.workflowMessageId);
 			matches = steps.filter((item) => item.requestId === message?.details?.requestId);
 		}
 		if (matches.length !== 1) {
@@ -172,7 +167,7 @@ export class WorkflowActions {
 	async submit(target: StepTarget, output: unknown, toolCallId: string): Promise<any> {
 		if (output === undefined) throw new Error('submit needs "output": the step\'s result.');
 		await this.turnStartSettled();
-		const step = this.step(target);
+		const step = await this.step(target);
 		const submissionId = `submission-${toolCallId}`;
 		return await this.call(
 			"interaction.submit",
@@ -190,7 +185,7 @@ export class WorkflowActions {
 		if (typeof update !== "object" || update === null || Array.isArray(update)) {
 			throw new Error('update needs "update": a JSON object such as {"type": "progress", "data": {…}}.');
 		}
-		const step = this.step(target);
+		const step = await this.step(target);
 		return await this.call(
 			"interaction.update",
 			{ requestId: step.requestId, attempt: step.attempt, step: step.step, value: { update } },

@@ -186,6 +186,18 @@ export class WorkflowSession {
 		return this.connection;
 	}
 
+	/** The session view of the current connection, waiting for a connection and its first view. */
+	async currentView(): Promise<SessionView> {
+		const deadline = Date.now() + CONNECTED_WAIT_MS;
+		for (;;) {
+			await this.connected();
+			const view = this.coordinator.latestView;
+			if (view) return view;
+			if (Date.now() > deadline) throw new HostUnavailable("The workflow host sent no session view in time.");
+			await sleep(50);
+		}
+	}
+
 	/** A command of this session; repeated once (same idempotency key) if the connection drops. */
 	async request(operation: string, payload: Record<string, unknown>, options: RequestOptions = {}) {
 		const stable = { ...options, idempotencyKey: options.idempotencyKey ?? `${operation}-${randomUUID()}` };
