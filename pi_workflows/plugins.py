@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import importlib
 import importlib.metadata
 import logging
@@ -295,6 +296,20 @@ def describe_plugins() -> list[dict[str, Any]]:
             }
         )
     return described
+
+
+def plugin_set_digest() -> str:
+    """A short digest of the plugins this process loaded (names, versions, broken ones).
+
+    Two processes with the same installed plugins and plugin variables get the same
+    digest; the host sends its digest to every client so a client can tell it differs.
+    """
+    entries = sorted(
+        f"{entry['name']} {entry['version']} {entry['kind']}"
+        for entry in describe_plugins()
+        if entry["kind"] != "runtime"
+    )
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
 
 
 def describe_hooks() -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from .. import plugins
 from ..client import WorkflowClient
 from ..home import DATABASE_ENV, Home, resolve_home
 from ..storage import StateStore, open_state
@@ -44,9 +45,23 @@ class CliContext:
 
     def close(self) -> None:
         if self._client is not None:
+            self._warn_if_plugins_differ(self._client)
             self._client.close()
         if self._store is not None:
             self._store.close()
+
+    @staticmethod
+    def _warn_if_plugins_differ(client: WorkflowClient) -> None:
+        """Say so when the host loaded other plugins than this command (installed since)."""
+        hello = client.hello
+        if hello is None or hello.get("pluginSet") in (None, plugins.plugin_set_digest()):
+            return
+        click.echo(
+            "pi-workflows: warning: the running host loaded a different set of plugins than "
+            "this command (a plugin was installed, removed or changed since it started); "
+            "restart it: pi-workflows host stop && pi-workflows host start",
+            err=True,
+        )
 
 
 def database_url_from(option: str | None) -> str | None:

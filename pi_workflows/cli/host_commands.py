@@ -97,6 +97,12 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
         f"runs: {status['queuedRuns']} queued, {status['runningRuns']} running, "
         f"{status['parkedRuns']} parked, {status['waitingRuns']} waiting"
     )
+    click.echo(f"database: {status['database']}")
+    click.echo(f"log: {status['logFile'] or 'stderr (not a file)'}")
+    executor = status["agentExecutor"]
+    missing = "" if executor["registered"] else " (NOT REGISTERED: no plugin provides it)"
+    click.echo(f"agent executor: {executor['name']}{missing}")
+    click.echo(f"plugins: {', '.join(plugin['name'] for plugin in status['plugins'])}")
     click.echo(
         f"attention: {status['expiredClaims']} expired claims, {status['pendingInteractions']} "
         f"pending interactions, {status['ambiguousEffects']} ambiguous effects, "

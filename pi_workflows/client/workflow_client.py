@@ -28,6 +28,11 @@ class WorkflowClient:
             self._connection = connect(self.home, self.database_url, autostart=self.autostart)
         return self._connection
 
+    @property
+    def hello(self) -> dict[str, Any] | None:
+        """The host's hello of the open connection (None before the first request)."""
+        return self._connection.hello if self._connection is not None else None
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()

@@ -26,6 +26,7 @@ from ..storage.models import (
     RunQueue,
 )
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
+from .profile import host_profile
 from .receipts import OperationResult, execute_durable, outcome_for_error
 
 if TYPE_CHECKING:
@@ -342,6 +343,7 @@ class Operations:
             .count(),
             "ambiguousEffects": Effect.select().where(Effect.status == "ambiguous").count(),
             "lifecycleContradictions": _lifecycle_contradictions(),
+            **host_profile(host.home, host.database_url),
         }
 
 

@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import __version__
+from .. import __version__, plugins
 from ..errors import PiWorkflowsError
 from ..protocol.client_messages import hello, parse_request, response
 from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame, valid_id
@@ -31,6 +31,8 @@ class ClientServer:
         self.operations = operations
         self.server: asyncio.AbstractServer | None = None
         self.connections: set[ClientConnection] = set()
+        # Plugins load once per process, so every hello can carry the same digest.
+        self.plugin_set = plugins.plugin_set_digest()
 
     async def listen(self) -> None:
         path = self.host.home.socket_path
@@ -67,7 +69,7 @@ class ClientServer:
         connection = ClientConnection(f"connection-{secrets.token_hex(8)}", writer)
         self.connections.add(connection)
         try:
-            await connection.send(hello(connection.connection_id, __version__))
+            await connection.send(hello(connection.connection_id, __version__, self.plugin_set))
             while True:
                 try:
                     line = await reader.readline()

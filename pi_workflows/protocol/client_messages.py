@@ -108,10 +108,12 @@ def response(
     return message
 
 
-def hello(connection_id: str, package_version: str) -> dict[str, Any]:
+def hello(connection_id: str, package_version: str, plugin_set: str) -> dict[str, Any]:
+    """The host's first message; `plugin_set` lets a client tell its plugins differ."""
     return {
         "schema": SCHEMA,
         "type": "hello",
         "connectionId": connection_id,
         "packageVersion": package_version,
+        "pluginSet": plugin_set,
     }

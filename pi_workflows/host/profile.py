@@ -1,0 +1,57 @@
+"""What a running host is made of, for `host status`: plugins, database, log, executor.
+
+Nothing secret leaves here: a database URL's password is masked, and plugins are named with
+their versions only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .. import plugins
+from ..engine.agents import DEFAULT_EXECUTOR, EXECUTOR_ENV
+from ..home import Home
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password (if any) replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def log_file() -> str | None:
+    """The file this process's stderr (the host log) goes to, when it is a regular file."""
+    try:
+        if not stat.S_ISREG(os.fstat(2).st_mode):
+            return None
+        return os.readlink("/proc/self/fd/2")
+    except OSError:  # no /proc (not Linux), or stderr closed
+        return None
+
+
+def host_profile(home: Home, database_url: str | None) -> dict[str, Any]:
+    """The host's plugins, plugin-set digest, database, log file and agent executor."""
+    executor = os.environ.get(EXECUTOR_ENV, DEFAULT_EXECUTOR)
+    registered = sorted(plugins.agent_executor_factories())
+    return {
+        "plugins": [
+            {key: entry[key] for key in ("name", "kind", "distribution", "version")}
+            for entry in plugins.describe_plugins()
+        ],
+        "pluginSet": plugins.plugin_set_digest(),
+        "database": masked_url(database_url) if database_url else str(home.database_path),
+        "logFile": log_file(),
+        "agentExecutor": {
+            "name": executor,
+            "registered": executor in registered,
+            "available": registered,
+        },
+    }
