@@ -42,6 +42,7 @@ class CommandExecutor:
                     },
                 },
                 signal,
+                kind="agent",
             )
         except ShellCommandFailed as error:
             raise AgentExecutorError(f"Agent command failed: {error}") from error

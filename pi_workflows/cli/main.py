@@ -13,6 +13,7 @@ from ..home import HOME_ENV
 from .checkpoint_commands import checkpoint_group
 from .context import CliContext, database_url_from
 from .decision_commands import decision_group
+from .effects_commands import effects_group
 from .host_commands import host_group
 from .plugins_command import plugins_command
 from .run_commands import run_group
@@ -64,6 +65,7 @@ cli.add_command(state_group)
 cli.add_command(workflows_command)
 cli.add_command(checkpoint_group)
 cli.add_command(decision_group)
+cli.add_command(effects_group)
 cli.add_command(session_group)
 
 

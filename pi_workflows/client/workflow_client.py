@@ -93,6 +93,21 @@ class WorkflowClient:
             payload["input"] = input
         return self.send("decision.answer", payload)
 
+    def list_effects(
+        self, *, status: str | None = None, run_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Effects newest first, optionally only those with `status` or of one run."""
+        payload = {k: v for k, v in (("status", status), ("runId", run_id)) if v is not None}
+        return self.call("effects.list", payload)
+
+    def confirm_effect(self, effect_id: str, result: Any = None) -> dict[str, Any]:
+        """An effect in doubt did happen: its node completes with `result`."""
+        return self.call("effects.confirm", {"effectId": effect_id, "result": result})
+
+    def retry_effect(self, effect_id: str) -> dict[str, Any]:
+        """An effect in doubt did not happen: its node runs it again."""
+        return self.call("effects.retry", {"effectId": effect_id})
+
     def host_status(self) -> dict[str, Any]:
         return self.call("host.status")
 

@@ -77,3 +77,11 @@ class LocalRunBackend:
 
     def request_presentation(self, presentation: dict[str, Any]) -> dict[str, Any]:
         return self._change(run_state.request_presentation, presentation)
+
+    # In process there is no host to outlive: the engine stops its own groups when an
+    # attempt ends, so registration has nothing to record.
+    def register_process(self, group: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
+        return {}

@@ -28,6 +28,8 @@ OPERATIONS = {
     "interaction.reject": "reject_interaction",
     "notification.request": "request_notification",
     "presentation.request": "request_presentation",
+    "process.register": "register_process",
+    "process.unregister": "unregister_process",
 }
 
 
@@ -92,3 +94,13 @@ class RunBackend(Protocol):
 
     def request_presentation(self, presentation: dict[str, Any]) -> dict[str, Any]:
         """Record ``{prompt}`` for the terminal message of the run."""
+
+    def register_process(self, group: dict[str, Any]) -> dict[str, Any]:
+        """Register ``{processGroup, kind}`` before the group runs a user command.
+
+        ``kind`` is ``shell`` or ``agent``. Whoever supervises the run stops a registered
+        group that outlives its worker (SPEC §7.4a); raising refuses the group.
+        """
+
+    def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
+        """``{processGroup}`` ended and nothing of it is left running."""

@@ -32,6 +32,7 @@ from ..errors import (
 )
 from .agents import AgentExecutor, headless_executor, parse_output, step_prompt
 from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
+from .processes import registering_with
 from .routing import RoutingError, failure_route, next_node
 from .run_backend import RunBackend
 from .shell import run_shell
@@ -821,7 +822,8 @@ class Engine:
 
     def _node_thread(self, attempt: _Attempt, context: NodeContext) -> None:
         try:
-            output = self._dispatch(attempt, context)
+            with registering_with(_AttemptProcesses(self, attempt)):
+                output = self._dispatch(attempt, context)
         except BaseException as error:  # every failure is the attempt's outcome
             self._inbox.put(_Done(attempt, error=error))
             return
@@ -907,10 +909,12 @@ class Engine:
             raw = _as_json(raw, f"The result of action {attempt.node_id!r}")
             attempt.effect_result, attempt.has_effect_result = raw, True
         if node.is_shell:
+            # An operator-confirmed result (`effects confirm`) may have only some fields.
+            described = raw if isinstance(raw, dict) else {}
             attempt.action = {"actionType": "shell"} | {
-                key: raw[key] for key in ("command", "args", "cwd", "exitCode", "signal")
+                key: described.get(key)
+                for key in ("command", "args", "cwd", "exitCode", "signal", "durationMs")
             }
-            attempt.action["durationMs"] = raw["durationMs"]
             return node.parse(raw, ctx) if node.parse is not None else raw
         attempt.action = {"actionType": "function"}
         return raw
@@ -988,6 +992,22 @@ class Engine:
         )
         output = parse_output(answer.get("output") if isinstance(answer, dict) else answer)
         return node.validate(output, ctx) if node.validate is not None else output
+
+
+class _AttemptProcesses:
+    """Registers the process groups an attempt starts, through the engine's store."""
+
+    def __init__(self, engine: Engine, attempt: _Attempt) -> None:
+        self.engine = engine
+        self.attempt = attempt
+
+    def register(self, process_group: int, kind: str) -> None:
+        self.engine._call(
+            self.attempt, "register_process", {"processGroup": process_group, "kind": kind}
+        )
+
+    def unregister(self, process_group: int) -> None:
+        self.engine._call(self.attempt, "unregister_process", {"processGroup": process_group})
 
 
 def _call_quietly(function: Any, argument: Any) -> Any:

@@ -8,6 +8,7 @@ child the command started survives it.
 from __future__ import annotations
 
 import os
+import shutil
 import signal as signals
 import subprocess
 import threading
@@ -17,6 +18,7 @@ from typing import IO, Any
 
 from ..errors import PiWorkflowsError
 from .context import AbortSignal, NodeAborted, NodeTimedOut
+from .processes import start_registered, unregister
 
 DEFAULT_MAX_OUTPUT_CHARS = 1_000_000
 KILL_GRACE_SECONDS = 1.0
@@ -123,8 +125,11 @@ def kill_group(process_group: int) -> None:
         return
 
 
-def run_shell(spec: Mapping[str, Any], abort: AbortSignal) -> dict[str, Any]:
+def run_shell(spec: Mapping[str, Any], abort: AbortSignal, kind: str = "shell") -> dict[str, Any]:
     """Run the command of a checked spec; returns the `ShellActionResult`.
+
+    The command's process group is registered with the host (`kind`: `shell` for a
+    shell action, `agent` for an agent executor) before the command runs.
 
     Raises :class:`NodeTimedOut` when the command's own `timeout_ms` passed and
     :class:`NodeAborted` when the attempt ended first.
@@ -144,15 +149,19 @@ def run_shell(spec: Mapping[str, Any], abort: AbortSignal) -> dict[str, Any]:
     timeout_ms = spec.get("timeout_ms")
     started = time.monotonic()
     deadline = started + timeout_ms / 1000 if timeout_ms else None
+    env = {**os.environ, **spec.get("env", {})}
+    # The gate shell would report a missing program only as exit status 127.
+    if not spec.get("shell") and shutil.which(argv[0], path=env.get("PATH")) is None:
+        raise ShellCommandFailed(f"Cannot run {spec['command']!r}: no such executable program")
     try:
-        process = subprocess.Popen(
+        process = start_registered(
             argv,
+            kind=kind,
+            keep_stdin="stdin" in spec,
             cwd=cwd,
-            env={**os.environ, **spec.get("env", {})},
-            stdin=subprocess.PIPE if "stdin" in spec else subprocess.DEVNULL,
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,
         )
     except OSError as exc:
         raise ShellCommandFailed(f"Cannot run {spec['command']!r}: {exc.strerror}") from exc
@@ -181,6 +190,7 @@ def run_shell(spec: Mapping[str, Any], abort: AbortSignal) -> dict[str, Any]:
             reader.join()
     else:
         kill_group_quietly(process.pid)
+    unregister(process)
     duration_ms = int((time.monotonic() - started) * 1000)
     if stopped_by == "abort":
         raise NodeAborted(f"Shell command {spec['command']!r} was stopped ({abort.reason}).")

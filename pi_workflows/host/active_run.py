@@ -19,6 +19,8 @@ class ActiveRun:
     # Set when the host itself decided the outcome (cancel, pause, handoff): no recovery.
     control: str | None = None
     exiting: bool = False
+    # The worker said it stopped short of a durable boundary (an effect in doubt).
+    parked: bool = False
     claim_lost: bool = False
     workflow_load_failure: str | None = None
     source_changed: str | None = None

@@ -16,7 +16,7 @@ from ..clock import now_ms
 from ..errors import InvalidInputError, PiWorkflowsError
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
-from ..storage import record_run_change, run_claims
+from ..storage import effects, record_run_change, run_claims
 from ..storage.models import (
     TERMINAL_RUN_STATUSES,
     Effect,
@@ -277,6 +277,13 @@ class Operations:
             )
         if run.status in TERMINAL_RUN_STATUSES:
             return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
+        in_doubt = effects.ambiguous_effect_ids(run_id)
+        if in_doubt:
+            return OperationResult(
+                "rejected",
+                error=f"Run waits for an operator: {effects.ambiguous_detail(in_doubt)}",
+                run_id=run_id,
+            )
         if run.status == "waiting" and not run.paused:
             return OperationResult(
                 "rejected",

@@ -24,11 +24,12 @@ from ..errors import PiWorkflowsError
 from ..home import Home, prepare_home
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import HostInfo, WorkerSettings
-from ..storage import StateStore, open_state, put_json, put_text, run_claims
+from ..storage import StateStore, effects, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_records
-from . import epoch_lease
+from . import epoch_lease, process_groups
 from .active_run import ActiveRun
+from .effect_recovery import EffectRecovery
 from .features import HostFeatures
 from .forkserver import ForkServer, fork_server_enabled
 from .human_decisions import HumanDecisions
@@ -53,6 +54,7 @@ FEATURES: tuple[Callable[[HostServices], object], ...] = (
     Restarts,
     HumanDecisions,
     Sessions,
+    EffectRecovery,
 )
 
 
@@ -163,6 +165,8 @@ class Host:
                     holder_is_dead=holder_is_dead,
                 )
                 epoch_lease.recover_previous_host(previous_host_id, self.epoch_lease.epoch)
+            # Commands the previous host's workers started die before any run is claimed.
+            await process_groups.stop_orphaned_groups(self.store)
             self.features.startup()
             self.started_at = now_ms()
             self.server = ClientServer(self, self.operations)
@@ -377,17 +381,21 @@ class Host:
         self.active_runs[run_id] = active
         self.pending_claims.pop(run_id, None)
         try:
-            if run_claims.has_uncertain_effect(run_id):
-                with self.store.transaction():
-                    run_claims.park_for_ambiguous_effect(run_id, token)
+            # Effects an earlier worker left applying (its host died) are settled first.
+            with self.store.transaction():
+                in_doubt = effects.recover_interrupted(run_id, generation)
+                if in_doubt:
+                    run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
                     self._finish_worker(active, WorkerExit("orphaned", None, None, None))
+            if in_doubt:
                 self.blocked_runs.add(run_id)
                 return
             result = await self._run_worker(active, envelope)
             self._finish_worker(active, result)
+            await process_groups.stop_orphaned_groups(self.store, run_id)
             # A lost claim is a hand-off: the new owner decides, this host writes nothing.
             needs_recovery = result.outcome != "exited" or bool(
-                active.workflow_load_failure or active.source_changed
+                active.workflow_load_failure or active.source_changed or active.parked
             )
             if active.control is None and not active.claim_lost and needs_recovery:
                 self._recover_worker_exit(active, result.outcome)
@@ -396,6 +404,7 @@ class Host:
             active.stop("crashed")
             with contextlib.suppress(Exception):
                 self._finish_worker(active, WorkerExit("crashed", None, None, None))
+                await process_groups.stop_orphaned_groups(self.store, run_id)
             if active.control is None:
                 self._recover_worker_exit(active, "crashed")
         finally:
@@ -438,10 +447,12 @@ class Host:
         with self.store.transaction():
             if not run_claims.verify_claim(run_id, token, active.generation):
                 return
-            if run_claims.has_uncertain_effect(run_id):
+            made_progress = Run.get_by_id(run_id).revision > active.launch_progress_revision
+            in_doubt = effects.recover_interrupted(run_id, active.generation)
+            if in_doubt:
                 self.blocked_runs.add(run_id)
-                run_claims.park_for_ambiguous_effect(run_id, token)
-                log.warning("run parked for ambiguous effect recovery")
+                run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
+                log.warning("run parked: an effect may or may not have happened")
                 return
             if active.source_changed is not None:
                 run_claims.park_for_source_change(run_id, token, active.source_changed)
@@ -461,7 +472,7 @@ class Host:
                         lambda: self.after_run_stopped(run_id, old_status, "failed")
                     )
                 return
-            if Run.get_by_id(run_id).revision <= active.launch_progress_revision:
+            if not made_progress:
                 self.blocked_runs.add(run_id)
                 run_claims.park_for_no_progress(
                     run_id,

@@ -48,6 +48,17 @@ class HostServices:
         """A run became claimable: look for work soon (never inside the claim pass)."""
         self._host.schedule_claim_pass()
 
+    def unblock_run(self, run_id: str) -> None:
+        """An operator cleared what held the run (inside a transaction): after commit it
+        may be claimed again, by this host's next claim pass."""
+        host = self._host
+
+        def release() -> None:
+            host.blocked_runs.discard(run_id)
+            host.schedule_claim_pass()
+
+        host.store.after_commit(release)
+
     def is_run_busy(self, run_id: str) -> bool:
         """True while this host runs, or is about to launch, a worker for the run."""
         return run_id in self._host.active_runs or run_id in self._host.pending_claims

@@ -15,13 +15,15 @@ from .. import plugins
 from ..canonical import digest
 from ..clock import now_ms
 from ..engine.run_backend import OPERATIONS as BACKEND_OPERATIONS
-from ..errors import PiWorkflowsError, RevisionConflictError
+from ..errors import InvalidInputError, PiWorkflowsError, RevisionConflictError
 from ..protocol.framing import one_line_error
-from ..protocol.worker_messages import validate_message, worker_response
-from ..storage import put_json, put_text, read_json, read_text, run_claims, run_state
+from ..protocol.worker_messages import PROCESS_OPERATIONS, validate_message, worker_response
+from ..storage import put_json, put_text, read_json, read_text, run_claims, run_processes, run_state
 from ..storage.models import Run, RunWorker, WorkerMessage
 from ..storage.runs import run_record
 from .active_run import ActiveRun
+from .process_groups import this_machine
+from .process_identity import start_identity
 
 if TYPE_CHECKING:
     from .runtime import Host
@@ -84,6 +86,8 @@ class WorkerGateway:
             return self._ready(message)
         if operation == "worker.exiting":
             return self._exiting(message)
+        if operation in PROCESS_OPERATIONS:
+            return self._process_operation(message)
         return self._store_operation(message)
 
     def _record(self, message: dict[str, Any], fingerprint: str, reply: dict[str, Any]) -> None:
@@ -148,10 +152,37 @@ class WorkerGateway:
             self.active.workflow_load_failure = str(error or "Workflow failed to load")[:8192]
         elif status == "workflowSourceChanged":
             self.active.source_changed = str(error or "Workflow source changed")[:8192]
+        elif status == "parked":
+            self.active.parked = True
         self.active.exiting = True
         if self.active.supervisor is not None:
             self.active.supervisor.saw_exiting = True
         return worker_response(message["messageId"], "accepted", result={})
+
+    def _process_operation(self, message: dict[str, Any]) -> dict[str, Any]:
+        """`process.register` / `process.unregister` of a group the worker starts."""
+        active, message_id, payload = self.active, message["messageId"], message["payload"]
+        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
+            return self._claim_lost(message_id)
+        group = payload.get("processGroup")
+        if type(group) is not int or group <= 1:
+            raise InvalidInputError("processGroup must be the id of the worker's child group")
+        if message["operation"] == "process.unregister":
+            run_processes.unregister_group(active.worker_epoch, group)
+            return worker_response(message_id, "accepted", result={})
+        # The host reads the start identity itself: the group leader waits at its gate.
+        identity = start_identity(group)
+        if identity is None:
+            raise InvalidInputError(f"Process group {group} is not running; nothing to register")
+        run_processes.register_group(
+            active.run_id,
+            active.worker_epoch,
+            group,
+            identity,
+            this_machine(),
+            str(payload.get("kind")),
+        )
+        return worker_response(message_id, "accepted", result={})
 
     def _store_operation(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]

@@ -27,7 +27,10 @@ STORE_OPERATIONS = frozenset(
         "presentation.request",
     }
 )
-OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS
+# Registration of the process groups a worker starts (SPEC §7.4a): fenced by the claim,
+# but not run state, so they neither check nor bump the run revision.
+PROCESS_OPERATIONS = frozenset({"process.register", "process.unregister"})
+OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS | PROCESS_OPERATIONS
 
 
 def validate_message(message: dict[str, Any]) -> dict[str, Any]:

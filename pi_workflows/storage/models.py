@@ -452,6 +452,25 @@ class Effect(BaseModel):
         indexes = ((("run", "effect_type", "idempotency_key"), True),)
 
 
+class RunProcess(BaseModel):
+    """A process group a worker started for its run (SPEC §7.4a), registered before it
+    runs any user command so the host can kill it when the run stops on this machine."""
+
+    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    worker = peewee.ForeignKeyField(RunWorker, on_delete="CASCADE", column_name="worker_epoch")
+    process_group = peewee.IntegerField()
+    start_identity = peewee.TextField()
+    machine = peewee.TextField()
+    kind = peewee.TextField()  # shell | agent
+    status = peewee.CharField(constraints=[_check_in("status", ("running", "ended", "killed"))])
+    registered_at = peewee.BigIntegerField()
+    ended_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        table_name = "run_processes"
+        indexes = ((("worker", "process_group", "start_identity"), True), (("status",), False))
+
+
 # Partial unique indexes: the invariants of SPEC §4 that the database itself enforces.
 RunWorker.add_index(
     RunWorker.index(RunWorker.run, unique=True, name="run_workers_one_active").where(
@@ -499,4 +518,5 @@ ALL_MODELS = (
     HumanDecision,
     HumanDecisionResolution,
     Effect,
+    RunProcess,
 )

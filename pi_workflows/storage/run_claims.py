@@ -28,6 +28,7 @@ from ..storage.models import (
     WorkflowMessage,
     WorkflowTurn,
 )
+from . import effects
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
@@ -220,22 +221,15 @@ def park_for_source_change(run_id: str, token: str, detail: str) -> bool:
     )
 
 
-def park_for_ambiguous_effect(run_id: str, token: str) -> bool:
+def park_for_ambiguous_effect(run_id: str, token: str, effect_ids: list[str]) -> bool:
+    """Park a run whose effects are in doubt: it waits for an operator (SPEC §7.4a)."""
     return park_run(
         run_id,
         token,
         event_type="run.effect_ambiguous",
-        error_code="effectAmbiguous",
-        detail="effect outcome is ambiguous; explicit recovery is required",
+        error_code=effects.AMBIGUOUS_CODE,
+        detail=effects.ambiguous_detail(effect_ids),
         to_waiting=True,
-    )
-
-
-def has_uncertain_effect(run_id: str) -> bool:
-    return (
-        Effect.select()
-        .where((Effect.run == run_id) & Effect.status.in_(("applying", "ambiguous")))
-        .exists()
     )
 
 

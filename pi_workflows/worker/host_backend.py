@@ -61,6 +61,12 @@ class HostRunBackend:
     def request_presentation(self, presentation: dict[str, Any]) -> dict[str, Any]:
         return self.pipe.call("presentation.request", {"presentation": presentation})
 
+    def register_process(self, group: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("process.register", group, control=True)
+
+    def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
+        return self.channel.call("process.unregister", group, control=True)
+
 
 def _snapshot_kind(event_type: str) -> str:
     if event_type == "node_started":

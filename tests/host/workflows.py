@@ -145,3 +145,37 @@ def piw_worker_process(envelope, settings):
     code = "import os, time; open('silent.pid', 'w').write(str(os.getpid())); time.sleep(300)"
     return WorkerProcessSpec(argv=[sys.executable, "-c", code], cwd=envelope["projectPath"])
 """
+
+
+def slow_shell(policy: str) -> str:
+    """`slowshell`: one shell node with an `<policy>_effect`, then a compute node.
+
+    The command appends to <project>/starts each time it runs, forks a child that forks
+    a grandchild (pids in child.pid and grandchild.pid, its own pid in shell.pid), and
+    finishes once <project>/release exists.
+    """
+    return f'''
+from pi_workflows import compute, edge, {policy}_effect, shell, workflow
+
+SCRIPT = """
+echo started >> starts
+sh -c 'sleep 300 >/dev/null 2>&1 & echo $! > grandchild.pid; wait' >/dev/null 2>&1 &
+echo $! > child.pid
+echo $$ > shell.pid
+while [ ! -e release ]; do sleep 0.05; done
+printf done
+"""
+
+WORKFLOW = workflow(
+    name="slowshell",
+    start_at="work",
+    nodes={{
+        "work": shell(
+            exec=lambda ctx: {{"command": SCRIPT, "shell": True}},
+            effect={policy}_effect("work"),
+        ),
+        "after": compute(lambda ctx: {{"work": ctx.outputs["work"]}}),
+    }},
+    edges=[edge("work", "after")],
+)
+'''

@@ -1,0 +1,134 @@
+"""Effects in doubt and the processes a run starts (SPEC §7.4, §7.4a), through real hosts,
+real workers, real shell commands and signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from tests.polling import process_gone
+
+from .conftest import HostHarness, wait_until
+from .workflows import slow_shell
+
+
+def _starts(harness: HostHarness) -> int:
+    path = harness.project / "starts"
+    return len(path.read_text().split()) if path.exists() else 0
+
+
+def _live_worker_pid(harness: HostHarness, run_id: str) -> int:
+    return wait_until(
+        lambda: next(
+            (pid for _, status, pid in harness.workers(run_id) if status == "running" and pid),
+            None,
+        ),
+        what="a running worker",
+    )
+
+
+def _shell_group(harness: HostHarness) -> list[int]:
+    """The pids of the running shell command: itself, its child and its grandchild."""
+    return [harness.wait_for_pid(name) for name in ("shell.pid", "child.pid", "grandchild.pid")]
+
+
+def _effects(harness: HostHarness, *args: str) -> list[dict]:
+    return json.loads(harness.cli("effects", "list", "--json", *args).stdout)
+
+
+def test_worker_sigkill_during_an_idempotent_shell_node_runs_the_node_again(
+    harness: HostHarness,
+):
+    harness.write_workflow("slowshell", slow_shell("idempotent"))
+    harness.start_host()
+    run_id = harness.start_run("slowshell")
+    _shell_group(harness)
+    os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
+
+    wait_until(lambda: _starts(harness) == 2, what="the node to run again")
+    (harness.project / "release").touch()
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["finalOutput"]["work"]["stdout"] == "done"
+    [effect] = _effects(harness, "--run", run_id)
+    assert effect["status"] == "applied" and effect["attempts"] == 2
+
+
+def test_a_shell_command_and_its_descendants_die_with_their_worker(harness: HostHarness):
+    harness.write_workflow("slowshell", slow_shell("idempotent"))
+    harness.start_host()
+    run_id = harness.start_run("slowshell")
+    first = _shell_group(harness)
+    assert os.getpgid(first[2]) == first[0]  # the grandchild is in the command's group
+    os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
+
+    # The old group is gone before the node can run a second time.
+    wait_until(lambda: _starts(harness) == 2, what="the node to run again")
+    assert all(process_gone(pid) for pid in first), first
+
+
+def test_cancel_kills_the_shell_command_and_its_descendants(harness: HostHarness):
+    harness.write_workflow("slowshell", slow_shell("idempotent"))
+    harness.start_host()
+    run_id = harness.start_run("slowshell")
+    group = _shell_group(harness)
+    harness.cli("run", "cancel", run_id)
+    wait_until(lambda: all(process_gone(pid) for pid in group), what="the command to die")
+    assert harness.client().run_status(run_id)["status"] == "cancelled"
+
+
+def test_host_sigkill_during_a_shell_node_the_next_host_kills_the_old_group_first(
+    harness: HostHarness,
+):
+    harness.write_workflow("slowshell", slow_shell("idempotent"))
+    host = harness.start_host()
+    run_id = harness.start_run("slowshell")
+    group = _shell_group(harness)
+    host.kill()
+    host.wait()
+    assert not any(process_gone(pid) for pid in group)  # orphaned, still running
+
+    harness.start_host()
+    # Killed at startup, before the new host answers anyone or claims the run.
+    wait_until(lambda: all(process_gone(pid) for pid in group), timeout=5, what="old group")
+    wait_until(lambda: _starts(harness) == 2, what="the node to run again")
+    (harness.project / "release").touch()
+    harness.wait_for_status(run_id, "completed")
+
+
+def _park_a_manual_effect_in_doubt(harness: HostHarness) -> tuple[str, dict]:
+    harness.write_workflow("slowshell", slow_shell("manual"))
+    harness.start_host()
+    run_id = harness.start_run("slowshell")
+    _shell_group(harness)
+    os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
+    status = harness.wait_for_status(run_id, "waiting")
+    assert status["errorCode"] == "effectAmbiguous"
+    [effect] = _effects(harness, "--ambiguous")
+    assert effect["runId"] == run_id and effect["policy"] == "manual"
+    return run_id, effect
+
+
+def test_a_manual_effect_in_doubt_is_resolved_by_confirming_it(harness: HostHarness):
+    run_id, effect = _park_a_manual_effect_in_doubt(harness)
+    refused = harness.cli("run", "resume", run_id, check=False)
+    assert refused.returncode == 1
+    assert f"pi-workflows effects confirm {effect['effectId']}" in refused.stderr
+    assert f"pi-workflows effects retry {effect['effectId']}" in refused.stderr
+
+    harness.cli("effects", "confirm", effect["effectId"], "--result-json", '{"stdout": "by hand"}')
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["finalOutput"] == {"work": {"stdout": "by hand"}}
+    assert _starts(harness) == 1  # confirmed, so never run a second time
+    assert _effects(harness, "--ambiguous") == []
+
+
+def test_a_manual_effect_in_doubt_is_resolved_by_retrying_it(harness: HostHarness):
+    run_id, effect = _park_a_manual_effect_in_doubt(harness)
+    harness.cli("effects", "retry", effect["effectId"])
+    wait_until(lambda: _starts(harness) == 2, what="the node to run again")
+    (harness.project / "release").touch()
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["finalOutput"]["work"]["stdout"] == "done"
+    [settled] = _effects(harness, "--run", run_id)
+    assert settled["status"] == "applied"
