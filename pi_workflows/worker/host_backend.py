@@ -62,10 +62,10 @@ class HostRunBackend:
         return self.pipe.call("presentation.request", {"presentation": presentation})
 
     def register_process(self, group: dict[str, Any]) -> dict[str, Any]:
-        return self.channel.call("process.register", group, control=True)
+        return self.pipe.call("process.register", group, control=True)
 
     def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
-        return self.channel.call("process.unregister", group, control=True)
+        return self.pipe.call("process.unregister", group, control=True)
 
 
 def _snapshot_kind(event_type: str) -> str:
