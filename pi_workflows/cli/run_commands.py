@@ -149,6 +149,21 @@ def status_command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
         click.echo(f"error code: {status['errorCode']}")
 
 
+@run_group.command("why")
+@click.argument("run_id")
+@json_option
+@pass_cli
+def why_command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
+    """Say what holds RUN_ID now, and what ends it."""
+    why = cli_ctx.client().why_run(run_id)
+    if as_json:
+        emit_json(why)
+        return
+    click.echo(f"{run_id}: {why['reason']}")
+    if why["next"]:
+        click.echo(f"next: {why['next']}")
+
+
 def _control_command(name: str, method: str, help_text: str) -> click.Command:
     @click.command(name, help=help_text)
     @click.argument("run_id")

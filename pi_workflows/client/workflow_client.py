@@ -57,6 +57,10 @@ class WorkflowClient:
     def run_status(self, run_id: str) -> dict[str, Any]:
         return self.call("run.status", {}, run_id=run_id)
 
+    def why_run(self, run_id: str) -> dict[str, Any]:
+        """What holds the run now: `{runId, status, reason, code, since, until, next}`."""
+        return self.call("run.why", {}, run_id=run_id)
+
     def list_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         return self.call("run.list", {"limit": limit})
 

@@ -25,7 +25,9 @@ How a feature adds something (implement the hook on the feature's class with
 - reactions to runs: ``piwh_run_stopped(run_id, old_status, new_status)`` after a run
   left ``running`` (after commit), ``piwh_worker_operation(operation, run_id, payload,
   result)`` inside the transaction of a worker's state operation (raise to refuse it),
-  ``piwh_ensure_terminal_message(run_id)`` when a run may have ended.
+  ``piwh_ensure_terminal_message(run_id)`` when a run may have ended;
+- answers about sessions: ``piwh_session_has_coordinator(session_id)`` (first answer
+  wins).
 
 Calls are isolated: a failing ``poll``, ``stopping``, ``run_stopped`` or
 ``ensure_terminal_message`` implementation is logged with the feature's name and the
@@ -82,6 +84,10 @@ class FeatureSpecs:
     def piwh_ensure_terminal_message(self, run_id: str) -> None:
         """The run may have ended: make sure its terminal message exists."""
 
+    @feature_hookspec(firstresult=True)
+    def piwh_session_has_coordinator(self, session_id: str) -> bool | None:
+        """Whether a live client coordinates the session here (None: not known)."""
+
 
 class HostFeatures:
     """The feature plugin manager and the calls the host makes into it."""
@@ -136,3 +142,6 @@ class HostFeatures:
 
     def ensure_terminal_message(self, run_id: str) -> None:
         self._each("piwh_ensure_terminal_message", False, run_id=run_id)
+
+    def session_has_coordinator(self, session_id: str) -> bool:
+        return bool(self.manager.hook.piwh_session_has_coordinator(session_id=session_id))

@@ -37,6 +37,7 @@ from .lock import HostLock, acquire_host_lock
 from .operations import Operations
 from .process_identity import is_running, is_same_process, start_identity
 from .restarts import Restarts
+from .run_why import RunWhy
 from .services import HostServices
 from .sessions import Sessions
 from .supervisor import WorkerExit, WorkerSupervisor
@@ -55,6 +56,7 @@ FEATURES: tuple[Callable[[HostServices], object], ...] = (
     HumanDecisions,
     Sessions,
     EffectRecovery,
+    RunWhy,
 )
 
 

@@ -36,6 +36,19 @@ class HostServices:
         return self._host.stopping
 
     @property
+    def host_id(self) -> str:
+        return self._host.host_id
+
+    def worker_load(self) -> tuple[int, int]:
+        """(workers this host runs or is about to launch, its worker limit)."""
+        host = self._host
+        return len(host.active_runs) + len(host.pending_claims), host.max_workers
+
+    def session_has_coordinator(self, session_id: str) -> bool:
+        """Whether a live client coordinates the session on this host."""
+        return self._host.features.session_has_coordinator(session_id)
+
+    @property
     def previous_heartbeat_at(self) -> int | None:
         """The last heartbeat of the host before this one (epoch ms), if any."""
         return self._host.previous_heartbeat_at

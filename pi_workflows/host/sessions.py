@@ -123,6 +123,10 @@ class Sessions:
     def piwh_startup(self) -> None:
         self.recover_inactive_model_turns()
 
+    @feature_hook
+    def piwh_session_has_coordinator(self, session_id: str) -> bool:
+        return session_id in self.coordinators
+
     def recover_inactive_model_turns(self) -> None:
         """Startup: turns left open across a host outage do not pay for the downtime."""
         with self.services.store.transaction():

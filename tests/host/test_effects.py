@@ -106,6 +106,10 @@ def _park_a_manual_effect_in_doubt(harness: HostHarness) -> tuple[str, dict]:
     assert status["errorCode"] == "effectAmbiguous"
     [effect] = _effects(harness, "--ambiguous")
     assert effect["runId"] == run_id and effect["policy"] == "manual"
+    why = harness.client().why_run(run_id)
+    assert why["code"] == "effectAmbiguous"
+    assert why["reason"] == f"waiting for effect {effect['effectId']} to be confirmed or retried"
+    assert f"pi-workflows effects retry {effect['effectId']}" in why["next"]
     return run_id, effect
 
 

@@ -29,6 +29,10 @@ def test_a_changed_workflow_source_parks_the_run_until_restored(harness: HostHar
     status = harness.client().run_status(run_id)
     assert status["queueStatus"] == "parked"
     assert "changed since the run was created" in status["statusDetail"]
+    why = harness.client().why_run(run_id)
+    assert why["code"] == "workflowSourceChanged"
+    assert why["reason"].startswith("workflow source changed: ")
+    assert f"'pi-workflows run resume {run_id}'" in why["next"]
     # No workflow code ran in the refused worker, and the claim pass leaves the run alone.
     assert harness.wait_for_pid("blocker.pid") == worker
     later = harness.start_run("hello")

@@ -1,0 +1,335 @@
+"""`run.why`: the one fact that holds a run now, and what ends it (SPEC §13).
+
+Everything is read from the database, plus what only this host knows (its workers,
+its blocked set, which sessions have a coordinator), so a host can explain runs that
+another host owns. The answer is `{runId, status, reason, code, since, until, next}`:
+`reason` is one sentence, `code` a stable word, `since`/`until` epoch milliseconds (or
+null), `next` what ends the hold (a command to run, or what the host will do).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..clock import now_ms
+from ..protocol.client_messages import ClientRequest
+from ..storage import effects, read_json, read_text
+from ..storage.models import (
+    TERMINAL_RUN_STATUSES,
+    Event,
+    HostState,
+    HumanDecision,
+    InteractiveRequest,
+    Lease,
+    NodeAttempt,
+    Run,
+    RunQueue,
+)
+from ..storage.runs import get_run
+from .features import feature_hook
+from .operations import OperationTable
+from .services import HostServices
+
+NO_RETRY_CODES = ("workerNoProgress", "workflowSourceChanged")
+
+
+@dataclass(frozen=True)
+class HostView:
+    """What the answering host knows beyond the database."""
+
+    host_id: str
+    busy_workers: int
+    max_workers: int
+    is_active: Callable[[str], bool]  # a worker of this host runs the run now
+    has_coordinator: Callable[[str], bool]  # a session has a live coordinator here
+
+
+class RunWhy:
+    """The `run.why` query, a host feature."""
+
+    def __init__(self, services: HostServices) -> None:
+        self.services = services
+
+    @feature_hook
+    def piwh_register_operations(self, operations: OperationTable) -> None:
+        operations.register_query("run.why", self.why)
+
+    def why(self, request: ClientRequest) -> dict[str, Any]:
+        return explain(request.target_run_id(), host_view(self.services))
+
+
+def host_view(services: HostServices) -> HostView:
+    busy, limit = services.worker_load()
+    return HostView(
+        host_id=services.host_id,
+        busy_workers=busy,
+        max_workers=limit,
+        is_active=services.is_run_busy,
+        has_coordinator=services.session_has_coordinator,
+    )
+
+
+def iso(ms: int | None) -> str:
+    if ms is None:
+        return "an unknown time"
+    stamp = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def explain(run_id: str, host: HostView) -> dict[str, Any]:
+    run = get_run(run_id)
+    queue = RunQueue.get_by_id(run_id)
+    code, reason, since, until, next_step = _hold(run, queue, host)
+    return {
+        "runId": run_id,
+        "status": run.status,
+        "reason": reason,
+        "code": code,
+        "since": since,
+        "until": until,
+        "next": next_step,
+    }
+
+
+Hold = tuple[str, str, int | None, int | None, str | None]
+
+
+def _hold(run: Run, queue: RunQueue, host: HostView) -> Hold:
+    run_id = run.run_id
+    if run.status in TERMINAL_RUN_STATUSES:
+        return _terminal(run, queue)
+    in_doubt = effects.ambiguous_effect_ids(run_id)
+    if in_doubt:
+        return (
+            effects.AMBIGUOUS_CODE,
+            f"waiting for effect {in_doubt[0]} to be confirmed or retried",
+            queue.updated_at,
+            None,
+            effects.resolution_hint(in_doubt[0]),
+        )
+    if run.paused:
+        actor, at = _last_event(run_id, "run.paused")
+        return (
+            "paused",
+            f"paused by {actor} at {iso(at)}",
+            at,
+            None,
+            f"run 'pi-workflows run resume {run_id}'",
+        )
+    if queue.error_code in NO_RETRY_CODES:
+        return _parked_for_good(run, queue)
+    lease = Lease.get_by_id(run_id)
+    if lease.owner_id is not None:
+        return _claimed(run, lease, host)
+    if run.status == "waiting":
+        return _waiting(run, queue, host)
+    if queue.status == "parked":
+        return (
+            "parked",
+            f"parked at its last durable boundary since {iso(queue.updated_at)}",
+            queue.updated_at,
+            None,
+            "a host resumes it at its next claim pass",
+        )
+    return _queued(run, queue, host)
+
+
+def _terminal(run: Run, queue: RunQueue) -> Hold:
+    if run.status == "completed":
+        return ("completed", f"completed at {iso(run.finished_at)}", run.finished_at, None, None)
+    if run.status == "cancelled":
+        return ("cancelled", f"cancelled at {iso(run.finished_at)}", run.finished_at, None, None)
+    error = read_text(run.error_hash) or "no error was recorded"
+    code = queue.error_code or run.status
+    return (
+        code,
+        f"{run.status.replace('_', ' ')} at {iso(run.finished_at)}: {error}",
+        run.finished_at,
+        None,
+        None,
+    )
+
+
+def _parked_for_good(run: Run, queue: RunQueue) -> Hold:
+    detail = read_text(queue.error_hash) or queue.error_code
+    if queue.error_code == "workflowSourceChanged":
+        return (
+            "workflowSourceChanged",
+            f"workflow source changed: {detail}",
+            queue.updated_at,
+            None,
+            f"restore the workflow file, then run 'pi-workflows run resume {run.run_id}'; "
+            f"or 'pi-workflows run cancel {run.run_id}'",
+        )
+    return (
+        queue.error_code,
+        f"parked: {queue.error_code} since {iso(queue.updated_at)} ({detail})",
+        queue.updated_at,
+        None,
+        f"run 'pi-workflows run resume {run.run_id}'",
+    )
+
+
+def _claimed(run: Run, lease: Lease, host: HostView) -> Hold:
+    run_id = run.run_id
+    epoch = HostState.select(HostState.epoch).where(HostState.host_id == lease.owner_id).scalar()
+    owner = f"host {lease.owner_id}" + (f" (epoch {epoch})" if epoch is not None else "")
+    if lease.expires_at <= now_ms():
+        return (
+            "claimExpired",
+            f"claimed by {owner} whose lease expired at {iso(lease.expires_at)}",
+            lease.acquired_at,
+            lease.expires_at,
+            "the next claim pass of a live host takes it over",
+        )
+    if lease.owner_id == host.host_id and host.is_active(run_id):
+        attempt = (
+            NodeAttempt.select()
+            .where((NodeAttempt.run == run_id) & (NodeAttempt.status == "running"))
+            .first()
+        )
+        if attempt is not None:
+            return (
+                "running",
+                f"running node {attempt.node_id} (attempt {attempt.attempt_number}) since "
+                f"{iso(attempt.started_at)} on {owner}",
+                attempt.started_at,
+                lease.expires_at,
+                f"the node finishes; follow it with 'pi-workflows run watch {run_id}'",
+            )
+        return (
+            "running",
+            f"running on {owner} since {iso(lease.acquired_at)}",
+            lease.acquired_at,
+            lease.expires_at,
+            f"follow it with 'pi-workflows run watch {run_id}'",
+        )
+    return (
+        "claimed",
+        f"claimed by {owner} whose lease expires at {iso(lease.expires_at)}",
+        lease.acquired_at,
+        lease.expires_at,
+        "that host runs it; if it dies, another host takes the run over when the lease expires",
+    )
+
+
+def _waiting(run: Run, queue: RunQueue, host: HostView) -> Hold:
+    run_id = run.run_id
+    if queue.status == "done":
+        child = (
+            Run.select(Run.run_id)
+            .where(Run.parent_run_id == run_id)
+            .order_by(Run.created_at.desc())
+            .scalar()
+        )
+        return (
+            "continued",
+            f"answered; continuation {child} carries on" if child else "answered",
+            queue.updated_at,
+            None,
+            f"see 'pi-workflows run why {child}'" if child else None,
+        )
+    decision = (
+        HumanDecision.select()
+        .where((HumanDecision.run == run_id) & (HumanDecision.status == "pending"))
+        .first()
+    )
+    if decision is not None:
+        return _decision(decision)
+    request = (
+        InteractiveRequest.select()
+        .where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending"))
+        .first()
+    )
+    if request is not None:
+        session = request.target_session_id
+        presence = (
+            "its coordinator is connected"
+            if host.has_coordinator(session)
+            else "no coordinator is connected"
+        )
+        return (
+            "session",
+            f"waiting for session {session} to complete step {request.node_id} ({presence})",
+            request.created_at,
+            request.deadline_at,
+            "the session's model submits the step"
+            + (f"; it times out at {iso(request.deadline_at)}" if request.deadline_at else ""),
+        )
+    state = read_json(run.state_hash) or {}
+    checkpoint = state.get("waitingOn")
+    return (
+        "checkpoint",
+        f"waiting at checkpoint {checkpoint}",
+        run.finished_at or queue.updated_at,
+        None,
+        f"run 'pi-workflows checkpoint answer {run_id} --input-json JSON'",
+    )
+
+
+def _decision(decision: HumanDecision) -> Hold:
+    reason = f"waiting for decision {decision.decision_id} ({decision.audience})"
+    default = read_json(decision.default_response_hash) if decision.default_response_hash else None
+    if decision.deadline_at is not None and default is not None:
+        reason += (
+            f" until {iso(decision.deadline_at)}; then the default "
+            f"{json.dumps(default.get('choice'))}"
+        )
+    else:
+        reason += " with no deadline"
+    return (
+        "decision",
+        reason,
+        decision.created_at,
+        decision.deadline_at,
+        f"answer it: 'pi-workflows decision answer {decision.decision_id} CHOICE'",
+    )
+
+
+def _queued(run: Run, queue: RunQueue, host: HostView) -> Hold:
+    now = now_ms()
+    if queue.available_at > now:
+        return (
+            "queued",
+            f"queued; it may start at {iso(queue.available_at)}",
+            queue.created_at,
+            queue.available_at,
+            "a host claims it after that",
+        )
+    ahead = (
+        RunQueue.select()
+        .join(Run, on=(Run.run_id == RunQueue.run))
+        .where(
+            (RunQueue.status == "queued")
+            & (Run.paused == False)  # noqa: E712 (a SQL comparison)
+            & (
+                (RunQueue.available_at < queue.available_at)
+                | (
+                    (RunQueue.available_at == queue.available_at)
+                    & (RunQueue.created_at < queue.created_at)
+                )
+            )
+        )
+        .count()
+    )
+    return (
+        "queued",
+        f"queued behind {ahead} runs; {host.busy_workers} of {host.max_workers} workers busy",
+        queue.created_at,
+        None,
+        "a host claims it when a worker is free",
+    )
+
+
+def _last_event(run_id: str, event_type: str) -> tuple[str, int | None]:
+    event = (
+        Event.select(Event.actor, Event.recorded_at)
+        .where((Event.run == run_id) & (Event.event_type == event_type))
+        .order_by(Event.revision.desc())
+        .first()
+    )
+    return (event.actor, event.recorded_at) if event is not None else ("someone", None)
