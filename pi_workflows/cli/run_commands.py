@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from ..client.run_follower import follow_run
 from ..errors import InvalidInputError
 from .context import CliContext, emit_json, json_option, pass_cli
+from .progress_display import ProgressDisplay
 
 SUCCESSFUL_WAIT_STATUSES = ("completed", "waiting")
 
@@ -83,11 +86,16 @@ def start_command(
         else:
             click.echo(run_id)
         return
-    final = client.wait_for_run(
-        run_id,
-        timeout_s=timeout,
-        on_progress=None if as_json else _progress_printer(run_id),
-    )
+    if not as_json and sys.stderr.isatty():
+        display = ProgressDisplay(sys.stderr, live=True)
+        _follow(cli_ctx, run_id, display.show, display.tick, timeout)
+        final = client.run_status(run_id)
+    else:
+        final = client.wait_for_run(
+            run_id,
+            timeout_s=timeout,
+            on_progress=None if as_json else _progress_printer(run_id),
+        )
     if as_json:
         emit_json(final)
     else:
@@ -98,10 +106,54 @@ def start_command(
 
 def _progress_printer(run_id: str) -> Any:
     def show(status: dict[str, Any]) -> None:
-        if sys.stderr.isatty() or os.environ.get("PI_WORKFLOWS_PROGRESS"):
+        if os.environ.get("PI_WORKFLOWS_PROGRESS"):
             click.echo(f"{run_id}: {status['status']}", err=True)
 
     return show
+
+
+def _follow(
+    cli_ctx: CliContext,
+    run_id: str,
+    show: Callable[[dict[str, Any]], None],
+    tick: Callable[[], None] | None,
+    timeout: float | None,
+) -> dict[str, Any]:
+    """Show the run's progress until it settles; returns the last progress payload."""
+    return follow_run(
+        cli_ctx.home,
+        run_id,
+        show,
+        database_url=cli_ctx.database_url,
+        autostart=cli_ctx.autostart,
+        on_tick=tick,
+        timeout_s=timeout,
+    )
+
+
+@run_group.command("watch")
+@click.argument("run_id")
+@click.option("--timeout", type=float, default=None, help="Give up after SECONDS.")
+@click.option("--json", "as_json", is_flag=True, help="Print each progress event as a JSON line.")
+@pass_cli
+def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_json: bool) -> None:
+    """Follow RUN_ID live until it is terminal or waiting (or held until someone acts).
+
+    One line per node attempt, per published update and per change of what holds the
+    run; a spinner shows the current step on a terminal. Exit status 0 when the run is
+    completed or waiting, 1 otherwise.
+    """
+    if as_json:
+
+        def show(payload: dict[str, Any]) -> None:
+            click.echo(json.dumps(payload, sort_keys=True, ensure_ascii=False))
+
+        last = _follow(cli_ctx, run_id, show, None, timeout)
+    else:
+        display = ProgressDisplay(sys.stdout, live=sys.stdout.isatty())
+        last = _follow(cli_ctx, run_id, display.show, display.tick, timeout)
+    if last["status"]["status"] not in SUCCESSFUL_WAIT_STATUSES:
+        sys.exit(1)
 
 
 def _print_outcome(status: dict[str, Any]) -> None:

@@ -45,12 +45,14 @@ class RunBackend(Protocol):
 
         Returns ``{runId, workflowName, status, revision, input, parentRunId,
         lineageKind, executionMode, originSessionId, workflowSource, definitionDigest,
-        state, acceptedInteraction, candidateInteraction}`` where ``state`` is the last
-        run-state snapshot (``pi-workflows.run-state.v1``) or ``None`` before the run
+        state, acceptedInteraction, candidateInteraction, decisionAnswer}`` where ``state``
+        is the last run-state snapshot (``pi-workflows.run-state.v1``) or ``None`` before the run
         started, ``acceptedInteraction`` is ``{requestId, attemptId, output}`` when the
         in-flight agent attempt has an accepted submission, and ``candidateInteraction``
         is ``{requestId, attemptId, submissionId, output}`` when it has a submission that
-        waits for the node's validator (else ``None``).
+        waits for the node's validator (else ``None``); ``decisionAnswer`` is
+        ``{decisionId, response}``, the recorded winner of the human decision the run
+        waits at (else ``None``).
         """
 
     def write_snapshot(self, snapshot: dict[str, Any], trace_event: dict[str, Any]) -> int:

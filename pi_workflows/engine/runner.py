@@ -254,13 +254,16 @@ class Engine:
         """
         self._load()
         validate_graph(self.definition)
-        parent = self.backend.read_run_state(parent_run_id)["state"] or {}
+        parent_info = self.backend.read_run_state(parent_run_id)
+        parent = parent_info["state"] or {}
         checkpoint_id = parent.get("waitingOn")
         if parent.get("status") != "waiting" or checkpoint_id not in self.definition.nodes:
             raise InvalidInputError(
                 f"Workflow run {parent_run_id} is not waiting at a checkpoint, so it cannot "
                 "be continued."
             )
+        if human_decision is not None:
+            _check_recorded_answer(human_decision, parent_info.get("decisionAnswer"))
         answer = self._checkpoint_answer(parent, checkpoint_id, input, human_decision)
         self.state = self._fresh_state(input)
         for key in ("outputs", "results"):
@@ -392,7 +395,14 @@ class Engine:
             self._run_from(self.definition.start_at, None)
         else:
             last = state["results"][steps[-1]["nodeId"]]
-            self._run_from(None, self._last_output(), after=(steps[-1]["nodeId"], last))
+            # A continuation's last carried step is the checkpoint its parent answered.
+            answered = len(steps) <= state.get("carriedStepCount", 0)
+            self._run_from(
+                None,
+                self._last_output(),
+                after=(steps[-1]["nodeId"], last),
+                stop_at_checkpoint=not answered,
+            )
 
     def _last_output(self) -> Any:
         for step in reversed(self.state["steps"]):
@@ -992,6 +1002,20 @@ class Engine:
         )
         output = parse_output(answer.get("output") if isinstance(answer, dict) else answer)
         return node.validate(output, ctx) if node.validate is not None else output
+
+
+def _check_recorded_answer(given: dict[str, Any], recorded: dict[str, Any] | None) -> None:
+    """Only the recorded winner of a human decision may continue its run (one winner)."""
+    decision_id = given.get("decisionId")
+    if recorded is None or recorded["decisionId"] != decision_id:
+        raise InvalidInputError(
+            f"Decision {decision_id} has no recorded answer; a decision continues its run "
+            "only once the host has recorded who won it."
+        )
+    if recorded["response"] != given.get("response"):
+        raise InvalidInputError(
+            f"The response given for decision {decision_id} is not the recorded answer."
+        )
 
 
 class _AttemptProcesses:

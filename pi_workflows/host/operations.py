@@ -39,15 +39,18 @@ QueryHandler = Callable[[ClientRequest], Any]
 # Live operations belong to one connection (views, turn reports); they answer themselves.
 LiveHandler = Callable[[ClientRequest, Any], Awaitable[dict[str, Any]]]
 DurableWrapper = Callable[..., OperationResult]  # (request, *, proceed) -> OperationResult
+LiveWrapper = Callable[..., Awaitable[dict[str, Any]]]  # (request, connection, *, proceed)
 
 
 class OperationTable:
     """Operation name → handler; host features add theirs through `register_*`.
 
     `wrap_durable(name, wrapper)` decorates another feature's durable operation:
-    ``wrapper(request, proceed)`` decides whether to call ``proceed(request)``. Wrappers
-    are composed when the operation is called, so registration order never matters;
-    the last registered wrapper runs outermost.
+    ``wrapper(request, proceed)`` decides whether to call ``proceed(request)``;
+    `wrap_live(name, wrapper)` does the same for a live one (``await
+    wrapper(request, connection, proceed=...)``). Wrappers are composed when the
+    operation is called, so registration order never matters; the last registered
+    wrapper runs outermost.
     """
 
     def __init__(self) -> None:
@@ -55,6 +58,7 @@ class OperationTable:
         self.queries: dict[str, QueryHandler] = {}
         self.live: dict[str, LiveHandler] = {}
         self.durable_wrappers: dict[str, list[DurableWrapper]] = {}
+        self.live_wrappers: dict[str, list[LiveWrapper]] = {}
 
     def register_durable(self, operation: str, handler: DurableHandler) -> None:
         """A command whose change and receipt commit together (adopted on repeat)."""
@@ -68,6 +72,15 @@ class OperationTable:
 
     def wrap_durable(self, operation: str, wrapper: DurableWrapper) -> None:
         self.durable_wrappers.setdefault(operation, []).append(wrapper)
+
+    def wrap_live(self, operation: str, wrapper: LiveWrapper) -> None:
+        self.live_wrappers.setdefault(operation, []).append(wrapper)
+
+    def live_handler(self, operation: str) -> LiveHandler:
+        handler = self.live[operation]
+        for wrapper in self.live_wrappers.get(operation, ()):
+            handler = functools.partial(wrapper, proceed=handler)
+        return handler
 
     def durable_handler(self, operation: str) -> DurableHandler:
         handler = self.durable[operation]
@@ -112,7 +125,7 @@ class Operations:
         table = self.table
         if operation in table.live:
             try:
-                return await table.live[operation](request, connection)
+                return await table.live_handler(operation)(request, connection)
             except PiWorkflowsError as error:
                 return response(
                     request.request_id, outcome_for_error(error), error=one_line_error(error)
@@ -185,6 +198,8 @@ class Operations:
         host = self.host
         active = host.active_runs.get(run_id)
         token = active.claim_token if active else host.pending_claims.get(run_id)
+        if active is not None and active.control in ("pause", "handoff"):
+            token = None  # parked already, its claim released: the stopping worker owns nothing
         if not run_claims.terminate_run(
             run_id, token, status="cancelled", code="cancelled", error="Workflow run cancelled"
         ):

@@ -35,6 +35,8 @@ from .operations import OperationTable
 from .services import HostServices
 
 NO_RETRY_CODES = ("workerNoProgress", "workflowSourceChanged")
+# Holds that end only when someone acts: a follower (`run watch`) stops at them.
+OPERATOR_HOLDS = ("paused", "effectAmbiguous", *NO_RETRY_CODES)
 
 
 @dataclass(frozen=True)

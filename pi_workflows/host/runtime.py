@@ -37,6 +37,7 @@ from .lock import HostLock, acquire_host_lock
 from .operations import Operations
 from .process_identity import is_running, is_same_process, start_identity
 from .restarts import Restarts
+from .run_watch import RunWatches
 from .run_why import RunWhy
 from .services import HostServices
 from .sessions import Sessions
@@ -57,6 +58,7 @@ FEATURES: tuple[Callable[[HostServices], object], ...] = (
     Sessions,
     EffectRecovery,
     RunWhy,
+    RunWatches,
 )
 
 

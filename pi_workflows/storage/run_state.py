@@ -21,6 +21,8 @@ from .blobs import put_json, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
+    HumanDecision,
+    HumanDecisionResolution,
     InteractiveRequest,
     InteractiveSubmission,
     NodeAttempt,
@@ -88,7 +90,31 @@ def read_run_state(run_id: str) -> dict[str, Any]:
         "state": state,
         "acceptedInteraction": _accepted_interaction(state),
         "candidateInteraction": _candidate_interaction(state),
+        "decisionAnswer": _decision_answer(run_id, state),
     }
+
+
+def _decision_answer(run_id: str, state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The recorded winning response of the human decision a waiting run stopped at."""
+    node_id = (state or {}).get("waitingOn")
+    if node_id is None:
+        return None
+    row = (
+        HumanDecisionResolution.select(
+            HumanDecisionResolution.response_hash, HumanDecision.decision_id
+        )
+        .join(HumanDecision)
+        .where(
+            (HumanDecision.run == run_id)
+            & (HumanDecision.node_id == node_id)
+            & HumanDecisionResolution.response_hash.is_null(False)
+        )
+        .order_by(HumanDecision.created_at.desc())
+        .first()
+    )
+    if row is None:
+        return None
+    return {"decisionId": row.decision.decision_id, "response": read_json(row.response_hash)}
 
 
 def _accepted_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None:

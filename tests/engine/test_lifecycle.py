@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows import action, compute, edge, idempotent_effect, manual_effect, shell, workflow
+from pi_workflows import (
+    action,
+    checkpoint,
+    compute,
+    edge,
+    idempotent_effect,
+    manual_effect,
+    shell,
+    workflow,
+)
 from pi_workflows.engine import Engine
 from pi_workflows.engine.local_backend import LocalRunBackend
 from pi_workflows.errors import ClaimLostError, WorkflowSourceChangedError
@@ -196,3 +205,36 @@ def test_shell_output_is_bounded(runs) -> None:
     stdout = runs.start(definition)["finalOutput"]["stdout"]
     assert stdout.endswith("[output truncated at 1000 characters]")
     assert len(stdout) < 1100
+
+
+class _DiesAfterRunStarted(LocalRunBackend):
+    """A backend whose worker dies right after the continuation's `run_started` commit."""
+
+    def write_snapshot(self, snapshot, trace_event):
+        revision = super().write_snapshot(snapshot, trace_event)
+        if trace_event["type"] == "run_started":
+            raise ClaimLostError("the worker died")
+        return revision
+
+
+def test_a_continuation_interrupted_before_its_next_node_resumes_past_the_checkpoint(
+    runs,
+) -> None:
+    definition = workflow(
+        "ask",
+        "ask",
+        {
+            "ask": checkpoint(summary="need an answer"),
+            "apply": compute(lambda ctx: {"answer": ctx.outputs["ask"]}),
+        },
+        [edge("ask", "apply")],
+    )
+    parent = runs.start(definition)
+    child = runs.create(definition, {"ship": True}, parent=parent["runId"], lineage="continuation")
+    command = {"kind": "continue", "input": {"ship": True}, "parentRunId": parent["runId"]}
+    with pytest.raises(ClaimLostError):
+        Engine(definition, _DiesAfterRunStarted(runs.store, child)).execute(command)
+
+    resumed = runs.engine(definition, child).execute({"kind": "resume"})
+    assert resumed["status"] == "completed"  # not waiting again at the answered checkpoint
+    assert resumed["finalOutput"] == {"answer": {"ship": True}}

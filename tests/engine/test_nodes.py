@@ -22,7 +22,8 @@ from pi_workflows import (
 )
 from pi_workflows.builtin.workflows import EXAMPLES_DIR
 from pi_workflows.discovery import load_workflow_file
-from pi_workflows.storage import read_json, read_text
+from pi_workflows.errors import InvalidInputError
+from pi_workflows.storage import decision_records, read_json, read_text
 from pi_workflows.storage.models import (
     Effect,
     Event,
@@ -206,14 +207,25 @@ def test_human_decision_request_and_continuation(runs) -> None:
     child = runs.create(
         definition, {"goal": "release"}, parent=parent["runId"], lineage="continuation"
     )
-    outcome = runs.engine(definition, child).execute(
-        {
-            "kind": "continue",
-            "input": {"goal": "release"},
-            "parentRunId": parent["runId"],
-            "humanDecision": {"decisionId": request["decisionId"], "response": answer},
-        }
-    )
+
+    def continue_with(response: dict) -> dict:
+        return runs.engine(definition, child).execute(
+            {
+                "kind": "continue",
+                "input": {"goal": "release"},
+                "parentRunId": parent["runId"],
+                "humanDecision": {"decisionId": request["decisionId"], "response": response},
+            }
+        )
+
+    # Only the recorded winner of the decision may continue its run.
+    with pytest.raises(InvalidInputError, match="has no recorded answer"):
+        continue_with(answer)
+    with runs.store.transaction():
+        decision_records.resolve(row, provenance="human", response=answer, channel="cli")
+    with pytest.raises(InvalidInputError, match="is not the recorded answer"):
+        continue_with({"choice": "continue"})
+    outcome = continue_with(answer)
     assert outcome["finalOutput"] == {"decision": answer}
     assert runs.state(child)["humanDecision"] == {
         "decisionId": request["decisionId"],

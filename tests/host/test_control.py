@@ -83,3 +83,24 @@ def test_pause_resume_and_cancel_pending_runs(harness: HostHarness):
     harness.cli("run", "resume", to_pause)
     status = harness.wait_for_status(to_pause, "completed")
     assert status["finalOutput"] == {"greeting": "Hello, paused!"}
+
+
+def test_cancel_right_after_pause_is_accepted_while_the_worker_still_stops(
+    harness: HostHarness,
+):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    run_id = harness.start_run("blocker")
+    worker = harness.wait_for_pid("blocker.pid")
+    client = harness.client()
+    try:
+        assert client.pause_run(run_id)["paused"] is True
+        # The paused worker is still stopping: the run is parked and has no owner.
+        receipt = client.cancel_run(run_id)
+    finally:
+        client.close()
+    assert receipt["status"] == "cancelled"
+    wait_until(lambda: process_gone(worker), what="the worker to stop")
+    status = harness.client().run_status(run_id)
+    assert status["status"] == "cancelled" and status["queueStatus"] == "cancelled"
+    assert status["paused"] is False

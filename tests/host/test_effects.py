@@ -106,6 +106,7 @@ def _park_a_manual_effect_in_doubt(harness: HostHarness) -> tuple[str, dict]:
     assert status["errorCode"] == "effectAmbiguous"
     [effect] = _effects(harness, "--ambiguous")
     assert effect["runId"] == run_id and effect["policy"] == "manual"
+    assert harness.client().host_status()["ambiguousEffects"] == 1
     why = harness.client().why_run(run_id)
     assert why["code"] == "effectAmbiguous"
     assert why["reason"] == f"waiting for effect {effect['effectId']} to be confirmed or retried"
@@ -136,3 +137,31 @@ def test_a_manual_effect_in_doubt_is_resolved_by_retrying_it(harness: HostHarnes
     assert status["finalOutput"]["work"]["stdout"] == "done"
     [settled] = _effects(harness, "--run", run_id)
     assert settled["status"] == "applied"
+
+
+AGENT_SCRIPT = """
+echo $$ > agent.pid
+sleep 300 >/dev/null 2>&1 &
+echo $! > agent-child.pid
+cat > /dev/null
+while [ ! -e release ]; do sleep 0.05; done
+echo '{"reply": "done"}'
+"""
+
+
+def test_a_headless_agent_command_and_its_children_die_with_their_worker(
+    harness: HostHarness, tmp_path
+):
+    script = tmp_path / "agent.sh"
+    script.write_text(AGENT_SCRIPT)
+    harness.start_host(PI_WORKFLOWS_AGENT_COMMAND=f"sh {script}")
+    run_id = harness.cli(
+        "run", "start", "echo", "--headless", "--project", str(harness.project)
+    ).stdout.strip()
+    first = [harness.wait_for_pid(name) for name in ("agent.pid", "agent-child.pid")]
+    os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
+
+    harness.wait_for_pid("agent.pid", previous=first[0])  # the step runs again...
+    assert all(process_gone(pid) for pid in first), first  # ...after the old group died
+    (harness.project / "release").touch()
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"reply": "done"}

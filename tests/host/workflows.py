@@ -179,3 +179,35 @@ WORKFLOW = workflow(
     edges=[edge("work", "after")],
 )
 '''
+
+
+# a → b → c; b is an action that publishes an update and then waits for
+# <project>/release-b, so a follower can see the run mid-way.
+WATCHED = """
+import time
+from pathlib import Path
+
+from pi_workflows import action, compute, edge, idempotent_effect, workflow
+
+
+def b(ctx):
+    ctx.publish_update("progress", "b", {"done": 1})
+    deadline = time.monotonic() + 120
+    while not (Path.cwd() / "release-b").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("release-b never appeared")
+        time.sleep(0.02)
+    return {"b": 2}
+
+
+WORKFLOW = workflow(
+    name="watched",
+    start_at="a",
+    nodes={
+        "a": compute(lambda ctx: {"a": 1}),
+        "b": action(b, idempotent_effect("b")),
+        "c": compute(lambda ctx: {"sum": ctx.outputs["a"]["a"] + ctx.outputs["b"]["b"]}),
+    },
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+"""

@@ -1,0 +1,195 @@
+"""Following runs live: `view.run.watch` and `view.runs.watch` (SPEC §8, §13).
+
+A run watch pushes `run_progress` events: the run's new progress entries (node attempts,
+published updates, run transitions; `storage.run_progress`), its compact status and
+what holds it now (`run.why`), with `settled: true` once the run is terminal, waiting,
+or held until someone acts. A runs watch pushes `runs_changed` with the status of every
+run (newest 100) whose revision moved. Both are published after worker writes, when a
+run stops, and on the poll timer; `view.unwatch` ends either kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidInputError
+from ..protocol.client_messages import SCHEMA, ClientRequest, response
+from ..protocol.framing import valid_id
+from ..storage.models import TERMINAL_RUN_STATUSES
+from ..storage.run_progress import progress_after
+from ..storage.runs import get_run, run_status, run_statuses
+from .features import feature_hook
+from .operations import OperationTable
+from .run_why import OPERATOR_HOLDS, explain, host_view
+from .services import HostServices
+
+log = logging.getLogger(__name__)
+
+RUNS_WATCH_LIMIT = 100
+STATUS_FIELDS = ("runId", "workflowName", "status", "queueStatus", "paused", "errorCode")
+
+
+@dataclass
+class RunWatch:
+    connection: Any
+    subscription_id: str
+    run_id: str | None  # None: every run (view.runs.watch)
+    revision: int = 0
+    last_sent: Any = None
+    revisions: dict[str, int] = field(default_factory=dict)
+
+
+class RunWatches:
+    """The run and runs views, a host feature."""
+
+    def __init__(self, services: HostServices) -> None:
+        self.services = services
+        self.watches: dict[tuple[str, str], RunWatch] = {}
+        self._scheduled = False
+
+    @feature_hook
+    def piwh_register_operations(self, operations: OperationTable) -> None:
+        operations.register_live("view.run.watch", self.watch_run)
+        operations.register_live("view.runs.watch", self.watch_runs)
+        # view.unwatch belongs to the sessions feature; it ends run watches too.
+        operations.wrap_live("view.unwatch", self.unwatch)
+
+    @feature_hook
+    def piwh_worker_operation(
+        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+    ) -> None:
+        if operation in ("store.writeSnapshot", "store.publishUpdate"):
+            self.services.store.after_commit(self.publish_soon)
+
+    @feature_hook
+    def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+        self.publish_soon()
+
+    @feature_hook
+    def piwh_poll(self) -> None:
+        self.publish_soon()
+
+    # --- operations --------------------------------------------------------------------
+
+    async def watch_run(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        payload = request.payload
+        run_id = request.run_id or payload.get("runId")
+        if not valid_id(run_id):
+            raise InvalidInputError("view.run.watch needs a runId.")
+        get_run(run_id)  # notFound for an unknown run
+        after = payload.get("afterRevision", 0)
+        if type(after) is not int or after < 0:
+            raise InvalidInputError("afterRevision must be a non-negative integer.")
+        self._add(request, connection, RunWatch(connection, "", run_id, revision=after))
+        return response(request.request_id, "accepted", receipt={"subscribed": True})
+
+    async def watch_runs(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        self._add(request, connection, RunWatch(connection, "", None))
+        return response(request.request_id, "accepted", receipt={"subscribed": True})
+
+    def _add(self, request: ClientRequest, connection: Any, watch: RunWatch) -> None:
+        if connection is None:
+            raise InvalidInputError(f"{request.operation} requires a live client connection")
+        subscription_id = request.payload.get("subscriptionId")
+        if not valid_id(subscription_id):
+            raise InvalidInputError("subscriptionId must be text")
+        watch.subscription_id = subscription_id
+        key = (connection.connection_id, subscription_id)
+        if not any(k[0] == connection.connection_id for k in self.watches):
+            connection.on_close(lambda: self._detach(connection.connection_id))
+        self.watches[key] = watch
+        self.publish_soon()
+
+    async def unwatch(
+        self, request: ClientRequest, connection: Any, proceed: Any
+    ) -> dict[str, Any]:
+        subscription_id = request.payload.get("subscriptionId")
+        if connection is not None and valid_id(subscription_id):
+            self.watches.pop((connection.connection_id, subscription_id), None)
+        return await proceed(request, connection)
+
+    def _detach(self, connection_id: str) -> None:
+        for key in [key for key in self.watches if key[0] == connection_id]:
+            del self.watches[key]
+
+    # --- publishing --------------------------------------------------------------------
+
+    def publish_soon(self) -> None:
+        if self._scheduled or not self.watches or self.services.is_stopping:
+            return
+        self._scheduled = True
+        asyncio.get_running_loop().call_soon(self.publish)
+
+    def publish(self) -> None:
+        self._scheduled = False
+        for watch in list(self.watches.values()):
+            if not watch.connection.is_open:
+                continue
+            try:
+                if watch.run_id is None:
+                    self._publish_runs(watch)
+                else:
+                    self._publish_run(watch)
+            except Exception:  # one broken view must not stop the others
+                log.exception("publishing a run watch failed")
+
+    def _publish_run(self, watch: RunWatch) -> None:
+        assert watch.run_id is not None
+        entries: list[dict[str, Any]] = []
+        while True:
+            batch, revision = progress_after(watch.run_id, watch.revision)
+            entries += batch
+            if revision == watch.revision:
+                break
+            watch.revision = revision
+        status = {
+            key: value for key, value in run_status(watch.run_id).items() if key in STATUS_FIELDS
+        }
+        why = explain(watch.run_id, host_view(self.services))
+        settled = (
+            status["status"] in TERMINAL_RUN_STATUSES
+            or status["status"] == "waiting"
+            or why["code"] in OPERATOR_HOLDS
+        )
+        summary = (status, why["code"], why["reason"])
+        if not entries and summary == watch.last_sent:
+            return
+        watch.last_sent = summary
+        self._push(
+            watch,
+            "run_progress",
+            {
+                "runId": watch.run_id,
+                "revision": watch.revision,
+                "entries": entries,
+                "status": status,
+                "why": why,
+                "settled": settled,
+            },
+        )
+
+    def _publish_runs(self, watch: RunWatch) -> None:
+        changed = []
+        for status in run_statuses(RUNS_WATCH_LIMIT):
+            if watch.revisions.get(status["runId"]) != status["revision"]:
+                watch.revisions[status["runId"]] = status["revision"]
+                changed.append(
+                    {key: status[key] for key in (*STATUS_FIELDS, "revision", "updatedAt")}
+                )
+        if changed:
+            self._push(watch, "runs_changed", {"runs": changed})
+
+    def _push(self, watch: RunWatch, event: str, payload: dict[str, Any]) -> None:
+        message = {
+            "schema": SCHEMA,
+            "type": "event",
+            "subscriptionId": watch.subscription_id,
+            "event": event,
+            "payload": payload,
+        }
+        if watch.run_id is not None:
+            message.update(runId=watch.run_id, revision=watch.revision)
+        watch.connection.push(message)

@@ -1,0 +1,153 @@
+"""`run watch` and `run start --wait` follow a 3-node run through a real host and worker:
+plain lines when piped, a spinner on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import threading
+
+from pi_workflows.cli.progress_display import CLEAR_LINE, SPINNER
+from pi_workflows.client.session_client import SessionConnection
+
+from .conftest import HostHarness, wait_until
+from .workflows import WATCHED
+
+ATTEMPT_LINE = r"{node}  attempt 1  ok  \d\d:\d\d:\d\d → \d\d:\d\d:\d\d  \d+ ms"
+UPDATE_LINE = 'b  update progress/b  {"done":1}'
+
+
+def _cli(harness: HostHarness, *args: str, **streams) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "pi_workflows", *args],
+        env=harness.env,
+        stdin=subprocess.DEVNULL,
+        cwd=harness.project,
+        **streams,
+    )
+
+
+class TerminalReader:
+    """The master side of a pseudo-terminal, drained by a thread so the child never blocks."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:  # the child closed the terminal
+                return
+            if not chunk:
+                return
+            self.chunks.append(chunk)
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+    def close(self) -> str:
+        os.close(self.slave)
+        self.thread.join(timeout=10)
+        os.close(self.master)
+        return self.text()
+
+
+def _assert_progress_lines(text: str, run_id: str) -> None:
+    lines = [line for line in text.replace(CLEAR_LINE, "\n").splitlines() if line.strip()]
+    lines = [line for line in lines if line[0] not in SPINNER]
+    expected = [
+        ATTEMPT_LINE.format(node="a"),
+        re.escape(UPDATE_LINE),
+        ATTEMPT_LINE.format(node="b"),
+        ATTEMPT_LINE.format(node="c"),
+        re.escape(f"{run_id}: completed at ") + ".*",
+    ]
+    progress = [line for line in lines if not line.startswith(f"{run_id}: queued")]
+    assert len(progress) == len(expected), lines
+    for line, pattern in zip(progress, expected, strict=True):
+        assert re.fullmatch(pattern, line), (line, pattern)
+
+
+def test_run_watch_prints_plain_lines_when_piped(harness: HostHarness):
+    harness.write_workflow("watched", WATCHED)
+    harness.start_host()
+    run_id = harness.start_run("watched")
+    watcher = _cli(harness, "run", "watch", run_id, stdout=subprocess.PIPE, text=True)
+    wait_until(
+        lambda: any(u for u in harness.query("SELECT 1 FROM workflow_updates")),
+        what="the published update",
+    )
+    (harness.project / "release-b").touch()
+    output, _ = watcher.communicate(timeout=60)
+    assert watcher.returncode == 0
+    assert "\x1b" not in output and "\r" not in output
+    _assert_progress_lines(output, run_id)
+
+
+def test_run_watch_shows_a_spinner_on_a_terminal(harness: HostHarness):
+    harness.write_workflow("watched", WATCHED)
+    harness.start_host()
+    run_id = harness.start_run("watched")
+    terminal = TerminalReader()
+    watcher = _cli(harness, "run", "watch", run_id, stdout=terminal.slave, stderr=terminal.slave)
+    wait_until(lambda: "b running" in terminal.text(), what="the spinner on node b")
+    (harness.project / "release-b").touch()
+    assert watcher.wait(timeout=60) == 0
+    output = terminal.close()
+    assert CLEAR_LINE in output and any(frame in output for frame in SPINNER)
+    _assert_progress_lines(output, run_id)
+
+
+def test_run_start_wait_shows_progress_on_a_terminal(harness: HostHarness):
+    harness.write_workflow("watched", WATCHED)
+    harness.start_host()
+    terminal = TerminalReader()
+    starter = _cli(
+        harness,
+        "run",
+        "start",
+        "watched",
+        "--wait",
+        "--no-autostart",
+        stdout=subprocess.PIPE,
+        stderr=terminal.slave,
+        text=True,
+    )
+    wait_until(lambda: "b running" in terminal.text(), what="the spinner on node b")
+    (harness.project / "release-b").touch()
+    stdout, _ = starter.communicate(timeout=60)
+    assert starter.returncode == 0
+    run_id = stdout.split(":")[0]
+    assert stdout.startswith(f"{run_id}: completed\n") and '"sum": 3' in stdout
+    _assert_progress_lines(terminal.close(), run_id)
+
+
+def test_runs_watch_pushes_every_run_whose_state_moved(harness: HostHarness):
+    harness.start_host()
+    connection = SessionConnection(harness.home.socket_path)
+    try:
+        reply = connection.request("view.runs.watch", {"subscriptionId": "all-runs"})
+        assert reply.outcome == "accepted"
+        run_id = harness.start_run("hello")
+        seen: list[str] = []
+
+        def completed() -> bool:
+            event = connection.next_event(0.5)
+            if event is not None and event["event"] == "runs_changed":
+                assert event["subscriptionId"] == "all-runs"
+                seen.extend(r["status"] for r in event["payload"]["runs"] if r["runId"] == run_id)
+            return "completed" in seen
+
+        wait_until(completed, what="the run to be pushed as completed")
+        assert seen[0] in ("queued", "running")
+        reply = connection.request("view.unwatch", {"subscriptionId": "all-runs"})
+        assert reply.outcome == "accepted"
+    finally:
+        connection.close()
