@@ -276,7 +276,7 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     loop. Raise ``pi_workflows.errors.ChannelDeliveryError`` when a call definitely did
     not happen (the host retries it, 3 attempts in all); any other exception, or no
     return within the call timeout, makes the effect ambiguous until an operator runs
-    ``pi-workflows decision recover``. Answers are reported through ``report_answer``;
+    ``pi-workflows effects confirm|retry``. Answers are reported through ``report_answer``;
     the host accepts them only from channels of the decision's audience and actors the
     channel allows. The built-in (``pi_workflows.builtin.decision_channels``) registers
     ``session`` and ``cli``.

@@ -1,4 +1,4 @@
-"""`pi-workflows decision list|answer|effects|recover`."""
+"""`pi-workflows decision list|answer` (channel effects: `pi-workflows effects`)."""
 
 from __future__ import annotations
 
@@ -63,31 +63,3 @@ def answer_command(
         click.echo(f"pi-workflows: {response.error}", err=True)
     if not response.ok:
         sys.exit(1)
-
-
-@decision_group.command("effects")
-@click.option("--ambiguous", is_flag=True, help="Only effects that need an operator.")
-@json_option
-@pass_cli
-def effects_command(cli_ctx: CliContext, ambiguous: bool, as_json: bool) -> None:
-    """List channel deliveries and settlements."""
-    payload = {"status": "ambiguous"} if ambiguous else {}
-    effects = cli_ctx.client().call("decision.effects", payload)
-    if as_json:
-        emit_json(effects)
-        return
-    for effect in effects:
-        click.echo(
-            f"{effect['effectId']}  {effect['channel']} {effect['purpose']}  "
-            f"{effect['status']} ({effect['attempts']} attempts)  {effect['decisionId']}"
-        )
-
-
-@decision_group.command("recover")
-@click.argument("effect_id")
-@click.argument("action", type=click.Choice(["confirm", "retry"]))
-@pass_cli
-def recover_command(cli_ctx: CliContext, effect_id: str, action: str) -> None:
-    """Resolve an ambiguous channel effect: it did happen (confirm), or try again (retry)."""
-    cli_ctx.client().call("decision.recover", {"effectId": effect_id, "action": action})
-    click.echo(f"{effect_id}: {action}")

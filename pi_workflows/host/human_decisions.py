@@ -1,8 +1,8 @@
 """Checkpoints and human decisions on the host (SPEC §11).
 
-Operations: ``checkpoint.answer`` and ``decision.answer`` (durable), ``decision.list``
-and ``decision.effects`` (queries), ``decision.recover`` (durable, for ambiguous
-channel effects). The poll timer and startup apply decision deadlines with no worker
+Operations: ``checkpoint.answer`` and ``decision.answer`` (durable) and ``decision.list``
+(query); channel effects in doubt are resolved through ``effects.confirm|retry``
+(``host.effect_recovery``). The poll timer and startup apply decision deadlines with no worker
 alive: the default response is recorded (provenance ``timeout``) and the continuation
 run reserved in one transaction. Channels (``host.decision_channel_runner``) deliver and settle.
 """
@@ -47,9 +47,7 @@ class HumanDecisions:
     def piwh_register_operations(self, operations: OperationTable) -> None:
         operations.register_durable("checkpoint.answer", self.checkpoint_answer)
         operations.register_durable("decision.answer", self.decision_answer)
-        operations.register_durable("decision.recover", self.decision_recover)
         operations.register_query("decision.list", self.decision_list)
-        operations.register_query("decision.effects", self.decision_effects)
 
     # --- timers and listeners ----------------------------------------------------------
 
@@ -253,23 +251,13 @@ class HumanDecisions:
             run_id=run_id,
         )
 
-    # --- listing and operator recovery -------------------------------------------------
+    # --- listing -------------------------------------------------
 
     def decision_list(self, request: ClientRequest) -> list[dict[str, Any]]:
         include_resolved = request.payload.get("all", False)
         if not isinstance(include_resolved, bool):
             raise InvalidInputError("payload.all must be true or false.")
         return decision_records.list_decisions(include_resolved=include_resolved)
-
-    def decision_effects(self, request: ClientRequest) -> list[dict[str, Any]]:
-        return decision_records.channel_effects(request.payload.get("status"))
-
-    def decision_recover(self, request: ClientRequest) -> OperationResult:
-        receipt = decision_records.recover_channel_effect(
-            str(request.payload.get("effectId")), str(request.payload.get("action"))
-        )
-        self.services.store.after_commit(self.channel_runner.pump)
-        return OperationResult("accepted", receipt=receipt)
 
 
 def _is_human_decision(run_id: str, node_id: str) -> bool:

@@ -684,28 +684,6 @@ def deliveries_to_settle() -> list[tuple[HumanDecision, str]]:
     return pairs
 
 
-def channel_effects(status: str | None = None) -> list[dict[str, Any]]:
-    """Channel effects for operators (`decision effects`), newest first."""
-    query = Effect.select().where(Effect.scope == "channel").order_by(Effect.created_at.desc())
-    if status is not None:
-        query = query.where(Effect.status == status)
-    effects = []
-    for effect in query:
-        decision_id, channel = effect.idempotency_key.split("|", 1)
-        effects.append(
-            {
-                "effectId": effect.effect_id,
-                "purpose": effect.effect_type.removeprefix("channel."),
-                "decisionId": decision_id,
-                "channel": channel,
-                "status": effect.status,
-                "attempts": effect.attempt_count,
-                "error": (read_json(effect.error_hash) or {}).get("error"),
-            }
-        )
-    return effects
-
-
 def recover_channel_effect(effect_id: str, action: str) -> dict[str, Any]:
     """An operator's verdict on an ambiguous effect: `confirm` it happened, or `retry` it."""
     effect = Effect.get_or_none((Effect.effect_id == effect_id) & (Effect.scope == "channel"))

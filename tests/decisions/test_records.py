@@ -10,7 +10,7 @@ import pytest
 
 from pi_workflows.errors import ChannelConfigError, ConflictError, InvalidInputError
 from pi_workflows.host.decision_channel_runner import load_channel_config
-from pi_workflows.storage import StateStore, decision_records
+from pi_workflows.storage import StateStore, decision_records, effects
 from pi_workflows.storage.models import Effect
 
 CHOICES = {"ship": {"label": "Ship"}, "stop": {"label": "Stop"}}
@@ -94,14 +94,14 @@ def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: Stat
         assert begin("decision-1", "hook", "settlement", 0) == 1
         assert decision_records.mark_interrupted_channel_effects() == 1
         settlement = decision_records.channel_effect_id("decision-1", "hook", "settlement")
-        (ambiguous,) = decision_records.channel_effects("ambiguous")
+        (ambiguous,) = effects.list_effects(status="ambiguous")
         assert ambiguous["effectId"] == settlement
         assert ambiguous["error"] == "host restarted without a receipt"
         assert begin("decision-1", "hook", "settlement", 10**15) is None  # never automatic
-        decision_records.recover_channel_effect(settlement, "retry")
+        effects.resolve(settlement, "retry", None, "client:test")
         assert begin("decision-1", "hook", "settlement", 10**15) == 2
         assert finish(settlement, 2, "ambiguous", error="timeout")
-        decision_records.recover_channel_effect(settlement, "confirm")
+        effects.resolve(settlement, "confirm", None, "client:test")
     assert Effect.get_by_id(settlement).status == "applied"
 
 

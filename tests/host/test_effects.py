@@ -130,8 +130,15 @@ def test_a_manual_effect_in_doubt_is_resolved_by_confirming_it(harness: HostHarn
 
 def test_a_manual_effect_in_doubt_is_resolved_by_retrying_it(harness: HostHarness):
     run_id, effect = _park_a_manual_effect_in_doubt(harness)
-    harness.cli("effects", "retry", effect["effectId"])
+    client = harness.client()
+    payload = {"effectId": effect["effectId"]}
+    first = client.send("effects.retry", payload, idempotency_key="retry-1")
+    repeat = client.send("effects.retry", payload, idempotency_key="retry-1")
+    assert first.outcome == "accepted" and first.receipt["runReleased"] is True
+    assert repeat.outcome == "adopted" and repeat.receipt == first.receipt  # its receipt
     wait_until(lambda: _starts(harness) == 2, what="the node to run again")
+    again = harness.cli("effects", "retry", effect["effectId"], check=False)
+    assert again.returncode == 1 and "only an effect in doubt" in again.stderr
     (harness.project / "release").touch()
     status = harness.wait_for_status(run_id, "completed")
     assert status["finalOutput"]["work"]["stdout"] == "done"
