@@ -62,7 +62,9 @@ class ForkedWorker:
         return self._exit.result() if self._exit.done() else None
 
     async def wait(self) -> int:
-        return await self._exit
+        # Shielded: a caller that gives up waiting (wait_for) must not cancel the exit
+        # every other waiter of this worker shares.
+        return await asyncio.shield(self._exit)
 
 
 class ForkServer:
@@ -184,6 +186,10 @@ class ForkServer:
             self._socket.close()
         if self._reader is not None:
             self._reader.cancel()
+        # Nobody reports these workers' exits any more: watch them instead.
+        for pid, future in list(self._exits.items()):
+            asyncio.get_running_loop().create_task(_watch_orphan(pid, future))
+        self._exits.clear()
         if self._process is not None and self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._process.pid, signal.SIGKILL)

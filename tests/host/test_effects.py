@@ -77,6 +77,15 @@ def test_cancel_kills_the_shell_command_and_its_descendants(harness: HostHarness
     assert harness.client().run_status(run_id)["status"] == "cancelled"
 
 
+def test_a_clean_host_stop_kills_the_shell_command_it_hands_off(harness: HostHarness):
+    harness.write_workflow("slowshell", slow_shell("idempotent"))
+    harness.start_host()
+    harness.start_run("slowshell")
+    group = _shell_group(harness)
+    harness.stop()
+    assert all(process_gone(pid) for pid in group), group
+
+
 def test_host_sigkill_during_a_shell_node_the_next_host_kills_the_old_group_first(
     harness: HostHarness,
 ):

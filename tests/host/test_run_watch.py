@@ -151,3 +151,23 @@ def test_runs_watch_pushes_every_run_whose_state_moved(harness: HostHarness):
         assert reply.outcome == "accepted"
     finally:
         connection.close()
+
+
+def test_run_watch_follows_the_run_across_a_host_restart(harness: HostHarness):
+    harness.write_workflow("watched", WATCHED)
+    harness.start_host()
+    run_id = harness.start_run("watched")
+    watcher = _cli(
+        harness, "--no-autostart", "run", "watch", run_id, stdout=subprocess.PIPE, text=True
+    )
+    wait_until(lambda: harness.query("SELECT 1 FROM workflow_updates"), what="the published update")
+    harness.stop()  # parks the run mid-node; the watcher waits for a host to come back
+    harness.start_host()
+    (harness.project / "release-b").touch()
+    output, _ = watcher.communicate(timeout=90)
+    assert watcher.returncode == 0, output
+    lines = output.splitlines()
+    ended = [line.split("  ")[:3] for line in lines if "  attempt " in line]
+    # Every ended attempt is shown once: b's interrupted attempt never ended.
+    assert ended == [["a", "attempt 1", "ok"], ["b", "attempt 2", "ok"], ["c", "attempt 1", "ok"]]
+    assert lines[-1].startswith(f"{run_id}: completed at ")
