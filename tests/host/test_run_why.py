@@ -7,6 +7,7 @@ import json
 import os
 from pathlib import Path
 
+from pi_workflows.client.session_client import SessionClient
 from tests.decisions.conftest import decision_workflow
 from tests.polling import process_gone
 
@@ -54,7 +55,7 @@ def test_why_names_what_holds_each_run(harness: HostHarness):
         ("checkpointed", CHECKPOINTED),
         ("crashy", CRASHY),
         ("fails", FAILS),
-        ("decide", decision_workflow(60_000)),
+        ("decide", decision_workflow(600_000)),
     ):
         harness.write_workflow(name, source)
     harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1")
@@ -82,6 +83,12 @@ def test_why_names_what_holds_each_run(harness: HostHarness):
     assert answer["reason"] == (
         "waiting for session chat-7 to complete step reply (no coordinator is connected)"
     )
+    session = SessionClient(harness.home, "chat-7", autostart=False)
+    session.open()
+    try:
+        assert why(harness, session_run)["reason"].endswith("(its coordinator is connected)")
+    finally:
+        session.close()
 
     (harness.project / "crash-on-load").touch()
     crashed = harness.start_run("crashy")
