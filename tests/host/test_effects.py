@@ -7,6 +7,8 @@ import json
 import os
 import signal
 
+import pytest
+
 from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
@@ -67,14 +69,18 @@ def test_a_shell_command_and_its_descendants_die_with_their_worker(harness: Host
     assert all(process_gone(pid) for pid in first), first
 
 
-def test_cancel_kills_the_shell_command_and_its_descendants(harness: HostHarness):
+@pytest.mark.parametrize("control", ["cancel", "pause"])
+def test_cancel_or_pause_kills_the_shell_command_and_its_descendants(
+    harness: HostHarness, control: str
+):
     harness.write_workflow("slowshell", slow_shell("idempotent"))
     harness.start_host()
     run_id = harness.start_run("slowshell")
     group = _shell_group(harness)
-    harness.cli("run", "cancel", run_id)
+    harness.cli("run", control, run_id)
     wait_until(lambda: all(process_gone(pid) for pid in group), what="the command to die")
-    assert harness.client().run_status(run_id)["status"] == "cancelled"
+    status = harness.client().run_status(run_id)
+    assert status["status"] == "cancelled" if control == "cancel" else status["paused"]
 
 
 def test_a_clean_host_stop_kills_the_shell_command_it_hands_off(harness: HostHarness):
