@@ -94,3 +94,7 @@ class ChannelDeliveryError(PiWorkflowsError):
 
 class AnswerNotAllowedError(PiWorkflowsError):
     """A decision answer from a channel or actor the configuration does not allow."""
+
+
+class RunWaitTimedOut(PiWorkflowsError, TimeoutError):
+    """A client gave up waiting for a run to settle (`--wait --timeout`, `run watch`)."""

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import HostUnavailableError
+from ..errors import HostUnavailableError, RunWaitTimedOut
 from ..home import Home
 from .autostart import connect
 from .connection import RequestFailed
@@ -37,7 +37,7 @@ def follow_run(
     """Call `on_progress(payload)` for every `run_progress` event until the run settles.
 
     `on_tick` is called about every 0.1 s while nothing arrives (a spinner redraws).
-    Returns the settling payload; raises TimeoutError after `timeout_s`.
+    Returns the settling payload; raises RunWaitTimedOut after `timeout_s`.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     revision = 0
@@ -46,7 +46,7 @@ def follow_run(
         try:
             while True:
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(
+                    raise RunWaitTimedOut(
                         f"Run {run_id} did not settle within {timeout_s:g} s; check it with "
                         f"'pi-workflows run why {run_id}'."
                     )

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import RunWaitTimedOut
 from ..home import Home
 from .autostart import connect
 from .connection import HostConnection, RequestFailed, Response
@@ -139,7 +140,7 @@ class WorkflowClient:
                 on_progress(status)
             last_status = status["status"]
             if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(
+                raise RunWaitTimedOut(
                     f"Run {run_id} is still {status['status']} after {timeout_s:g} s; "
                     f"check it with 'pi-workflows run status {run_id}'."
                 )

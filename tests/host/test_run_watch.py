@@ -84,6 +84,9 @@ def test_run_watch_prints_plain_lines_when_piped(harness: HostHarness):
         lambda: any(u for u in harness.query("SELECT 1 FROM workflow_updates")),
         what="the published update",
     )
+    gave_up = harness.cli("run", "watch", run_id, "--timeout", "1", check=False)
+    assert gave_up.returncode == 1 and "Traceback" not in gave_up.stderr
+    assert f"Run {run_id} did not settle within 1 s" in gave_up.stderr
     (harness.project / "release-b").touch()
     output, _ = watcher.communicate(timeout=60)
     assert watcher.returncode == 0
