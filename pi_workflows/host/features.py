@@ -15,8 +15,9 @@ How a feature adds something (implement the hook on the feature's class with
   together), ``register_query`` or ``register_live`` (answers on its connection);
 - a change to another feature's operation: ``operations.wrap_durable(name, wrapper)``
   with ``wrapper(request, proceed)``; call ``proceed(request)`` for the wrapped
-  behaviour. Wrappers are applied when the operation is called, so the order in which
-  features register does not matter;
+  behaviour (``operations.wrap_live(name, wrapper)`` likewise for a live operation,
+  ``await wrapper(request, connection, proceed=...)``). Wrappers are applied when the
+  operation is called, so the order in which features register does not matter;
 - periodic work: ``piwh_poll()`` runs on every poll tick (2 s); keep an idle tick
   read-only, so it takes no write lock;
 - startup work: ``piwh_startup()`` runs after recovery and before the socket listens;
