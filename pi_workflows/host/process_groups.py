@@ -46,7 +46,8 @@ async def stop_orphaned_groups(
     for group in targets:
         _signal_group(group, signal.SIGTERM)
     deadline = asyncio.get_running_loop().time() + grace_s
-    while (alive := _groups_with_live_members(targets)) and (
+    # Scanning the process table takes milliseconds: off the event loop.
+    while (alive := await asyncio.to_thread(_groups_with_live_members, targets)) and (
         asyncio.get_running_loop().time() < deadline
     ):
         await asyncio.sleep(POLL_S)
