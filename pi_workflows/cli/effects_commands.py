@@ -68,7 +68,7 @@ def _parse_result(result_json: str | None) -> Any:
 def confirm_command(
     cli_ctx: CliContext, effect_id: str, result_json: str | None, as_json: bool
 ) -> None:
-    """EFFECT_ID did happen: record it applied; its node completes with --result-json."""
+    """EFFECT_ID did happen: record it as applied; its node completes with that result."""
     receipt = cli_ctx.client().confirm_effect(effect_id, _parse_result(result_json))
     _print_receipt(receipt, as_json)
 
