@@ -248,8 +248,8 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     configured channel of that kind the host calls ``factory(context)`` and uses the
     object it returns.
 
-    The context (``pi_workflows.host.decision_channel_runner.ChannelContext``; build one
-    in tests with ``pi_workflows.testing.channel_context``):
+    The context (:class:`~pi_workflows.records.ChannelContext`; build one in tests with
+    ``pi_workflows.testing.channel_context``):
 
     - ``name``: the channel's name in channels.toml; ``options``: its other keys;
       ``credentials``: ``{key: secret}`` read from its ``<key>_file`` entries (never log);

@@ -4,6 +4,7 @@ Hooks receive and return these instead of peewee rows, so a plugin never holds a
 database object and the core can add fields without breaking signatures.
 """
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
@@ -373,3 +374,56 @@ class WorkerLaunchEnvelope(TypedDict):
     databaseUrl: str | None
     #: the state home directory.
     home: str
+
+
+# --- decision channels ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChannelSettings:
+    """One configured channel of ``<config>/channels.toml``."""
+
+    #: the channel's name (its table name in channels.toml).
+    name: str
+    #: the registered channel kind that builds it (``kind = ...``, default the name).
+    kind: str
+    #: who may answer through it (``allowed_actors``); None admits any actor.
+    allowed_actors: tuple[str, ...] | None = None
+    #: the table's other keys, as written.
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: ``{key: secret}`` read from the table's ``<key>_file`` entries; never log them.
+    credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def allows(self, actor: str) -> bool:
+        """Whether `actor` may answer through this channel."""
+        return self.allowed_actors is None or actor in self.allowed_actors
+
+
+@dataclass(frozen=True)
+class ChannelContext:
+    """What a decision channel factory gets: its settings and two ways back into the host.
+
+    ``name``, ``options`` and ``credentials`` are shortcuts to ``settings``. Build one in a
+    test with ``pi_workflows.testing.channel_context``.
+    """
+
+    settings: ChannelSettings
+    #: ``report_answer(decision_id, choice, input=None, *, actor)``: submit a human
+    #: answer; call it from any thread but the host's loop (it blocks until the host
+    #: decided); returns an :class:`AnswerResult`.
+    report_answer: Callable[..., AnswerResult]
+    #: ``store_call(fn)``: run ``fn()`` in a state-store transaction on the host's loop and
+    #: return its result (for built-in channels whose delivery is a database write).
+    store_call: Callable[[Callable[[], Any]], Any]
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return self.settings.options
+
+    @property
+    def credentials(self) -> Mapping[str, str]:
+        return self.settings.credentials

@@ -34,7 +34,7 @@ import stat
 import threading
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ from .. import plugins
 from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
+from ..records import ChannelContext, ChannelSettings
 from ..storage import decision_records
 from ..storage.models import HumanDecision
 
@@ -53,20 +54,6 @@ log = logging.getLogger("pi_workflows.host.decision_channel_runner")
 DEFAULT_CHANNELS = ("session", "cli")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 RESERVED_KEYS = ("kind", "allowed_actors")
-
-
-@dataclass(frozen=True)
-class ChannelSettings:
-    """One configured channel; `allowed_actors` None means any actor of the channel."""
-
-    name: str
-    kind: str
-    allowed_actors: tuple[str, ...] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
-    credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
-
-    def allows(self, actor: str) -> bool:
-        return self.allowed_actors is None or actor in self.allowed_actors
 
 
 @dataclass(frozen=True)
@@ -161,35 +148,6 @@ def _read_credential(channel: str, key: str, value: Any) -> str:
     if not secret:
         raise ChannelConfigError(f"Channel {channel!r}: credential file {path} is empty.")
     return secret
-
-
-@dataclass(frozen=True)
-class ChannelContext:
-    """What a channel factory gets: its settings and its two ways back into the host.
-
-    ``report_answer(decision_id, choice, input=None, *, actor)`` submits a human answer
-    from this channel (any thread but the host's loop may call it; it blocks until the
-    host decided) and returns ``{"outcome": "accepted"|"adopted"|"conflict"|"rejected",
-    "receipt"?, "error"?}``. ``store_call(fn)`` runs ``fn()`` in a state-store
-    transaction on the host's loop and returns its result; it is for built-in channels
-    whose delivery is a database write.
-    """
-
-    settings: ChannelSettings
-    report_answer: Callable[..., dict[str, Any]]
-    store_call: Callable[[Callable[[], Any]], Any]
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
-
-    @property
-    def options(self) -> Mapping[str, Any]:
-        return self.settings.options
-
-    @property
-    def credentials(self) -> Mapping[str, str]:
-        return self.settings.credentials
 
 
 class Lane:

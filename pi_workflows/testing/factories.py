@@ -11,7 +11,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..records import AnswerResult, Claim, HostInfo, RunRecord, TerminalFacts, TurnReport
+from ..records import (
+    AnswerResult,
+    ChannelContext,
+    ChannelSettings,
+    Claim,
+    HostInfo,
+    RunRecord,
+    TerminalFacts,
+    TurnReport,
+)
 from ..storage.terminal_facts import TERMINAL_RESULT_SCHEMA, terminal_fingerprint
 
 
@@ -141,14 +150,12 @@ def channel_context(
     allowed_actors: tuple[str, ...] | None = None,
     report_answer: Callable[..., dict[str, Any]] | None = None,
     store_call: Callable[[Callable[[], Any]], Any] | None = None,
-) -> Any:
+) -> ChannelContext:
     """The context a decision channel factory gets, without a host.
 
     ``report_answer`` defaults to a fresh :class:`AnswerRecorder` (reach it as
     ``context.report_answer``); ``store_call`` defaults to calling the function directly.
     """
-    from ..host.decision_channel_runner import ChannelContext, ChannelSettings
-
     settings = ChannelSettings(
         name,
         kind or name,
