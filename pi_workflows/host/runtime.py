@@ -385,12 +385,15 @@ class Host:
         self.active_runs[run_id] = active
         self.pending_claims.pop(run_id, None)
         try:
-            # Effects an earlier worker left applying (its host died) are settled first.
-            with self.store.transaction():
-                in_doubt = effects.recover_interrupted(run_id, generation)
-                if in_doubt:
-                    run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
-                    self._finish_worker(active, WorkerExit("orphaned", None, None, None))
+            # Effects an earlier worker left applying (its host died) are settled first;
+            # a read decides, so a run without such effects takes no write lock here.
+            in_doubt: list[str] = []
+            if effects.has_unsettled(run_id):
+                with self.store.transaction():
+                    in_doubt = effects.recover_interrupted(run_id, generation)
+                    if in_doubt:
+                        run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
+                        self._finish_worker(active, WorkerExit("orphaned", None, None, None))
             if in_doubt:
                 self.blocked_runs.add(run_id)
                 return

@@ -63,6 +63,15 @@ def recover_interrupted(run_id: str, generation: int | None = None) -> list[str]
     return ambiguous_effect_ids(run_id)
 
 
+def has_unsettled(run_id: str) -> bool:
+    """Whether the run has an effect left `applying` or in doubt (a read only)."""
+    return (
+        Effect.select()
+        .where((Effect.run == run_id) & Effect.status.in_(("applying", "ambiguous")))
+        .exists()
+    )
+
+
 def ambiguous_effect_ids(run_id: str) -> list[str]:
     return [
         row.effect_id
