@@ -136,6 +136,13 @@ def test_a_manual_effect_in_doubt_is_resolved_by_confirming_it(harness: HostHarn
     assert f"pi-workflows effects confirm {effect['effectId']}" in refused.stderr
     assert f"pi-workflows effects retry {effect['effectId']}" in refused.stderr
 
+    for bad_args, message in (
+        (("effects", "confirm", "effect-nope"), "Effect effect-nope does not exist"),
+        (("effects", "confirm", effect["effectId"], "--result-json", "{"), "is not valid JSON"),
+    ):
+        refused = harness.cli(*bad_args, check=False)
+        assert refused.returncode == 1 and message in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
     harness.cli("effects", "confirm", effect["effectId"], "--result-json", '{"stdout": "by hand"}')
     status = harness.wait_for_status(run_id, "completed")
     assert status["finalOutput"] == {"work": {"stdout": "by hand"}}

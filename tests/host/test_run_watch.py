@@ -138,7 +138,13 @@ def test_runs_watch_pushes_every_run_whose_state_moved(harness: HostHarness):
     try:
         reply = connection.request("view.runs.watch", {"subscriptionId": "all-runs"})
         assert reply.outcome == "accepted"
+        unknown = connection.request("view.run.watch", {"subscriptionId": "x"}, run_id="nope")
+        assert unknown.outcome == "notFound"
         run_id = harness.start_run("hello")
+        bad = connection.request(
+            "view.run.watch", {"subscriptionId": "x", "afterRevision": -1}, run_id=run_id
+        )
+        assert bad.outcome == "rejected" and "afterRevision" in bad.error
         seen: list[str] = []
 
         def completed() -> bool:
