@@ -28,6 +28,7 @@ from ..storage.models import (
     NodeAttempt,
     Run,
     RunQueue,
+    RunWorker,
 )
 from ..storage.runs import get_run
 from .features import feature_hook
@@ -178,7 +179,16 @@ def _parked_for_good(run: Run, queue: RunQueue) -> Hold:
 
 def _claimed(run: Run, lease: Lease, host: HostView) -> Hold:
     run_id = run.run_id
-    epoch = HostState.select(HostState.epoch).where(HostState.host_id == lease.owner_id).scalar()
+    # The epoch the claim was taken under: its worker's, else the owner's host row.
+    epoch = (
+        RunWorker.select(RunWorker.host_epoch)
+        .where((RunWorker.run == run_id) & (RunWorker.generation == lease.generation))
+        .scalar()
+    )
+    if epoch is None:
+        epoch = (
+            HostState.select(HostState.epoch).where(HostState.host_id == lease.owner_id).scalar()
+        )
     owner = f"host {lease.owner_id}" + (f" (epoch {epoch})" if epoch is not None else "")
     if lease.expires_at <= now_ms():
         return (

@@ -152,3 +152,27 @@ def test_why_a_parked_run_waits_for_a_claim(harness: HostHarness, tmp_path: Path
     assert answer["code"] == "parked" and answer["status"] == "running"
     assert answer["reason"].startswith("parked at its last durable boundary since ")
     assert answer["next"] == "a host resumes it at its next claim pass"
+
+
+def test_why_a_crashed_hosts_run_waits_for_its_claim_to_be_taken_over(
+    harness: HostHarness, tmp_path: Path
+):
+    harness.write_workflow("blocker", BLOCKER)
+    host = harness.start_host()
+    run_id = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    old_host_id = harness.query("SELECT owner_id FROM leases WHERE run_id = ?", run_id)[0][0]
+    host.kill()
+    host.wait()
+
+    (tmp_path / "no_claims.py").write_text(NO_CLAIMS_PLUGIN)
+    harness.start_host(
+        PI_WORKFLOWS_PLUGINS="no_claims",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+    answer = why(harness, run_id)
+    assert answer["code"] == "claimExpired" and answer["until"] is not None
+    assert answer["reason"].startswith(
+        f"claimed by host {old_host_id} (epoch 1) whose lease expired at "
+    )
+    assert answer["next"] == "the next claim pass of a live host takes it over"
