@@ -88,7 +88,8 @@ def start_command(
         return
     if not as_json and sys.stderr.isatty():
         display = ProgressDisplay(sys.stderr, live=True)
-        _follow(cli_ctx, run_id, display.show, display.tick, timeout)
+        autostart = cli_ctx.autostart and not no_autostart
+        _follow(cli_ctx, run_id, display.show, display.tick, timeout, autostart=autostart)
         final = client.run_status(run_id)
     else:
         final = client.wait_for_run(
@@ -118,6 +119,8 @@ def _follow(
     show: Callable[[dict[str, Any]], None],
     tick: Callable[[], None] | None,
     timeout: float | None,
+    *,
+    autostart: bool | None = None,
 ) -> dict[str, Any]:
     """Show the run's progress until it settles; returns the last progress payload."""
     return follow_run(
@@ -125,7 +128,7 @@ def _follow(
         run_id,
         show,
         database_url=cli_ctx.database_url,
-        autostart=cli_ctx.autostart,
+        autostart=cli_ctx.autostart if autostart is None else autostart,
         on_tick=tick,
         timeout_s=timeout,
     )
