@@ -65,6 +65,8 @@ class Coordinator:
     epoch: str
     branch_reported: bool = False
     model_turn_active: bool = False
+    # Its first branch report restarts the step clocks the previous coordinator stopped.
+    needs_clock_restart: bool = True
 
 
 @dataclass
@@ -147,7 +149,18 @@ class Sessions:
         for session_id, coordinator in list(self.coordinators.items()):
             if coordinator.connection_id == connection_id:
                 del self.coordinators[session_id]
+                self._stop_clocks(session_id)
         self.publish_soon()
+
+    def _stop_clocks(self, session_id: str) -> None:
+        """No coordinator works on the session's steps now: their deadlines stop counting."""
+        if self.services.is_stopping:
+            return  # the next host's startup stops them (and gives back its downtime)
+        try:
+            with self.services.store.transaction():
+                step_deadlines.stop_session_clocks(session_id)
+        except PiWorkflowsError as error:
+            log.warning("could not stop the step clocks of a session: %s", error)
 
     def _coordinator_view(self, watch: Watch) -> dict[str, Any] | None:
         coordinator = self.coordinators.get(watch.session_id)
@@ -186,6 +199,9 @@ class Sessions:
         receipt: dict[str, Any] = {"subscribed": True}
         if as_coordinator:
             epoch = f"session-epoch-{secrets.token_hex(16)}"
+            previous = self.coordinators.get(session_id)
+            if previous is not None and previous.connection_id != connection.connection_id:
+                self._stop_clocks(session_id)
             self.coordinators[session_id] = Coordinator(connection.connection_id, epoch)
             receipt["coordinatorEpoch"] = epoch
         self.publish_soon()
@@ -252,10 +268,13 @@ class Sessions:
         ctx = TurnContext()
         with _no_raw_integrity_errors():
             with self.services.store.transaction():
+                if coordinator.needs_clock_restart:
+                    step_deadlines.restart_session_clocks(session_id, now_ms())
                 adopt_branch(session_id, pairs)
                 if is_idle and not has_pending:
                     self._reconcile_idle(session_id, epoch, {m for m, _ in pairs}, ctx)
         coordinator.branch_reported = True
+        coordinator.needs_clock_restart = False
         coordinator.model_turn_active = not is_idle
         self._after_report(ctx)
         return response(

@@ -4,7 +4,10 @@ An agent step of an interactive run has no worker while its session works on it,
 the host keeps its deadline in ``node_attempts.deadline_at``. The clock starts when the
 step's attempt starts; whenever a step turn starts, the time since the last step turn
 ended (or since the attempt started) was idle and moves the deadline forward, and so
-does the paused time of a turn that was open when the run was paused. Call everything
+does the paused time of a turn that was open when the run was paused. While the session
+has no coordinator the clock of a step with an open turn is stopped (event
+``interaction.turn_interrupted``); the next coordinator's first branch report starts it
+again and gives the stopped time back (``interaction.turn_resumed``). Call everything
 inside ``StateStore.transaction()``.
 """
 
@@ -14,6 +17,7 @@ from typing import Any
 
 import peewee
 
+from .blobs import read_json
 from .models import (
     Event,
     InteractiveRequest,
@@ -23,7 +27,11 @@ from .models import (
     WorkflowMessage,
     WorkflowTurn,
 )
+from .revisions import record_run_change
 from .terminal_facts import TERMINAL_QUEUE_STATUSES
+
+TURN_INTERRUPTED = "interaction.turn_interrupted"
+TURN_RESUMED = "interaction.turn_resumed"
 
 
 def set_deadline(attempt_id: str, timeout_ms: int | None) -> None:
@@ -102,13 +110,10 @@ def expired_requests(now: int) -> list[InteractiveRequest]:
     )
 
 
-def give_back_host_downtime(previous_heartbeat_at: int | None, now: int) -> int:
-    """A new host starts: steps whose model turn was open while no host ran get that
-    time back (nobody could report or submit). Returns how many steps were shifted."""
-    if previous_heartbeat_at is None or now <= previous_heartbeat_at:
-        return 0
-    open_steps = (
-        InteractiveRequest.select(InteractiveRequest.attempt_id)
+def _open_step_requests(session_id: str | None = None) -> list[InteractiveRequest]:
+    """Pending agent steps (of one session) whose model turn is open."""
+    query = (
+        InteractiveRequest.select(InteractiveRequest)
         .join(WorkflowMessage, on=(WorkflowMessage.source_id == InteractiveRequest.request_id))
         .join(
             WorkflowTurn, on=(WorkflowTurn.workflow_message == WorkflowMessage.workflow_message_id)
@@ -120,7 +125,83 @@ def give_back_host_downtime(previous_heartbeat_at: int | None, now: int) -> int:
         )
         .distinct()
     )
-    attempt_ids = [row.attempt_id for row in open_steps]
-    for attempt_id in attempt_ids:
-        _shift(attempt_id, now - previous_heartbeat_at)
-    return len(attempt_ids)
+    if session_id is not None:
+        query = query.where(InteractiveRequest.target_session_id == session_id)
+    return list(query)
+
+
+def stopped_since(request: InteractiveRequest) -> int | None:
+    """When the step's clock stopped for want of a coordinator, if it is stopped now."""
+    events = (
+        Event.select(Event.event_type, Event.payload_hash, Event.recorded_at)
+        .where(
+            (Event.run == request.run_id) & Event.event_type.in_((TURN_INTERRUPTED, TURN_RESUMED))
+        )
+        .order_by(Event.revision.desc())
+    )
+    for event in events:
+        if read_json(event.payload_hash).get("requestId") == request.request_id:
+            return event.recorded_at if event.event_type == TURN_INTERRUPTED else None
+    return None
+
+
+def _stop(request: InteractiveRequest) -> None:
+    record_run_change(
+        request.run_id,
+        event_type=TURN_INTERRUPTED,
+        actor="host",
+        payload={"requestId": request.request_id, "attemptId": request.attempt_id},
+    )
+
+
+def stop_session_clocks(session_id: str) -> int:
+    """The session lost its coordinator (closed or replaced): its steps with an open model
+    turn stop counting (reference 6.9). Returns how many stopped."""
+    stopped = [r for r in _open_step_requests(session_id) if stopped_since(r) is None]
+    for request in stopped:
+        _stop(request)
+    return len(stopped)
+
+
+def restart_session_clocks(session_id: str, now: int) -> int:
+    """A new coordinator reported its branch: stopped steps count again, and the stopped
+    time moves their deadline (reference 6.10). Returns how many restarted."""
+    restarted = 0
+    pending = InteractiveRequest.select().where(
+        (InteractiveRequest.target_session_id == session_id)
+        & (InteractiveRequest.status == "pending")
+        & (InteractiveRequest.kind != "decision")
+    )
+    for request in pending:
+        since = stopped_since(request)
+        if since is None:
+            continue
+        _shift(request.attempt_id, now - since)
+        record_run_change(
+            request.run_id,
+            event_type=TURN_RESUMED,
+            actor="host",
+            payload={
+                "requestId": request.request_id,
+                "attemptId": request.attempt_id,
+                "givenBackMs": max(now - since, 0),
+            },
+        )
+        restarted += 1
+    return restarted
+
+
+def give_back_host_downtime(previous_heartbeat_at: int | None, now: int) -> int:
+    """A new host starts: steps whose model turn was open while no host ran get that
+    time back (nobody could report or submit), and their clocks stay stopped until a
+    coordinator reports again. A step whose clock had already stopped gets everything back
+    when it restarts. Returns how many steps were shifted."""
+    shifted = 0
+    for request in _open_step_requests():
+        if stopped_since(request) is not None:
+            continue
+        if previous_heartbeat_at is not None and now > previous_heartbeat_at:
+            _shift(request.attempt_id, now - previous_heartbeat_at)
+            shifted += 1
+        _stop(request)
+    return shifted

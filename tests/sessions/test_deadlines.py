@@ -163,7 +163,8 @@ def test_no_expiry_without_an_active_coordinator_turn(sessions, harness):
         lambda: time.time() * 1000 > deadline_at + 1000, what="the deadline and some poll ticks"
     )
     assert harness.client().run_status(run_id)["status"] == "waiting"
-    # Reporting a busy branch makes the model turn active again: now it expires.
+    # Reporting a busy branch makes the model turn active again; what was left of the
+    # step's time runs out, and then it expires.
     replacement.report_branch(is_idle=False)
     status = harness.wait_for_status(run_id, "timed_out", "failed", "completed")
     assert status["status"] == "timed_out", status
@@ -171,14 +172,45 @@ def test_no_expiry_without_an_active_coordinator_turn(sessions, harness):
     assert _deadline(harness, run_id)[2] == "timed_out"
 
 
+def test_a_step_clock_stops_while_its_session_has_no_coordinator(sessions, harness):
+    """Reference 6.9 and 6.10: closing (or replacing) the coordinator stops the clock of a
+    step whose turn is open; the next coordinator's branch report gives that time back."""
+    run_id, session, _, _ = _working_on_step(sessions, harness, "slow", SLOW, "session-clock")
+    before = _deadline(harness, run_id)[0]
+    session.close()
+    stopped_at = wait_until(
+        lambda: _event_times(harness, run_id, "interaction.turn_interrupted"),
+        what="the stopped clock",
+    )[-1]
+    wait_until(lambda: time.time() * 1000 > stopped_at + 300, what="time without a coordinator")
+    assert _deadline(harness, run_id)[0] == before
+    assert harness.client().run_status(run_id)["status"] == "waiting"
+
+    replacement = sessions.open("session-clock")
+    replacement.report_branch(is_idle=False)
+    (resumed_at,) = _event_times(harness, run_id, "interaction.turn_resumed")
+    after = _deadline(harness, run_id)[0]
+    assert resumed_at - stopped_at >= 300
+    assert abs((after - before) - (resumed_at - stopped_at)) <= TOLERANCE_MS
+
+    # A second coordinator replacing a live one stops the clock the same way.
+    intruder = sessions.open("session-clock")
+    wait_until(
+        lambda: len(_event_times(harness, run_id, "interaction.turn_interrupted")) == 2,
+        what="the clock stopped by the replacement",
+    )
+    intruder.report_branch(is_idle=False)
+    assert len(_event_times(harness, run_id, "interaction.turn_resumed")) == 2
+
+
 def test_a_host_outage_during_an_open_turn_is_not_charged_to_the_step(sessions, harness):
     run_id, session, message, turn = _working_on_step(
         sessions, harness, "slow", SLOW, "session-outage"
     )
     before = _deadline(harness, run_id)[0]
-    session.close()
     harness.host_process.kill()
     harness.host_process.wait()
+    session.close()
     last_heartbeat = harness.query("SELECT heartbeat_at FROM host_state WHERE id = 1")[0][0]
     # The host stays down for a noticeable while (measured on the wall clock).
     down_until = time.time() * 1000 + 400
@@ -190,3 +222,12 @@ def test_a_host_outage_during_an_open_turn_is_not_charged_to_the_step(sessions, 
     # Given back: the time from the last heartbeat to the new host's start (± scheduling).
     assert abs((after - before) - (restarted_at - last_heartbeat)) <= 100
     assert harness.client().run_status(run_id)["status"] == "waiting"
+
+    # The new host stopped the step's clock when it started; the next coordinator's report
+    # starts it again and gives the time without a coordinator back (reference 6.10).
+    (stopped_at,) = _event_times(harness, run_id, "interaction.turn_interrupted")
+    assert abs(stopped_at - restarted_at) <= 1000
+    wait_until(lambda: time.time() * 1000 > stopped_at + 200, what="time without a coordinator")
+    sessions.open("session-outage").report_branch(is_idle=False)
+    (resumed_at,) = _event_times(harness, run_id, "interaction.turn_resumed")
+    assert abs(_deadline(harness, run_id)[0] - (after + (resumed_at - stopped_at))) <= TOLERANCE_MS
