@@ -28,6 +28,7 @@ from ..storage.models import (
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from .profile import host_profile
 from .receipts import OperationResult, execute_durable, outcome_for_error
+from .session_views import unfinished_session_run
 
 if TYPE_CHECKING:
     from .runtime import Host
@@ -163,6 +164,14 @@ class Operations:
         session = payload.get("originSessionId")
         if mode == "interactive" and not valid_id(session):
             raise InvalidInputError("An interactive run needs an originSessionId")
+        if mode == "interactive":
+            holder = unfinished_session_run(session)
+            if holder is not None:
+                return OperationResult(
+                    "rejected",
+                    error=f"This session already has an unfinished workflow run ({holder.run_id}); "
+                    "wait for it to finish or cancel it before starting another.",
+                )
         prompt = payload.get("presentationPrompt")
         run_id = new_run_id(name)
         create_run(

@@ -6,8 +6,10 @@ same answer; only the coordinator fields depend on who is asking.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from ..clock import now_ms
 from ..storage import read_json
 from ..storage.models import (
     TERMINAL_RUN_STATUSES,
@@ -15,14 +17,19 @@ from ..storage.models import (
     InteractiveRequest,
     InteractiveSubmission,
     Run,
+    RunQueue,
     WorkflowMessage,
 )
 from ..storage.runs import run_status
+from ..storage.terminal_facts import TERMINAL_QUEUE_STATUSES
 from ..storage.turns import latest_turn_for_message, open_turn_for_message, turn_json
 from ..storage.workflow_messages import message_json
 
 SESSION_VIEW_SCHEMA = "pi-workflows.session-view.v1"
 MAX_PENDING_INTERACTIONS = 256
+# How long a finished run stays the view's `run` after the turn presenting its result ended.
+TERMINAL_VIEW_ENV = "PI_WORKFLOWS_TERMINAL_VIEW_MS"
+TERMINAL_VIEW_RETENTION_MS = 60_000
 
 
 def is_validating(request_id: str) -> bool:
@@ -98,21 +105,52 @@ def open_message_id(session_id: str) -> str | None:
     return None
 
 
-def _current_run(session_id: str) -> Run | None:
-    live = (
-        Run.select()
-        .where((Run.origin_session_id == session_id) & Run.status.not_in(TERMINAL_RUN_STATUSES))
-        .order_by(Run.created_at.desc())
-        .first()
-    )
-    if live is not None:
-        return live
+def unfinished_session_run(session_id: str) -> Run | None:
+    """The session's one unfinished run: its newest run whose queue row is not done,
+    failed or cancelled (a parent answered by a continuation is done)."""
     return (
         Run.select()
-        .where(Run.origin_session_id == session_id)
+        .join(RunQueue, on=(RunQueue.run == Run.run_id))
+        .where(
+            (Run.origin_session_id == session_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)
+        )
         .order_by(Run.created_at.desc())
         .first()
     )
+
+
+def _retention_ms() -> int:
+    raw = os.environ.get(TERMINAL_VIEW_ENV)
+    return int(raw) if raw else TERMINAL_VIEW_RETENTION_MS
+
+
+def _retained_run(session_id: str) -> Run | None:
+    """A finished run stays while its result is being presented: its terminal message is
+    pending, or sent with its turn missing or open, or the turn ended only just now."""
+    newest = (
+        WorkflowMessage.select(WorkflowMessage, Run)
+        .join(Run, on=(Run.run_id == WorkflowMessage.run))
+        .where(
+            (WorkflowMessage.target_session_id == session_id)
+            & (WorkflowMessage.kind == "terminal")
+            & Run.status.in_(TERMINAL_RUN_STATUSES)
+        )
+        .order_by(WorkflowMessage.order_number.desc())
+        .first()
+    )
+    if newest is None:
+        return None
+    if newest.status == "pending":
+        return newest.run
+    turn = latest_turn_for_message(newest.workflow_message_id)
+    if turn is None or turn.state == "started" or now_ms() - turn.ended_at < _retention_ms():
+        return newest.run
+    return None
+
+
+def _current_run(session_id: str) -> Run | None:
+    """The view's `run` (reference §5): the unfinished run, else a retained finished one."""
+    return unfinished_session_run(session_id) or _retained_run(session_id)
 
 
 def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def test_every_path_that_ends_a_run_writes_exactly_one_terminal_message(harness:
     # Cancel an active run, and a queued one that waits behind it (max one worker).
     ended["cancelled active"] = start_interactive(harness, "blocker")
     harness.wait_for_pid("blocker.pid")
-    ended["cancelled queued"] = start_interactive(harness, "hello")
+    # (from another session: one session holds one unfinished run at a time)
+    ended["cancelled queued"] = start_interactive(harness, "hello", session="session-queued")
     assert harness.client().run_status(ended["cancelled queued"])["queueStatus"] == "queued"
     harness.cli("run", "cancel", ended["cancelled queued"])
     harness.cli("run", "cancel", ended["cancelled active"])
