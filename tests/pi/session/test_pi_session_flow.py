@@ -161,3 +161,28 @@ def test_a_step_that_arrives_during_a_chat_turn_is_delivered_once_after_it(pi_se
     # The chat turn came first and was nobody's: the first workflow turn is the step's own.
     first_step = hosted[0]["workflowMessageId"]
     assert pi_session.turns(session_id)[0][1] == first_step
+
+
+def test_workflow_commands_list_show_and_cancel_the_sessions_run(pi_session: WorkflowPi):
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id)
+
+    def notice_after(command: str) -> str:
+        seen = len(pi_session.notices(pi))
+        pi.prompt(command)
+        wait_until(lambda: len(pi_session.notices(pi)) > seen, what=f"the answer to {command}")
+        return pi_session.notices(pi)[seen]
+
+    assert "two-turn" in notice_after("/workflow list").splitlines()
+    assert notice_after("/workflow status") == (
+        "pi-workflows: This Pi session has no workflow run; start one with /workflow start NAME."
+    )
+    # The step waits for a model that never answers: the person cancels the run.
+    pi_session.server.script(Hold())
+    started = notice_after("/workflow start two-turn")
+    run_id = started.rsplit(" ", 1)[-1]
+    pi_session.server.wait_for_requests(1, timeout=60)
+    assert notice_after("/workflow status").startswith(f"two-turn {run_id}: ")
+    assert notice_after("/workflow cancel") == "Workflow run: cancel requested."
+    assert pi_session.wait_for_run("cancelled")["runId"] == run_id
+    assert notice_after("/workflow bogus").startswith("Usage: /workflow start NAME [JSON]")

@@ -69,7 +69,9 @@ export class MessageCoordinator {
 	private branchReportedEpoch: string | null = null;
 	private lastBranchKey = "";
 	private readonly queued = new Set<string>();
-	private awaitingTurnMessage: string | null = null;
+	// The message just sent with `triggerTurn`: the next Pi run works on it (kept whole, so a
+	// view lost to a reconnect in between cannot unbind it).
+	private awaitingTurnMessage: WorkflowMessage | null = null;
 	private readonly closedTurnMessages = new Set<string>();
 	private readonly settledTurnIds = new Set<string>();
 	private turns: LocalTurn[] = [];
@@ -148,9 +150,9 @@ export class MessageCoordinator {
 	// --- Pi events --------------------------------------------------------------------------
 
 	agentStarted(): void {
-		const messageId = this.awaitingTurnMessage ?? this.candidate();
+		const candidate = this.candidate();
+		const message = this.awaitingTurnMessage ?? (candidate ? this.message(candidate) : undefined);
 		this.awaitingTurnMessage = null;
-		const message = messageId ? this.message(messageId) : undefined;
 		if (!message) {
 			this.current = null;
 			return;
@@ -292,7 +294,7 @@ export class MessageCoordinator {
 	}
 
 	private async flushTurns(): Promise<void> {
-		if (this.branchReportedEpoch !== this.epoch) return;
+		if (!this.active() || this.branchReportedEpoch !== this.epoch) return;
 		for (const turn of [...this.turns]) {
 			try {
 				if (!turn.startReported) {
@@ -353,6 +355,7 @@ export class MessageCoordinator {
 	}
 
 	private async sendNext(): Promise<void> {
+		if (!this.active()) return;
 		const view = this.view!;
 		const next = view.nextWorkflowMessageId;
 		if (!next || this.queued.has(next)) return;
@@ -378,7 +381,7 @@ export class MessageCoordinator {
 			return;
 		}
 		const { message: piMessage, options } = piMessageFor(message);
-		if (options.triggerTurn) this.awaitingTurnMessage = next;
+		if (options.triggerTurn) this.awaitingTurnMessage = message;
 		this.pi.sendMessage(piMessage, options);
 		if (!options.triggerTurn) {
 			// Shown without a turn: the entry is in the branch already.
