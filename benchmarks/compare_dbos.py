@@ -1,0 +1,537 @@
+"""pi-workflows and DBOS Transact side by side, same workloads, same machine, one run.
+
+    python benchmarks/compare_dbos.py [--rounds 3] [--runs 30] [--queued 300]
+                                      [--answers 15] [--sync-runs 50] [--skip-dbos]
+
+Installs DBOS from benchmarks/requirements.txt into its own virtual environment (under
+the user cache directory, reused while the requirements do not change) and runs its half
+of each workload there (benchmarks/dbos_workloads.py; SQLite system database, queue and
+notification polling every 10 ms). pi-workflows runs as a user runs it: a private host
+process (default timers, WAL with synchronous=FULL) with one supervised worker process
+per run, driven over its socket by the client library and the CLI.
+
+Workloads (every round runs both systems, one after the other):
+  seq      3-node workflow (three compute steps), start -> result, sequential p50/p95;
+  queue    300 queued 3-node runs: enqueue rate (starts/s) and end-to-end runs/s; the
+           CPU of the whole process tree for them (pi-workflows: host, fork server and
+           workers; DBOS: its process); pi-workflows at PI_WORKFLOWS_MAX_WORKERS 4 and 8;
+  answer   a run waits (checkpoint / human decision; DBOS: recv) and the answer is
+           timed until the continuation is done, p50;
+  syncs    fsync/fdatasync calls per 3-node run under strace (pi-workflows: the host
+           tree, which is the only writer; DBOS: its process); SQLite in WAL mode does
+           one fdatasync per commit, DBOS's default rollback journal does several;
+  cli      wall time of `--version` and of listing runs against a live system.
+
+Prints a table of medians over the rounds with the ratio pi-workflows / DBOS (for
+rates, DBOS / pi-workflows, so that > 1 always means pi-workflows is slower), and the
+machine's load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import venv
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from platformdirs import user_cache_dir
+
+from pi_workflows.client import WorkflowClient
+from pi_workflows.client.start_request import start_payload
+from pi_workflows.home import Home
+
+HERE = Path(__file__).resolve().parent
+REQUIREMENTS = HERE / "requirements.txt"
+
+THREE = """
+from pi_workflows import compute, edge, workflow
+
+WORKFLOW = workflow(
+    name="three",
+    start_at="a",
+    nodes={
+        "a": compute(lambda ctx: {"a": 1, "name": ctx.input.get("name")}),
+        "b": compute(lambda ctx: {"b": 2, **ctx.outputs["a"]}),
+        "c": compute(lambda ctx: {"sum": ctx.outputs["b"]["a"] + ctx.outputs["b"]["b"]}),
+    },
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+"""
+
+ASK = """
+from pi_workflows import checkpoint, compute, edge, workflow
+
+WORKFLOW = workflow(
+    name="ask",
+    start_at="a",
+    nodes={
+        "a": compute(lambda ctx: {"a": 1}),
+        "ask": checkpoint(summary="go on?"),
+        "c": compute(lambda ctx: {"sum": ctx.outputs["a"]["a"] + 1}),
+    },
+    edges=[edge("a", "ask"), edge("ask", "c")],
+)
+"""
+
+DECIDE = """
+from pi_workflows import choice, compute, edge, human_decision, workflow
+
+WORKFLOW = workflow(
+    name="decide",
+    start_at="a",
+    nodes={
+        "a": compute(lambda ctx: {"a": 1}),
+        "approve": human_decision(
+            audience="operator",
+            choices={"ship": choice("Ship")},
+            request=lambda ctx: {"title": "Ship?", "presentation": {"blocks": []}},
+        ),
+        "c": compute(lambda ctx: {"sum": ctx.outputs["a"]["a"] + 1}),
+    },
+    edges=[edge("a", "approve"), edge("approve", "c")],
+)
+"""
+
+TERMINAL = ("completed", "failed", "timed_out", "cancelled")
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} cores)"
+
+
+# --- DBOS ------------------------------------------------------------------------------
+
+
+def dbos_python() -> Path:
+    """The interpreter of DBOS's private environment, created on first use."""
+    tag = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
+    where = Path(user_cache_dir("pi-workflows")) / f"bench-dbos-{tag}"
+    python = where / "bin" / "python"
+    if not python.exists():
+        print(f"installing DBOS into {where} ...", file=sys.stderr)
+        shutil.rmtree(where, ignore_errors=True)
+        venv.create(where, with_pip=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "-r", str(REQUIREMENTS)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    return python
+
+
+def dbos_run(python: Path, workload: str, runs: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="dbos-bench-") as directory:
+        done = subprocess.run(
+            [
+                str(python),
+                str(HERE / "dbos_workloads.py"),
+                workload,
+                directory,
+                "--runs",
+                str(runs),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def dbos_syncs(python: Path, runs: int) -> float:
+    with tempfile.TemporaryDirectory(prefix="dbos-bench-") as directory:
+        process = subprocess.Popen(
+            [
+                str(python),
+                str(HERE / "dbos_workloads.py"),
+                "queue",
+                directory,
+                "--runs",
+                str(runs),
+                "--wait-for-go",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None and process.stdin is not None
+        pid = int(process.stdout.readline().split()[1])
+        with Strace(pid):
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            process.stdout.read()
+        process.wait()
+    return count_of(Strace.last) / runs
+
+
+class Strace:
+    """`strace -c -f` attached to a process tree for the duration of a `with` block."""
+
+    last: Path
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.output = Path(tempfile.mkstemp(prefix="strace-")[1])
+
+    def __enter__(self) -> Strace:
+        self.process = subprocess.Popen(
+            ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", str(self.output)]
+            + ["-p", str(self.pid)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stderr is not None
+        # strace names each thread it attaches on stderr: wait for the first one.
+        line = self.process.stderr.readline()
+        if "attached" not in line:
+            raise SystemExit(f"strace could not attach: {line.strip()}")
+        threading.Thread(target=self.process.stderr.read, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=30)
+        Strace.last = self.output
+
+
+def count_of(path: Path) -> int:
+    total = 0
+    for line in path.read_text().splitlines():
+        fields = line.split()
+        if fields and fields[-1] in ("fsync", "fdatasync"):
+            total += int(fields[3])
+    path.unlink(missing_ok=True)
+    return total
+
+
+# --- pi-workflows ----------------------------------------------------------------------
+
+
+class PiHost:
+    """A private home with the benchmark workflows and a host process serving it."""
+
+    def __init__(self, max_workers: int = 4) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="piw-compare-"))
+        os.chmod(self.root, 0o700)
+        self.home = Home(self.root / "home")
+        self.project = self.root / "project"
+        workflows = self.project / ".pi" / "workflows"
+        workflows.mkdir(parents=True)
+        for name, source in (("three", THREE), ("ask", ASK), ("decide", DECIDE)):
+            (workflows / f"{name}.workflow.py").write_text(source)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
+        self.env["PI_WORKFLOWS_CONFIG_DIR"] = str(self.root / "config")
+        self.env["PI_WORKFLOWS_MAX_WORKERS"] = str(max_workers)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pi_workflows", "--home", str(self.home.root), "host", "run"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                probe = WorkflowClient(self.home, autostart=False)
+                probe.host_status()
+                probe.close()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the pi-workflows host did not start") from None
+                time.sleep(0.05)
+        self.client = WorkflowClient(self.home, autostart=False)
+        self.payloads = {
+            name: start_payload(name, self.project, {"name": "x"})
+            for name in ("three", "ask", "decide")
+        }
+
+    def tree_cpu_s(self) -> float:
+        """CPU of the host and every descendant, live or already reaped."""
+        total = 0.0
+        root = psutil.Process(self.process.pid)
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
+
+    def wait(self, run_id: str, poll_s: float = 0.002) -> dict[str, Any]:
+        return self.client.wait_for_run(run_id, poll_s=poll_s)
+
+    def close(self) -> None:
+        self.client.close()
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def pi_seq(runs: int) -> dict[str, Any]:
+    host = PiHost()
+    try:
+        latencies = []
+        for _ in range(runs):
+            began = time.perf_counter()
+            run_id = host.client.start_run(host.payloads["three"])["runId"]
+            status = host.wait(run_id)
+            assert status["status"] == "completed", status
+            latencies.append((time.perf_counter() - began) * 1000)
+        return {"p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95)}
+    finally:
+        host.close()
+
+
+def pi_batch_start(count: int) -> dict[str, Any]:
+    """Starts per second when `count` runs are started by one `run.startBatch`."""
+    host = PiHost()
+    try:
+        began = time.perf_counter()
+        response = host.client.send("run.startBatch", {"runs": [host.payloads["three"]] * count})
+        if not response.ok:
+            return {}  # a host without the batch form
+        assert len(response.receipt["runs"]) == count
+        return {"starts_per_s": count / (time.perf_counter() - began)}
+    finally:
+        host.close()
+
+
+def pi_queue(count: int, max_workers: int) -> dict[str, Any]:
+    host = PiHost(max_workers)
+    try:
+        cpu_before = host.tree_cpu_s()
+        began = time.perf_counter()
+        run_ids = [host.client.start_run(host.payloads["three"])["runId"] for _ in range(count)]
+        enqueued = time.perf_counter()
+        wanted = set(run_ids)
+        while True:
+            listed = host.client.list_runs(count)
+            done = [r for r in listed if r["runId"] in wanted and r["status"] in TERMINAL]
+            if len(done) == count:
+                break
+            time.sleep(0.02)
+        finished = time.perf_counter()
+        assert all(r["status"] == "completed" for r in done), done[:3]
+        return {
+            "starts_per_s": count / (enqueued - began),
+            "runs_per_s": count / (finished - began),
+            "cpu_s": host.tree_cpu_s() - cpu_before,
+        }
+    finally:
+        host.close()
+
+
+def pi_answer(runs: int, kind: str) -> dict[str, Any]:
+    host = PiHost()
+    try:
+        latencies = []
+        for _ in range(runs):
+            run_id = host.client.start_run(host.payloads[kind])["runId"]
+            status = host.wait(run_id)
+            assert status["status"] == "waiting", status
+            if kind == "decide":
+                decision = next(d for d in host.client.list_decisions() if d["runId"] == run_id)
+            began = time.perf_counter()
+            if kind == "ask":
+                continuation = host.client.answer_checkpoint(run_id, {"go": True})["runId"]
+            else:
+                response = host.client.answer_decision(decision["decisionId"], "ship")
+                assert response.ok, response
+                continuation = response.receipt["continuationRunId"]
+            status = host.wait(continuation)
+            assert status["status"] == "completed", status
+            latencies.append((time.perf_counter() - began) * 1000)
+        return {"p50_ms": statistics.median(latencies), "p95_ms": percentile(latencies, 0.95)}
+    finally:
+        host.close()
+
+
+def pi_syncs(runs: int) -> float:
+    host = PiHost()
+    try:
+        with Strace(host.process.pid):
+            run_ids = [host.client.start_run(host.payloads["three"])["runId"] for _ in range(runs)]
+            for run_id in run_ids:
+                host.wait(run_id, poll_s=0.02)
+        return count_of(Strace.last) / runs
+    finally:
+        host.close()
+
+
+def cli_wall_ms(command: list[str], env: dict[str, str], repeats: int = 7) -> float:
+    timings = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        subprocess.run(command, env=env, check=True, capture_output=True)
+        timings.append((time.perf_counter() - began) * 1000)
+    return statistics.median(timings)
+
+
+def pi_cli() -> dict[str, float]:
+    host = PiHost()
+    try:
+        for _ in range(5):
+            host.wait(host.client.start_run(host.payloads["three"])["runId"])
+        cli = str(Path(sys.executable).parent / "pi-workflows")
+        home = ["--home", str(host.home.root)]
+        return {
+            "version_ms": cli_wall_ms([cli, "--version"], host.env),
+            "list_ms": cli_wall_ms([cli, *home, "--no-autostart", "run", "list"], host.env),
+        }
+    finally:
+        host.close()
+
+
+def dbos_cli(python: Path) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="dbos-bench-") as directory:
+        subprocess.run(
+            [str(python), str(HERE / "dbos_workloads.py"), "seq", directory, "--runs", "5"],
+            check=True,
+            capture_output=True,
+        )
+        dbos = str(python.parent / "dbos")
+        url = f"sqlite:///{directory}/dbos.sqlite"
+        return {
+            "version_ms": cli_wall_ms([dbos, "--help"], dict(os.environ)),
+            "list_ms": cli_wall_ms([dbos, "workflow", "list", "-s", url], dict(os.environ)),
+        }
+
+
+# --- report ----------------------------------------------------------------------------
+
+# (label, key, unit, higher is better)
+ROWS = (
+    ("3-node workflow start->result p50", "seq.p50_ms", "ms", False),
+    ("3-node workflow start->result p95", "seq.p95_ms", "ms", False),
+    ("300 queued runs, runs/s (4 workers)", "queue4.runs_per_s", "/s", True),
+    ("300 queued runs, runs/s (8 workers)", "queue8.runs_per_s", "/s", True),
+    ("enqueue, starts/s (one request per run)", "queue4.starts_per_s", "/s", True),
+    ("enqueue, starts/s (run.startBatch of 300)", "batch.starts_per_s", "/s", True),
+    ("CPU of the process tree, 300 runs", "queue4.cpu_s", "s", False),
+    ("CPU per run", "queue4.cpu_per_run_ms", "ms", False),
+    ("checkpoint answer -> continuation done p50", "ask.p50_ms", "ms", False),
+    ("decision answer -> continuation done p50", "decide.p50_ms", "ms", False),
+    ("fsync+fdatasync per run", "syncs.per_run", "", False),
+    ("CLI --version wall", "cli.version_ms", "ms", False),
+    ("CLI list runs wall (live system)", "cli.list_ms", "ms", False),
+)
+
+
+def lookup(figures: dict[str, Any], key: str) -> float | None:
+    group, name = key.split(".")
+    value = figures.get(group, {}).get(name)
+    return None if value is None else float(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=30, help="sequential runs per round")
+    parser.add_argument("--queued", type=int, default=300)
+    parser.add_argument("--answers", type=int, default=15)
+    parser.add_argument("--sync-runs", type=int, default=50)
+    parser.add_argument("--skip-dbos", action="store_true", help="pi-workflows figures only")
+    parser.add_argument("--only", default="seq,queue,answer,syncs,cli")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+
+    print(f"before: {load()}", flush=True)
+    python = None if args.skip_dbos else dbos_python()
+    rounds: dict[str, list[dict[str, Any]]] = {"dbos": [], "pi": []}
+    steps: list[tuple[str, Callable[[], dict[str, Any]], Callable[[], dict[str, Any]]]] = []
+    if "seq" in only:
+        steps.append(("seq", lambda: dbos_run(python, "seq", args.runs), lambda: pi_seq(args.runs)))
+    if "queue" in only:
+        steps.append(
+            (
+                "queue4",
+                lambda: dbos_run(python, "queue", args.queued),
+                lambda: pi_queue(args.queued, 4),
+            )
+        )
+        steps.append(("queue8", lambda: {}, lambda: pi_queue(args.queued, 8)))
+        steps.append(("batch", lambda: {}, lambda: pi_batch_start(args.queued)))
+    if "answer" in only:
+        steps.append(
+            (
+                "ask",
+                lambda: dbos_run(python, "answer", args.answers),
+                lambda: pi_answer(args.answers, "ask"),
+            )
+        )
+        steps.append(
+            (
+                "decide",
+                lambda: dbos_run(python, "answer", args.answers),
+                lambda: pi_answer(args.answers, "decide"),
+            )
+        )
+    if "syncs" in only:
+        steps.append(
+            (
+                "syncs",
+                lambda: {"per_run": dbos_syncs(python, args.sync_runs)},
+                lambda: {"per_run": pi_syncs(args.sync_runs)},
+            )
+        )
+    if "cli" in only:
+        steps.append(("cli", lambda: dbos_cli(python), pi_cli))
+
+    for number in range(args.rounds):
+        figures: dict[str, dict[str, Any]] = {"dbos": {}, "pi": {}}
+        for group, dbos_step, pi_step in steps:
+            if python is not None:
+                figures["dbos"][group] = dbos_step()
+            figures["pi"][group] = pi_step()
+        for side in figures.values():
+            queue = side.get("queue4")
+            if queue and "cpu_s" in queue:
+                queue["cpu_per_run_ms"] = queue["cpu_s"] * 1000 / args.queued
+        # DBOS has no worker count or batch start: its one queue figure stands for all.
+        dbos_queue = figures["dbos"].get("queue4")
+        if dbos_queue:
+            figures["dbos"]["queue8"] = {"runs_per_s": dbos_queue.get("runs_per_s")}
+            figures["dbos"]["batch"] = {"starts_per_s": dbos_queue.get("starts_per_s")}
+        rounds["dbos"].append(figures["dbos"])
+        rounds["pi"].append(figures["pi"])
+        print(f"round {number + 1} done: {load()}", file=sys.stderr)
+
+    print(f"{'workload':46} {'DBOS':>10} {'pi-workflows':>13} {'ratio':>7}")
+    for label, key, unit, higher_is_better in ROWS:
+        values = {}
+        for side in ("dbos", "pi"):
+            found = [v for r in rounds[side] if (v := lookup(r, key)) is not None]
+            values[side] = statistics.median(found) if found else None
+        dbos, pi = values["dbos"], values["pi"]
+        if pi is None:
+            continue
+        ratio = ""
+        if dbos:
+            ratio = f"{(dbos / pi if higher_is_better else pi / dbos):.2f}x"
+        shown = f"{dbos:.1f}{unit}" if dbos is not None else "-"
+        print(f"{label:46} {shown:>10} {pi:>11.1f}{unit:2} {ratio:>7}")
+    print("ratio > 1: pi-workflows is slower (or uses more); < 1: faster")
+    print(f"after: {load()}")
+
+
+if __name__ == "__main__":
+    main()
