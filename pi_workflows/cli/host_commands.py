@@ -97,6 +97,8 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
         f"runs: {status['queuedRuns']} queued, {status['runningRuns']} running, "
         f"{status['parkedRuns']} parked, {status['waitingRuns']} waiting"
     )
+    if status["claimPassFailure"]:
+        click.echo(f"claim pass failing: {status['claimPassFailure']}")
     click.echo(f"database: {status['database']}")
     click.echo(f"log: {status['logFile'] or 'stderr (not a file)'}")
     executor = status["agentExecutor"]

@@ -374,6 +374,7 @@ class Operations:
             .count(),
             "ambiguousEffects": Effect.select().where(Effect.status == "ambiguous").count(),
             "lifecycleContradictions": _lifecycle_contradictions(),
+            "claimPassFailure": host.claim_pass_failure,
             **host_profile(host.home, host.database_url),
         }
 

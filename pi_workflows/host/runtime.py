@@ -123,6 +123,9 @@ class Host:
         self.active_runs: dict[str, ActiveRun] = {}
         self.pending_claims: dict[str, str] = {}  # run id -> claim token of a pending start
         self.blocked_runs: set[str] = set()
+        # A plugin's failure that stops claim passes, shown by `host status` until a pass
+        # gets past the plugins again.
+        self.claim_pass_failure: str | None = None
         self.stopping = False
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -307,8 +310,9 @@ class Host:
                 if chosen is None or not plugins.may_claim(chosen, self.host_info()):
                     return
             except PiWorkflowsError as error:
-                log.error("claim pass stopped: %s", error)
+                self._report_claim_failure(str(error))
                 return
+            self.claim_pass_failure = None
             token = run_claims.new_claim_token()
             with self.store.transaction():
                 claim = run_claims.claim_run(
@@ -320,6 +324,12 @@ class Host:
             self.pending_claims[chosen.run_id] = token
             plugins.run_claimed(chosen, claim)
             self.spawn(self.activate(chosen.run_id, token, claim.generation))
+
+    def _report_claim_failure(self, failure: str) -> None:
+        # Every poll repeats a broken plugin's failure; the log says it once.
+        if failure != self.claim_pass_failure:
+            log.error("claim pass stopped: %s", failure)
+        self.claim_pass_failure = failure
 
     def claim_for_resume(
         self, run_id: str, *, allow_pending_interaction: bool = False
