@@ -1,10 +1,11 @@
-"""`pi-workflows run start|list|status|pause|resume|cancel|restart`."""
+"""`pi-workflows run start|list|status|transcript|pause|resume|cancel|restart`."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,6 +218,46 @@ def why_command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
     click.echo(f"{run_id}: {why['reason']}")
     if why["next"]:
         click.echo(f"next: {why['next']}")
+
+
+@run_group.command("transcript")
+@click.argument("run_id")
+@click.option("--node", "node_id", default=None, help="Only the attempts of this node.")
+@json_option
+@pass_cli
+def transcript_command(
+    cli_ctx: CliContext, run_id: str, node_id: str | None, as_json: bool
+) -> None:
+    """Show what the agent did in each agent attempt of RUN_ID (prompts, replies, tools)."""
+    transcripts = cli_ctx.client().run_transcript(run_id, node_id)
+    if as_json:
+        emit_json(transcripts)
+        return
+    if not transcripts:
+        where = f" of node {node_id!r}" if node_id else ""
+        click.echo(f"{run_id}: no agent transcripts{where}")
+    for transcript in transcripts:
+        number = transcript["attemptNumber"] or "?"
+        outcome = transcript["outcome"] or "unknown"
+        click.echo(f"== {transcript['nodeId']} attempt {number} ({outcome}) ==")
+        for entry in transcript["entries"]:
+            click.echo(_transcript_line(entry))
+
+
+def _transcript_line(entry: dict[str, Any]) -> str:
+    """One entry as `HH:MM:SS.mmm kind: details`, multi-line text indented."""
+    stamp = time.strftime("%H:%M:%S", time.gmtime(entry.get("at", 0) / 1000))
+    stamp += f".{entry.get('at', 0) % 1000:03d}"
+    fields = {key: value for key, value in entry.items() if key not in ("kind", "at")}
+    text = fields.pop("text", None)
+    head = " ".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for key, value in fields.items()
+    )
+    line = f"{stamp} {entry.get('kind')}" + (f" {head}" if head else "")
+    if text:
+        line += "\n" + "\n".join(f"    {part}" for part in str(text).splitlines())
+    return line
 
 
 def _control_command(name: str, method: str, help_text: str) -> click.Command:

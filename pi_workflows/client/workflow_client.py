@@ -62,6 +62,11 @@ class WorkflowClient:
         """What holds the run now: `{runId, status, reason, code, since, until, next}`."""
         return self.call("run.why", {}, run_id=run_id)
 
+    def run_transcript(self, run_id: str, node_id: str | None = None) -> list[dict[str, Any]]:
+        """The stored agent transcripts of the run's attempts (only `node_id`'s when given)."""
+        payload = {} if node_id is None else {"nodeId": node_id}
+        return self.call("run.transcript", payload, run_id=run_id)
+
     def list_runs(self, limit: int = 100) -> list[dict[str, Any]]:
         return self.call("run.list", {"limit": limit})
 

@@ -4,6 +4,21 @@ An interactive run asks its origin session through the store and waits; a headle
 hands the prompt to an agent executor registered with `piw_register_agent_executors`
 (chosen by ``PI_WORKFLOWS_AGENT_EXECUTOR``, default ``command``). An executor is any
 object with ``run_agent_step(request, signal) -> {"output": ...}``.
+
+The request an executor gets (engine.md §4.1)::
+
+    {"contract": {runId, workflowName, nodeId, attemptId, expectedOutput, completion},
+     "prompt": <the full step prompt>,
+     "presentation": {"statusDetail": ...},
+     "accept": accept(output) -> {"ok": True, "value": v} | {"ok": False, "error": str},
+     "publish_update": publish_update(type, key, data) -> {updateId, sequence, ...},
+     "transcript": AgentTranscript}
+
+``accept`` runs the step's checks (tolerant parsing, the node's ``validate``, the JSON
+round trip) without ending the attempt, so an executor can hand a rejection back to its
+agent and let it correct itself; once a value was accepted, that value is the step's output
+whatever the executor returns. ``transcript`` keeps what the agent did; the engine stores it
+with the attempt when the attempt ends, however it ends.
 """
 
 from __future__ import annotations
@@ -11,10 +26,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+from collections import deque
 from typing import Any, Protocol
 
 from .. import plugins
 from ..authoring.nodes import DEFAULT_EXPECTED_OUTPUT, Node
+from ..clock import now_ms
 from ..errors import PiWorkflowsError
 from ..records import AgentStepRequest, AgentStepResult
 from .context import AbortSignal
@@ -23,6 +41,12 @@ EXECUTOR_ENV = "PI_WORKFLOWS_AGENT_EXECUTOR"
 DEFAULT_EXECUTOR = "command"
 MAX_PARSE_CANDIDATES = 64
 _FENCED = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
+# A transcript keeps its first entries and its latest ones, each value cut to a readable
+# size, and stays far below the worker protocol's 1 MiB frame.
+TRANSCRIPT_HEAD_ENTRIES = 40
+TRANSCRIPT_TAIL_ENTRIES = 160
+TRANSCRIPT_VALUE_CHARS = 2000
+TRANSCRIPT_MAX_CHARS = 256 * 1024
 
 
 class AgentExecutorError(PiWorkflowsError):
@@ -34,6 +58,60 @@ class AgentExecutor(Protocol):
 
     def run_agent_step(self, request: AgentStepRequest, signal: AbortSignal) -> AgentStepResult:
         """Run one step; return ``{"output": <JSON or text>}``; stop when `signal` aborts."""
+
+
+def _bounded(value: Any) -> Any:
+    """`value` with long text cut, nested values longer than the limit as cut JSON text."""
+    if isinstance(value, str):
+        if len(value) <= TRANSCRIPT_VALUE_CHARS:
+            return value
+        cut = len(value) - TRANSCRIPT_VALUE_CHARS
+        return f"{value[:TRANSCRIPT_VALUE_CHARS]}… [{cut} more characters]"
+    if isinstance(value, (dict, list)):
+        text = json.dumps(value, ensure_ascii=False, default=str)
+        return value if len(text) <= TRANSCRIPT_VALUE_CHARS else _bounded(text)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _bounded(str(value))
+
+
+class AgentTranscript:
+    """What the agent did during one attempt, bounded; executors add, the engine stores.
+
+    Entries are ``{"kind": ..., "at": <epoch ms>, **fields}`` with values cut to 2000
+    characters. When there are too many, the first 40 and the latest ones are kept and one
+    ``{"kind": "omitted", "count": n}`` entry marks the gap. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._head: list[dict[str, Any]] = []
+        self._tail: deque[tuple[dict[str, Any], int]] = deque()
+        self._chars = 0
+        self._omitted = 0
+        self._lock = threading.Lock()
+
+    def add(self, kind: str, **fields: Any) -> None:
+        entry = {"kind": kind, "at": now_ms(), **{k: _bounded(v) for k, v in fields.items()}}
+        size = len(json.dumps(entry, ensure_ascii=False, default=str))
+        with self._lock:
+            if len(self._head) < TRANSCRIPT_HEAD_ENTRIES:
+                self._head.append(entry)
+                self._chars += size
+                return
+            self._tail.append((entry, size))
+            self._chars += size
+            while self._tail and (
+                len(self._tail) > TRANSCRIPT_TAIL_ENTRIES or self._chars > TRANSCRIPT_MAX_CHARS
+            ):
+                _, dropped = self._tail.popleft()
+                self._chars -= dropped
+                self._omitted += 1
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The kept entries in order, with the omission marker where entries were dropped."""
+        with self._lock:
+            gap = [{"kind": "omitted", "count": self._omitted}] if self._omitted else []
+            return [*self._head, *gap, *(entry for entry, _ in self._tail)]
 
 
 def step_prompt(

@@ -85,3 +85,6 @@ class LocalRunBackend:
 
     def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    def record_transcript(self, transcript: dict[str, Any]) -> dict[str, Any]:
+        return self._change(run_state.record_transcript, transcript)

@@ -30,6 +30,7 @@ OPERATIONS = {
     "presentation.request": "request_presentation",
     "process.register": "register_process",
     "process.unregister": "unregister_process",
+    "transcript.record": "record_transcript",
 }
 
 
@@ -106,3 +107,6 @@ class RunBackend(Protocol):
 
     def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
         """``{processGroup}`` ended and nothing of it is left running."""
+
+    def record_transcript(self, transcript: dict[str, Any]) -> dict[str, Any]:
+        """Keep ``{nodeId, attemptId, entries}``, what the agent did in one attempt."""

@@ -30,7 +30,13 @@ from ..errors import (
     WorkflowDefinitionError,
     WorkflowSourceChangedError,
 )
-from .agents import AgentExecutor, headless_executor, parse_output, step_prompt
+from .agents import (
+    AgentExecutor,
+    AgentTranscript,
+    headless_executor,
+    parse_output,
+    step_prompt,
+)
 from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
 from .processes import registering_with
 from .routing import RoutingError, failure_route, next_node
@@ -105,6 +111,9 @@ class _Attempt:
     effect: dict[str, Any] | None = None
     effect_result: Any = None
     has_effect_result: bool = False
+    transcript: AgentTranscript | None = None
+    # An agent output the step's checks accepted while the executor was still running.
+    accepted_output: tuple[Any] | None = None
 
 
 @dataclass
@@ -424,10 +433,7 @@ class Engine:
         failure: str | None = None
         output: Any = None
         try:
-            output = parse_output(submitted["output"])
-            if node.validate is not None:
-                output = node.validate(output, self._context(attempt))
-            output = _as_json(output, "The agent output")
+            output = self._checked_agent_output(node, submitted["output"], self._context(attempt))
         except Exception as error:
             failure = _describe(error)
         if candidate:
@@ -631,6 +637,7 @@ class Engine:
         if self._stop == "cancel":
             return self._record(attempt, "cancelled", error="The workflow run was cancelled.")
         done = self._run_in_thread(attempt)
+        self._keep_transcript(attempt)
         error = done.error
         if error is None:
             try:
@@ -646,6 +653,13 @@ class Engine:
         if isinstance(error, NodeAborted) and attempt.signal.reason == "cancel":
             outcome = "cancelled"
         return self._record(attempt, outcome, error=_describe(error))
+
+    def _keep_transcript(self, attempt: _Attempt) -> None:
+        entries = attempt.transcript.entries() if attempt.transcript is not None else []
+        if entries:
+            self.backend.record_transcript(
+                {"nodeId": attempt.node_id, "attemptId": attempt.attempt_id, "entries": entries}
+            )
 
     def _wait_for_interaction(self, attempt: _Attempt, request_id: str) -> None:
         self.state.update(
@@ -789,25 +803,26 @@ class Engine:
 
     # --- inside the attempt thread -------------------------------------------------------
 
+    def _publisher(self, attempt: _Attempt) -> Any:
+        def publish(type: str, key: str, data: dict[str, Any]) -> dict[str, Any]:
+            check_update(type, key, data)
+            self._updates.take()
+            return self._call(
+                attempt,
+                "publish_update",
+                {
+                    "type": type,
+                    "key": key,
+                    "data": data,
+                    "nodeId": attempt.node_id,
+                    "attemptId": attempt.attempt_id,
+                },
+            )
+
+        return publish
+
     def _context(self, attempt: _Attempt) -> NodeContext:
-        publish = None
-        if attempt.node.node_type == "action":
-
-            def publish(type: str, key: str, data: dict[str, Any]) -> dict[str, Any]:
-                check_update(type, key, data)
-                self._updates.take()
-                return self._call(
-                    attempt,
-                    "publish_update",
-                    {
-                        "type": type,
-                        "key": key,
-                        "data": data,
-                        "nodeId": attempt.node_id,
-                        "attemptId": attempt.attempt_id,
-                    },
-                )
-
+        publish = self._publisher(attempt) if attempt.node.node_type == "action" else None
         state = copy.deepcopy(self.state)
         return NodeContext(
             input=state["input"],
@@ -992,16 +1007,40 @@ class Engine:
             )
             raise _AwaitInteraction(receipt["requestId"])
         executor = self._agent_executor or headless_executor()
+        attempt.transcript = AgentTranscript()
+
+        def accept(output: Any) -> dict[str, Any]:
+            try:
+                value = self._checked_agent_output(node, output, ctx)
+            except Exception as error:  # the agent gets the reason and may submit again
+                return {"ok": False, "error": _describe(error)}
+            attempt.accepted_output = (value,)
+            return {"ok": True, "value": value}
+
         answer = executor.run_agent_step(
             {
                 "contract": contract,
                 "prompt": attempt.prompt,
                 "presentation": {"statusDetail": node.status_detail},
+                "accept": accept,
+                "publish_update": self._publisher(attempt),
+                "transcript": attempt.transcript,
             },
             attempt.signal,
         )
-        output = parse_output(answer.get("output") if isinstance(answer, dict) else answer)
-        return node.validate(output, ctx) if node.validate is not None else output
+        if attempt.accepted_output is not None:
+            return attempt.accepted_output[0]
+        return self._checked_agent_output(
+            node, answer.get("output") if isinstance(answer, dict) else answer, ctx
+        )
+
+    @staticmethod
+    def _checked_agent_output(node: Node, output: Any, ctx: NodeContext) -> Any:
+        """engine.md §4.5: tolerant parse, the node's validator, then the JSON round trip."""
+        value = parse_output(output)
+        if node.validate is not None:
+            value = node.validate(value, ctx)
+        return _as_json(value, "The agent output")
 
 
 def _check_recorded_answer(given: dict[str, Any], recorded: dict[str, Any] | None) -> None:

@@ -26,6 +26,7 @@ from ..storage.models import (
     RunQueue,
 )
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
+from ..storage.transcripts import attempt_transcripts
 from .profile import host_profile
 from .receipts import OperationResult, execute_durable, outcome_for_error
 from .session_views import unfinished_session_run
@@ -109,6 +110,7 @@ class Operations:
             self.table.register_durable(name, durable)
         for name, query in (
             ("run.status", self.run_status),
+            ("run.transcript", self.run_transcript),
             ("run.list", self.run_list),
             ("host.status", self.host_status),
         ):
@@ -194,6 +196,12 @@ class Operations:
 
     def run_status(self, request: ClientRequest) -> dict[str, Any]:
         return run_status(request.target_run_id())
+
+    def run_transcript(self, request: ClientRequest) -> list[dict[str, Any]]:
+        node_id = request.payload.get("nodeId")
+        if node_id is not None and not valid_id(node_id):
+            raise InvalidInputError("nodeId must be non-empty text of at most 256 bytes")
+        return attempt_transcripts(request.target_run_id(), node_id)
 
     def run_list(self, request: ClientRequest) -> list[dict[str, Any]]:
         limit = request.payload.get("limit", RUN_LIST_LIMIT)

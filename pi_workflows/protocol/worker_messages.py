@@ -25,6 +25,7 @@ STORE_OPERATIONS = frozenset(
         "interaction.reject",
         "notification.request",
         "presentation.request",
+        "transcript.record",
     }
 )
 # Registration of the process groups a worker starts (SPEC §7.4a): fenced by the claim,

@@ -40,6 +40,7 @@ from .workflow_messages import (
 
 RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
 MAX_UPDATE_PAIRS = 1024
+TRANSCRIPT_EVENT = "agent_transcript_recorded"
 ACTOR = "worker"
 ACTIVE_ATTEMPT_STATUSES = ("pending", "running", "waiting")
 OUTCOME_TO_ATTEMPT_STATUS = {
@@ -575,6 +576,31 @@ def request_notification(
         "targetSessionId": run.origin_session_id,
         "revision": revision,
     }
+
+
+def record_transcript(
+    run_id: str, transcript: dict[str, Any], expected_revision: int | None = None
+) -> dict[str, Any]:
+    """Keep an agent attempt's transcript (a blob) and record `agent_transcript_recorded`.
+
+    Read back with `pi_workflows.storage.transcripts.attempt_transcripts`.
+    """
+    entries = transcript["entries"]
+    if not isinstance(entries, list):
+        raise InvalidInputError("A transcript's entries must be a list.")
+    transcript_hash = put_json(entries)
+    revision = _change(
+        run_id,
+        TRANSCRIPT_EVENT,
+        {
+            "nodeId": transcript["nodeId"],
+            "attemptId": transcript["attemptId"],
+            "transcriptHash": transcript_hash,
+            "entryCount": len(entries),
+        },
+        expected_revision,
+    )
+    return {"transcriptHash": transcript_hash, "revision": revision}
 
 
 def request_presentation(

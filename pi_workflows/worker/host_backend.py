@@ -67,6 +67,11 @@ class HostRunBackend:
     def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
         return self.pipe.call("process.unregister", group, control=True)
 
+    def record_transcript(self, transcript: dict[str, Any]) -> dict[str, Any]:
+        return self.pipe.call(
+            "transcript.record", {"transcript": transcript}, attempt_id=transcript["attemptId"]
+        )
+
 
 def _snapshot_kind(event_type: str) -> str:
     if event_type == "node_started":

@@ -22,6 +22,7 @@ KIND_FOR_OPERATION = {
     "interaction.reject": "interaction.rejected",
     "notification.request": "notification.requested",
     "presentation.request": "presentation.requested",
+    "transcript.record": "transcript.recorded",
 }
 
 

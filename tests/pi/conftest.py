@@ -7,17 +7,41 @@
 - `pi_bin`: the path of the real `pi` (fails loudly when `npm ci` has not run).
 - `pi_rpc`: a factory `pi_rpc(extra_args=None, env=None) -> PiRpc` whose children are all
   closed (process group SIGTERM/SIGKILL) when the test ends.
+- `pi_host`: a real host whose headless runs do their agent steps on the real pi (`PiHost`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.host.conftest import HostHarness, harness  # noqa: F401  (the fixture, re-exported)
 from tests.pi.model_server import ScriptedModelServer
 from tests.pi.offline_pi import PiHome, PiRpc, pi_executable
+
+
+class PiHost:
+    """A `HostHarness` whose host and CLI see the offline Pi home and the `pi` executor."""
+
+    def __init__(self, host: HostHarness, pi_home: PiHome) -> None:
+        self.harness = host
+        self.pi_home = pi_home
+        host.env.update(pi_home.env)
+        host.env.update(
+            {"PI_WORKFLOWS_AGENT_EXECUTOR": "pi", "PI_WORKFLOWS_PI_MODEL": pi_home.model}
+        )
+
+    def start_headless(self, workflow: str, input: Any = None) -> str:
+        """`pi-workflows run start WORKFLOW --headless`; returns the run id."""
+        args = ["run", "start", workflow, "--headless", "--no-autostart"]
+        args += ["--project", str(self.harness.project)]
+        if input is not None:
+            args += ["--input-json", json.dumps(input)]
+        return self.harness.cli(*args).stdout.strip()
 
 
 @pytest.fixture
@@ -52,3 +76,20 @@ def pi_rpc(pi_home: PiHome) -> Iterator[Callable[..., PiRpc]]:
     yield start
     for child in started:
         child.close()
+
+
+# --- a real host whose headless agent steps run on the real pi ------------------------------
+
+
+@pytest.fixture
+def pi_host(
+    harness: HostHarness,  # noqa: F811
+    model_server: ScriptedModelServer,
+    pi_bin: Path,
+) -> PiHost:
+    """A started host (tests/host/conftest.py) with `PI_WORKFLOWS_AGENT_EXECUTOR=pi` and an
+    offline Pi home on `model_server`; `pi_host.start_headless(workflow, input)` starts a run.
+    """
+    host = PiHost(harness, PiHome(harness.root / "pi", model_server))
+    harness.start_host()
+    return host

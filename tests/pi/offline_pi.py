@@ -7,6 +7,7 @@
   "openai-completions"`, the server's base URL) and `settings.json` (automatic retries off),
   and `PI_OFFLINE=1`. `home.env` is a complete environment for a `pi` child; `home.model`
   is the `--model` argument (`scripted/scripted-model`).
+  `home.processes()` lists the live processes started with that environment.
 - `PiRpc` runs `pi --mode rpc` in its own process group and speaks the RPC protocol (one JSON
   object per LF-terminated line): `send()` a command and get its response, read `events`,
   `wait_for()` an event, `close()` the whole group (SIGTERM, SIGKILL after 3 s).
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.pi.model_server import MODEL_ID, ScriptedModelServer
@@ -105,6 +107,28 @@ class PiHome:
             "PI_OFFLINE": "1",
             "PI_SKIP_VERSION_CHECK": "1",
         }
+
+    def processes(self) -> list[psutil.Process]:
+        """Live non-Python processes with this home's environment: `pi` and what it started.
+
+        Found by `PI_CODING_AGENT_DIR` in their environment, so it sees processes that are no
+        longer anyone's child (an orphaned pi after its worker was killed). Python processes
+        (a host, its workers, the CLI given the same environment) and zombies are left out.
+        """
+        found = []
+        marker = str(self.agent_dir)
+        for process in psutil.process_iter(["pid"]):
+            try:
+                if process.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if process.environ().get("PI_CODING_AGENT_DIR") != marker:
+                    continue
+                command = process.cmdline()
+                if command and "python" not in os.path.basename(command[0]):
+                    found.append(process)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        return found
 
 
 class PiRpcError(AssertionError):

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from pi_workflows import hookimpl
 
 from .commands import pi_group
+from .executor import pi_executor
 
 
 @hookimpl
 def piw_register_commands(cli: click.Group) -> None:
     cli.add_command(pi_group)
+
+
+@hookimpl
+def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], None]) -> None:
+    """The headless agent executor `pi` (PI_WORKFLOWS_AGENT_EXECUTOR=pi)."""
+    register("pi", pi_executor)

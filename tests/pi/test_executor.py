@@ -1,0 +1,213 @@
+"""Headless agent steps on the real `pi`: a host, its worker, pi, the bridge, a scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.pi.model_server import Hold, HttpError, MalformedStream, Text
+from tests.pi.step_replies import submit, workflow_call
+from tests.polling import process_gone, wait_until
+
+COUNTED = """
+from pi_workflows import agent, workflow
+
+
+def check(output, ctx):
+    if not isinstance(output, dict) or not isinstance(output.get("count"), int):
+        raise ValueError("count must be an integer, not " + repr(output.get("count")))
+    return output
+
+
+WORKFLOW = workflow(
+    name="counted",
+    start_at="count",
+    nodes={"count": agent("Count the files.", expected_output='{"count": <int>}', validate=check)},
+    edges=[],
+)
+"""
+
+SLOW_STEP = """
+from pi_workflows import agent, workflow
+
+WORKFLOW = workflow(
+    name="slow-step",
+    start_at="think",
+    nodes={"think": agent("Think hard.", timeout_ms=TIMEOUT_MS)},
+    edges=[],
+)
+"""
+
+
+def _finished(pi_host, run_id, timeout=60):
+    return pi_host.harness.wait_for_status(
+        run_id, "completed", "failed", "timed_out", "cancelled", timeout=timeout
+    )
+
+
+def _pi_processes_running(pi_host):
+    return wait_until(pi_host.pi_home.processes, timeout=60, what="pi to be running")
+
+
+def test_echo_runs_headless_on_pi_and_completes_with_the_submitted_output(pi_host, model_server):
+    model_server.script(submit({"reply": "hello from pi"}))
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"reply": "hello from pi"}
+    (request,) = model_server.requests
+    assert "Task: Say hello" in request.last_user_text()
+    tool = request.tool("workflow")
+    assert tool["parameters"]["properties"]["action"]["enum"] == ["update", "submit"]
+    assert tool["parameters"]["additionalProperties"] is False
+
+
+def test_a_rejected_submit_goes_back_to_the_model_which_corrects_it_in_the_same_session(
+    pi_host, model_server
+):
+    pi_host.harness.write_workflow("counted", COUNTED)
+    model_server.script(submit({"count": "three"}), submit({"count": 3}))
+    run_id = pi_host.start_headless("counted")
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"count": 3}
+    first, second = model_server.requests
+    (rejection,) = second.tool_results()
+    assert "count must be an integer, not 'three'" in rejection["content"]
+    # The same Pi session: the correction request still carries the original prompt.
+    assert second.user_texts() == first.user_texts()
+
+
+def test_a_model_that_never_submits_gets_two_reminders_then_the_step_fails(pi_host, model_server):
+    model_server.script(Text("I will get to it."), Text("Soon."), Text("Still thinking."))
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "failed", status
+    assert "missingSubmission" in status["error"]
+    assert len(model_server.requests) == 3
+    reminders = [request.last_user_text() for request in model_server.requests[1:]]
+    assert reminders[0].startswith("Reminder 1 of 2")
+    assert reminders[1].startswith("Reminder 2 of 2")
+    assert all('"action":"submit","step":"reply"' in text for text in reminders)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(None, id="server-down"),
+        pytest.param(HttpError(401, "invalid api key"), id="http-401"),
+        pytest.param(HttpError(500, "upstream exploded"), id="http-500"),
+        pytest.param(MalformedStream(), id="malformed-stream"),
+    ],
+)
+def test_a_provider_error_fails_the_step_with_one_line_naming_provider_and_model(
+    pi_host, model_server, failure
+):
+    if failure is None:
+        model_server.stop()
+    else:
+        model_server.script(failure)
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    status = _finished(pi_host, run_id, timeout=30)
+    assert status["status"] == "failed", status
+    assert "The model scripted/scripted-model failed:" in status["error"]
+    assert "\n" not in status["error"]
+    if isinstance(failure, HttpError):
+        assert str(failure.status) in status["error"]
+
+
+def test_cancel_mid_step_ends_pi_and_everything_it_started(pi_host, model_server):
+    model_server.script(Hold())
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    model_server.wait_for_requests(1, timeout=60)
+    processes = _pi_processes_running(pi_host)
+    pi_host.harness.cli("run", "cancel", run_id)
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "cancelled", status
+    for process in processes:
+        wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+    assert pi_host.pi_home.processes() == []
+
+
+def test_a_node_timeout_mid_step_ends_pi(pi_host, model_server):
+    pi_host.harness.write_workflow("slow-step", SLOW_STEP.replace("TIMEOUT_MS", "8000"))
+    model_server.script(Hold())
+    run_id = pi_host.start_headless("slow-step")
+    model_server.wait_for_requests(1, timeout=60)
+    processes = _pi_processes_running(pi_host)
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "timed_out", status
+    for process in processes:
+        wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+
+
+def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_host, model_server):
+    model_server.script(Hold(), submit({"reply": "second time lucky"}))
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    model_server.wait_for_requests(1, timeout=60)
+    processes = _pi_processes_running(pi_host)
+    (_, _, worker_pid), *_ = pi_host.harness.workers(run_id)
+    os.kill(worker_pid, signal.SIGKILL)
+    for process in processes:
+        wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"reply": "second time lucky"}
+    first, second = model_server.requests
+    assert (
+        first.user_texts()[0].split("attempt: ")[1] != second.user_texts()[0].split("attempt: ")[1]
+    ), "the step ran again as a new attempt"
+
+
+def test_two_agent_steps_share_one_pi_with_a_fresh_session_each(pi_host, model_server):
+    model_server.script(
+        submit({"findings": ["a", "b"], "repoSummary": "small"}),
+        submit({"draft": "plan"}),
+        submit({"checklist": ["x"], "references": ["y"]}),
+    )
+    run_id = pi_host.start_headless("two-turn")
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"]["draft"] == {"draft": "plan"}
+    requests = model_server.requests
+    assert [len(request.user_texts()) for request in requests] == [1, 1, 1]
+    assert "Findings:" in requests[1].last_user_text()
+
+
+def test_run_transcript_shows_what_the_agent_did_in_each_attempt(pi_host, model_server):
+    pi_host.harness.write_workflow("counted", COUNTED)
+    model_server.script(
+        workflow_call("update", update={"type": "progress", "key": "files", "data": {"n": 1}}),
+        submit({"count": "three"}),
+        submit({"count": 3}),
+    )
+    run_id = pi_host.start_headless("counted")
+    assert _finished(pi_host, run_id)["status"] == "completed"
+
+    text = pi_host.harness.cli("run", "transcript", run_id).stdout
+    assert text.startswith("== count attempt 1 (completed) ==")
+    assert "prompt reason=initial" in text and "Count the files." in text
+    assert "tool_call" in text and '"action": "update"' in text
+    assert "Update published" in text
+    assert "isError=true" in text and "count must be an integer" in text
+    assert "Accepted: the workflow step is complete." in text
+
+    (transcript,) = json.loads(
+        pi_host.harness.cli("run", "transcript", run_id, "--node", "count", "--json").stdout
+    )
+    kinds = [entry["kind"] for entry in transcript["entries"]]
+    assert kinds == [
+        "prompt",
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+    ]
+    assert transcript["nodeId"] == "count" and transcript["outcome"] == "completed"
+    nothing = pi_host.harness.cli("run", "transcript", run_id, "--node", "other", "--json")
+    assert json.loads(nothing.stdout) == []
