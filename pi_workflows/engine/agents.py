@@ -46,7 +46,7 @@ _FENCED = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 TRANSCRIPT_HEAD_ENTRIES = 40
 TRANSCRIPT_TAIL_ENTRIES = 160
 TRANSCRIPT_VALUE_CHARS = 2000
-TRANSCRIPT_MAX_CHARS = 256 * 1024
+TRANSCRIPT_MAX_BYTES = 256 * 1024
 
 
 class AgentExecutorError(PiWorkflowsError):
@@ -69,7 +69,7 @@ def _bounded(value: Any) -> Any:
         return f"{value[:TRANSCRIPT_VALUE_CHARS]}… [{cut} more characters]"
     if isinstance(value, (dict, list)):
         text = json.dumps(value, ensure_ascii=False, default=str)
-        return value if len(text) <= TRANSCRIPT_VALUE_CHARS else _bounded(text)
+        return json.loads(text) if len(text) <= TRANSCRIPT_VALUE_CHARS else _bounded(text)
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return _bounded(str(value))
@@ -79,32 +79,33 @@ class AgentTranscript:
     """What the agent did during one attempt, bounded; executors add, the engine stores.
 
     Entries are ``{"kind": ..., "at": <epoch ms>, **fields}`` with values cut to 2000
-    characters. When there are too many, the first 40 and the latest ones are kept and one
-    ``{"kind": "omitted", "count": n}`` entry marks the gap. Thread-safe.
+    characters. When there are too many (over 200, or over 256 KiB encoded), the first 40
+    and the latest ones are kept and one ``{"kind": "omitted", "count": n}`` entry marks the
+    gap. Thread-safe.
     """
 
     def __init__(self) -> None:
         self._head: list[dict[str, Any]] = []
         self._tail: deque[tuple[dict[str, Any], int]] = deque()
-        self._chars = 0
+        self._bytes = 0
         self._omitted = 0
         self._lock = threading.Lock()
 
     def add(self, kind: str, **fields: Any) -> None:
         entry = {"kind": kind, "at": now_ms(), **{k: _bounded(v) for k, v in fields.items()}}
-        size = len(json.dumps(entry, ensure_ascii=False, default=str))
+        size = len(json.dumps(entry, ensure_ascii=False).encode())
         with self._lock:
             if len(self._head) < TRANSCRIPT_HEAD_ENTRIES:
                 self._head.append(entry)
-                self._chars += size
+                self._bytes += size
                 return
             self._tail.append((entry, size))
-            self._chars += size
+            self._bytes += size
             while self._tail and (
-                len(self._tail) > TRANSCRIPT_TAIL_ENTRIES or self._chars > TRANSCRIPT_MAX_CHARS
+                len(self._tail) > TRANSCRIPT_TAIL_ENTRIES or self._bytes > TRANSCRIPT_MAX_BYTES
             ):
                 _, dropped = self._tail.popleft()
-                self._chars -= dropped
+                self._bytes -= dropped
                 self._omitted += 1
 
     def entries(self) -> list[dict[str, Any]]:

@@ -115,6 +115,8 @@ class ModelRequest:
     body: dict[str, Any]
     received_at: float
     reply: Reply | None = None
+    finished_at: float | None = None
+    """`time.monotonic()` when the server had sent its whole answer (None while it works)."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -305,6 +307,13 @@ def _handler_for(server: ScriptedModelServer) -> type[BaseHTTPRequestHandler]:
                 return
             headers = {k.lower(): v for k, v in self.headers.items()}
             request = server._record("POST", self.path, headers, body)
+            try:
+                self._answer(request)
+            finally:
+                request.finished_at = time.monotonic()
+
+        def _answer(self, request: ModelRequest) -> None:
+            body = request.body
             reply = request.reply
             if reply is None:
                 self._send_json(500, _error_body("scripted model server: script exhausted"))

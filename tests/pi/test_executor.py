@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from tests.pi.model_server import Hold, HttpError, MalformedStream, Text
+from tests.pi.model_server import Hold, HttpError, MalformedStream, Text, ToolCall, ToolCalls
 from tests.pi.step_replies import submit, workflow_call
 from tests.polling import process_gone, wait_until
 
@@ -52,6 +52,16 @@ def _pi_processes_running(pi_host):
     return wait_until(pi_host.pi_home.processes, timeout=60, what="pi to be running")
 
 
+def _tool_command_running(pi_host, name):
+    """pi's processes once one of them is the command `name` a tool call started."""
+
+    def found():
+        processes = pi_host.pi_home.processes()
+        return any(p.name() == name for p in processes) and processes
+
+    return wait_until(found, timeout=60, what=f"pi to run {name!r} for a tool call")
+
+
 def test_echo_runs_headless_on_pi_and_completes_with_the_submitted_output(pi_host, model_server):
     model_server.script(submit({"reply": "hello from pi"}))
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
@@ -79,6 +89,19 @@ def test_a_rejected_submit_goes_back_to_the_model_which_corrects_it_in_the_same_
     assert "count must be an integer, not 'three'" in rejection["content"]
     # The same Pi session: the correction request still carries the original prompt.
     assert second.user_texts() == first.user_texts()
+
+
+def test_a_model_that_keeps_going_after_an_accepted_submit_is_stopped(pi_host, model_server):
+    def submit_and_read(request):
+        (call,) = submit({"reply": "done"})(request).calls
+        return ToolCalls(call, ToolCall("bash", {"command": "true"}))
+
+    model_server.script(submit_and_read, Hold())
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"reply": "done"}
+    assert len(model_server.requests) == 2
 
 
 def test_a_model_that_never_submits_gets_two_reminders_then_the_step_fails(pi_host, model_server):
@@ -119,16 +142,15 @@ def test_a_provider_error_fails_the_step_with_one_line_naming_provider_and_model
         assert str(failure.status) in status["error"]
 
 
-def test_cancel_mid_step_ends_pi_and_everything_it_started(pi_host, model_server):
-    model_server.script(Hold())
+def test_cancel_mid_step_ends_pi_and_the_command_its_tool_started(pi_host, model_server):
+    model_server.script(ToolCalls(ToolCall("bash", {"command": "sleep 300"})))
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
-    model_server.wait_for_requests(1, timeout=60)
-    processes = _pi_processes_running(pi_host)
+    processes = _tool_command_running(pi_host, "sleep")
     pi_host.harness.cli("run", "cancel", run_id)
     status = _finished(pi_host, run_id)
     assert status["status"] == "cancelled", status
     for process in processes:
-        wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+        wait_until(lambda p=process: process_gone(p.pid), what=f"process {process.pid} to end")
     assert pi_host.pi_home.processes() == []
 
 
@@ -142,24 +164,33 @@ def test_a_node_timeout_mid_step_ends_pi(pi_host, model_server):
     assert status["status"] == "timed_out", status
     for process in processes:
         wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+    transcript_json = pi_host.harness.cli("run", "transcript", run_id, "--json").stdout
+    (transcript,) = json.loads(transcript_json)
+    assert transcript["outcome"] == "timed_out"
+    assert transcript["entries"][-1] == {**transcript["entries"][-1], "kind": "ended"}
+    assert transcript["entries"][-1]["reason"] == "timeout"
 
 
 def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_host, model_server):
-    model_server.script(Hold(), submit({"reply": "second time lucky"}))
+    model_server.script(
+        ToolCalls(ToolCall("bash", {"command": "sleep 300"})),
+        submit({"reply": "second time lucky"}),
+    )
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
-    model_server.wait_for_requests(1, timeout=60)
-    processes = _pi_processes_running(pi_host)
+    processes = _tool_command_running(pi_host, "sleep")
     (_, _, worker_pid), *_ = pi_host.harness.workers(run_id)
     os.kill(worker_pid, signal.SIGKILL)
     for process in processes:
-        wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+        wait_until(lambda p=process: process_gone(p.pid), what=f"process {process.pid} to end")
     status = _finished(pi_host, run_id)
     assert status["status"] == "completed", status
     assert status["finalOutput"] == {"reply": "second time lucky"}
     first, second = model_server.requests
-    assert (
-        first.user_texts()[0].split("attempt: ")[1] != second.user_texts()[0].split("attempt: ")[1]
-    ), "the step ran again as a new attempt"
+    assert _attempt_of(first) != _attempt_of(second), "the step ran again as a new attempt"
+
+
+def _attempt_of(request):
+    return request.user_texts()[0].split("attempt: ")[1].split(")")[0]
 
 
 def test_two_agent_steps_share_one_pi_with_a_fresh_session_each(pi_host, model_server):

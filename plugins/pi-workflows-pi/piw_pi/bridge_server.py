@@ -1,7 +1,7 @@
 """The worker's end of the bridge extension's socket.
 
-The bridge extension (extensions/bridge.ts) connects to a private Unix socket named by
-PI_WORKFLOWS_BRIDGE_SOCKET and sends one JSON line per `workflow` tool call:
+The bridge extension (piw_pi/extensions/bridge/index.ts) connects to a private Unix socket
+named by PI_WORKFLOWS_BRIDGE_SOCKET and sends one JSON line per `workflow` tool call:
 ``{"id": n, "type": "submit"|"update", "toolCallId": ..., "args": {...}}``. Each is answered
 with ``{"id": n, "ok": true, "text": ..., "terminate": bool}`` or ``{"id": n, "ok": false,
 "error": ...}`` by the handler of the step that is active now. The socket doubles as a

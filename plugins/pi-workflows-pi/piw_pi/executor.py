@@ -1,7 +1,8 @@
 """The headless agent executor `pi`: each agent step is done by the real Pi coding agent.
 
 A step runs in a `pi --mode rpc --no-session` child (its own process group) that loads the
-bridge extension (extensions/bridge.ts). The step prompt goes in as an RPC `prompt`; the
+bridge extension (piw_pi/extensions/bridge/index.ts). The step prompt goes in as an RPC
+`prompt`; the
 model completes the step by calling the `workflow` tool with `submit`, which reaches
 `PiStep.on_tool_call` through the bridge socket and is checked by the engine's `accept`
 (tolerant parsing, the node's `validate`). A rejection goes back to the model as the tool's
@@ -34,11 +35,10 @@ from pi_workflows.engine.agents import AgentExecutorError
 from pi_workflows.engine.context import AbortSignal, NodeAborted
 
 from .bridge_server import SOCKET_ENV, BridgeServer
-from .paths import BRIDGE_EXTENSION, default_pi_command
+from .node import BRIDGE_EXTENSION, PI_COMMAND_ENV, pi_command
 from .rpc import PiProcess, PiProcessError
 from .transcript import record_event
 
-COMMAND_ENV = "PI_WORKFLOWS_PI_COMMAND"
 MODEL_ENV = "PI_WORKFLOWS_PI_MODEL"
 ARGS_ENV = "PI_WORKFLOWS_PI_ARGS"
 MAX_REMINDERS = 2
@@ -66,17 +66,17 @@ class PiSettings:
 
     @classmethod
     def from_environment(cls) -> PiSettings:
-        raw = os.environ.get(COMMAND_ENV, "").strip()
+        raw = os.environ.get(PI_COMMAND_ENV, "").strip()
+        found = pi_command()
         if raw:
             command = tuple(shlex.split(raw))
-        else:
-            found = default_pi_command()
-            if found is None:
-                raise AgentExecutorError(
-                    "The 'pi' agent executor found no `pi`: run `npm ci` in "
-                    f"plugins/pi-workflows-pi, put `pi` on PATH, or set {COMMAND_ENV}."
-                )
+        elif found is not None:
             command = (found,)
+        else:
+            raise AgentExecutorError(
+                "The 'pi' agent executor found no `pi`: run `npm ci` in "
+                f"plugins/pi-workflows-pi, put `pi` on PATH, or set {PI_COMMAND_ENV}."
+            )
         model = os.environ.get(MODEL_ENV, "").strip() or None
         return cls(command, model, tuple(shlex.split(os.environ.get(ARGS_ENV, ""))))
 
@@ -105,7 +105,7 @@ class PiSession:
         except OSError as error:
             self.bridge.close()
             raise AgentExecutorError(
-                f"Could not start pi ({settings.command[0]}): {error}; set {COMMAND_ENV}."
+                f"Could not start pi ({settings.command[0]}): {error}; set {PI_COMMAND_ENV}."
             ) from error
         try:
             state = self._command({"type": "get_state"}, START_TIMEOUT_SECONDS)

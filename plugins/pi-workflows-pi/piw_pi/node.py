@@ -13,6 +13,7 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 # The folder holding package.json and, after `npm ci`, node_modules (an editable install).
 DISTRIBUTION_DIR = PACKAGE_DIR.parent
 SESSION_EXTENSION = PACKAGE_DIR / "extensions" / "session" / "index.ts"
+BRIDGE_EXTENSION = PACKAGE_DIR / "extensions" / "bridge" / "index.ts"
 
 
 def pi_command() -> str | None:

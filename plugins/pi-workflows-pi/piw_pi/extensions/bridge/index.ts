@@ -7,10 +7,11 @@
  * the workflow's validation: an accepted submit ends the agent run (`terminate: true`), a
  * rejected one comes back to the model as the tool's error so it can correct itself.
  *
- * The socket also ties this process to the worker: when the worker goes away (it died or was
- * killed), pi shuts itself down — SIGTERM first, so pi ends the commands it started, and
- * SIGKILL after 3 s — so no `pi` outlives its step.
+ * The socket and pi's stdin tie this process to the worker: when the worker goes away (it
+ * died or was killed), pi shuts itself down — SIGTERM first, so pi ends the commands its
+ * tools started, and SIGKILL after 3 s — so no `pi` outlives its step.
  */
+import { readdirSync, readFileSync } from "node:fs";
 import { createConnection, type Socket } from "node:net";
 import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
 import { Type } from "typebox";
@@ -75,11 +76,54 @@ class WorkerLink {
 			resolve({ id: 0, ok: false, error: "The pi-workflows worker is gone; this step has ended." });
 		}
 		this.pending.clear();
-		if (this.closedByUs) return;
-		// The worker died: end pi the way its own signal handler does, then make sure.
-		setTimeout(() => process.kill(process.pid, "SIGKILL"), KILL_GRACE_MS);
-		process.kill(process.pid, "SIGTERM");
+		if (!this.closedByUs) endPi();
 	}
+}
+
+let ending = false;
+
+/**
+ * The worker is gone: end the commands pi's tools started (each runs in a process group of
+ * its own, which pi's end-of-input shutdown leaves alone), then pi itself — SIGTERM, and
+ * SIGKILL if that takes over 3 s.
+ */
+function endPi(): void {
+	if (ending) return;
+	ending = true;
+	for (const child of childProcessIds()) {
+		for (const target of [-child, child]) {
+			try {
+				process.kill(target, "SIGKILL");
+			} catch {
+				// already gone, or not a group leader
+			}
+		}
+	}
+	setTimeout(() => process.kill(process.pid, "SIGKILL"), KILL_GRACE_MS);
+	process.kill(process.pid, "SIGTERM");
+}
+
+/** The pids whose parent is this process, from /proc (Linux). */
+function childProcessIds(): number[] {
+	const children: number[] = [];
+	let entries: string[] = [];
+	try {
+		entries = readdirSync("/proc");
+	} catch {
+		return children;
+	}
+	for (const entry of entries) {
+		if (!/^\d+$/.test(entry)) continue;
+		try {
+			const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+			// "pid (comm) state ppid …": comm may hold spaces and parentheses.
+			const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+			if (parent === process.pid) children.push(Number(entry));
+		} catch {
+			// the process ended while we looked
+		}
+	}
+	return children;
 }
 
 const WorkflowParameters = Type.Object(
@@ -111,6 +155,11 @@ const WorkflowParameters = Type.Object(
 export default async function bridge(pi: ExtensionAPI): Promise<void> {
 	const socketPath = process.env[SOCKET_ENV];
 	const link = socketPath ? await WorkerLink.connect(socketPath) : undefined;
+	if (link) {
+		// pi's own end-of-input handling exits without ending its tools' commands; this
+		// listener runs first (extensions load before RPC mode listens) and ends them too.
+		process.stdin.once("end", endPi);
+	}
 	pi.on("session_shutdown", () => link?.close());
 
 	pi.registerTool({

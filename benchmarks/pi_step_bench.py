@@ -1,0 +1,115 @@
+"""Agent-step overhead of the `pi` executor (issue 10): prints p50/p95 for cold and warm steps.
+
+    python benchmarks/pi_step_bench.py [--cold 8] [--warm 20]
+
+Drives `piw_pi.executor.PiExecutor` with the real `pi` (plugins/pi-workflows-pi, `npm ci`
+first) against the test bed's scripted model server (tests/pi/model_server.py), offline,
+exactly as a worker does: the step request carries the engine's `accept` callback, and the
+scripted model submits at once. Overhead of one step = from handing the prompt to the
+executor to the submit being accepted, minus the time the model server spent answering.
+
+  cold: the first step of a run — pi starts (node, Pi, the bridge extension);
+  warm: a later step of the same run — the idle pi gets a fresh Pi session (`new_session`).
+
+Cold minus warm is what keeping one pi per run saves on every step after the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from piw_pi.executor import PiExecutor, PiSettings  # noqa: E402
+from piw_pi.node import DISTRIBUTION_DIR  # noqa: E402
+
+from pi_workflows.engine.agents import AgentTranscript  # noqa: E402
+from pi_workflows.engine.context import AbortSignal  # noqa: E402
+from tests.pi.model_server import ScriptedModelServer  # noqa: E402
+from tests.pi.offline_pi import PiHome  # noqa: E402
+from tests.pi.step_replies import submit  # noqa: E402
+
+BUNDLED_PI = DISTRIBUTION_DIR / "node_modules" / ".bin" / "pi"
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def one_step(executor: PiExecutor, server: ScriptedModelServer, index: int) -> float:
+    """Overhead in seconds of one agent step whose model submits in its first reply."""
+    server.script(submit({"reply": f"step {index}"}))
+    before = len(server.requests)
+    accepted_at: list[float] = []
+
+    def accept(output: Any) -> dict[str, Any]:
+        accepted_at.append(time.monotonic())
+        return {"ok": True, "value": output}
+
+    attempt = f"attempt-{index}"
+    prompt = (
+        "Say hello.\n\n---\nWorkflow step contract (workflow: bench, step: reply, "
+        f"attempt: {attempt})\n\nComplete this step by calling the `workflow` tool exactly "
+        f'once with:\n{{"action":"submit","step":"reply","attempt":"{attempt}",'
+        '"output":<your result>}\n'
+    )
+    request = {
+        "contract": {"runId": "bench", "nodeId": "reply", "attemptId": attempt},
+        "prompt": prompt,
+        "accept": accept,
+        "publish_update": lambda *args: {},
+        "transcript": AgentTranscript(),
+    }
+    started = time.monotonic()
+    executor.run_agent_step(request, AbortSignal())
+    (model,) = server.requests[before:]
+    model_time = (model.finished_at or model.received_at) - model.received_at
+    return accepted_at[0] - started - model_time
+
+
+def summary(label: str, values: list[float]) -> str:
+    return (
+        f"{label}: p50 {statistics.median(values) * 1000:.0f} ms, "
+        f"p95 {percentile(values, 0.95) * 1000:.0f} ms (n={len(values)})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cold", type=int, default=8, help="cold steps (a new pi each)")
+    parser.add_argument("--warm", type=int, default=20, help="warm steps on one pi")
+    options = parser.parse_args()
+    if not BUNDLED_PI.exists():
+        raise SystemExit(f"{BUNDLED_PI} is missing: run `npm ci` in plugins/pi-workflows-pi")
+    with tempfile.TemporaryDirectory(prefix="piw-bench-") as root, ScriptedModelServer() as server:
+        home = PiHome(Path(root), server)
+        os.environ.update(home.env)
+        os.chdir(home.project)
+        settings = PiSettings((str(BUNDLED_PI),), home.model, ())
+        cold = []
+        for index in range(options.cold):
+            executor = PiExecutor(settings)
+            cold.append(one_step(executor, server, index))
+            executor.close()
+        executor = PiExecutor(settings)
+        one_step(executor, server, -1)
+        warm = [one_step(executor, server, index) for index in range(options.warm)]
+        executor.close()
+    print(f"load average: {' '.join(f'{value:.1f}' for value in os.getloadavg())}")
+    print(summary("cold step overhead (new pi)", cold))
+    print(summary("warm step overhead (same pi, new session)", warm))
+    saved = statistics.median(cold) - statistics.median(warm)
+    print(f"saved per later step by keeping pi: {saved:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
