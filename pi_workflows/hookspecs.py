@@ -331,9 +331,12 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
       an :class:`~pi_workflows.records.AgentStepResult` (``{"output": ...}``).
       ``request`` is an :class:`~pi_workflows.records.AgentStepRequest`: ``prompt``
       (the authored prompt plus the step contract block: send it to the model as is),
-      ``contract`` (run, workflow, node and attempt ids, expected output) and
-      ``presentation``. ``signal`` (``pi_workflows.engine.context.AbortSignal``) is set
-      when the attempt stops being active (cancelled, paused, deadline): poll
+      ``contract`` (run, workflow, node and attempt ids, expected output),
+      ``presentation``, ``accept`` (check an output now; a rejection can go back to the
+      agent, an accepted value is the step's output), ``publish_update`` and
+      ``transcript`` (what the agent did, stored with the attempt). ``signal``
+      (``pi_workflows.engine.context.AbortSignal``) is set when the attempt stops being
+      active (cancelled, paused, deadline): poll
       ``signal.is_aborted`` or block in ``signal.wait(timeout)``, then return or raise
       promptly; an ignored signal leaves the call running but its result is refused. An exception
       fails the attempt with its message; the node's retry policy decides what follows.

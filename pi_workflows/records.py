@@ -342,6 +342,20 @@ class AgentStepRequest(TypedDict):
     prompt: str
     #: ``{statusDetail}``: a short text to show while the step runs, or None.
     presentation: dict[str, Any]
+    #: ``accept(output)`` runs the step's checks now — tolerant parsing, the node's
+    #: validator, the JSON round trip — and returns ``{"ok": True, "value": v}`` or
+    #: ``{"ok": False, "error": sentence}`` without ending the attempt, so the executor can
+    #: hand a rejection back to its agent to correct. Once a value was accepted it is the
+    #: step's output, whatever ``run_agent_step`` then returns.
+    accept: Callable[[Any], dict[str, Any]]
+    #: ``publish_update(type, key, data)`` publishes a non-completing update of this attempt
+    #: (the envelope checks and rate limit of an action's ``publish_update``); returns its
+    #: receipt ``{updateId, sequence, ...}``.
+    publish_update: Callable[[str, str, dict[str, Any]], dict[str, Any]]
+    #: a `pi_workflows.engine.agents.AgentTranscript`: ``add(kind, **fields)`` what the
+    #: agent did; the engine keeps it (bounded) with the attempt when the attempt ends in
+    #: the worker, and ``pi-workflows run transcript`` shows it.
+    transcript: Any
 
 
 class AgentStepResult(TypedDict):

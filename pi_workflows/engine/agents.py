@@ -3,22 +3,9 @@
 An interactive run asks its origin session through the store and waits; a headless run
 hands the prompt to an agent executor registered with `piw_register_agent_executors`
 (chosen by ``PI_WORKFLOWS_AGENT_EXECUTOR``, default ``command``). An executor is any
-object with ``run_agent_step(request, signal) -> {"output": ...}``.
-
-The request an executor gets (engine.md §4.1)::
-
-    {"contract": {runId, workflowName, nodeId, attemptId, expectedOutput, completion},
-     "prompt": <the full step prompt>,
-     "presentation": {"statusDetail": ...},
-     "accept": accept(output) -> {"ok": True, "value": v} | {"ok": False, "error": str},
-     "publish_update": publish_update(type, key, data) -> {updateId, sequence, ...},
-     "transcript": AgentTranscript}
-
-``accept`` runs the step's checks (tolerant parsing, the node's ``validate``, the JSON
-round trip) without ending the attempt, so an executor can hand a rejection back to its
-agent and let it correct itself; once a value was accepted, that value is the step's output
-whatever the executor returns. ``transcript`` keeps what the agent did; the engine stores it
-with the attempt when the attempt ends, however it ends.
+object with ``run_agent_step(request, signal) -> {"output": ...}``; the request
+(`pi_workflows.records.AgentStepRequest`) also carries ``accept``, ``publish_update`` and an
+`AgentTranscript` the engine stores with the attempt when it ends.
 """
 
 from __future__ import annotations
