@@ -155,7 +155,7 @@ def test_cancel_mid_step_ends_pi_and_the_command_its_tool_started(pi_host, model
 
 
 def test_a_node_timeout_mid_step_ends_pi(pi_host, model_server):
-    pi_host.harness.write_workflow("slow-step", SLOW_STEP.replace("TIMEOUT_MS", "8000"))
+    pi_host.harness.write_workflow("slow-step", SLOW_STEP.replace("TIMEOUT_MS", "15000"))
     model_server.script(Hold())
     run_id = pi_host.start_headless("slow-step")
     model_server.wait_for_requests(1, timeout=60)
@@ -169,6 +169,22 @@ def test_a_node_timeout_mid_step_ends_pi(pi_host, model_server):
     assert transcript["outcome"] == "timed_out"
     assert transcript["entries"][-1] == {**transcript["entries"][-1], "kind": "ended"}
     assert transcript["entries"][-1]["reason"] == "timeout"
+
+
+def test_pause_mid_step_ends_pi_and_resume_runs_the_step_again(pi_host, model_server):
+    model_server.script(Hold(), submit({"reply": "after the pause"}))
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    model_server.wait_for_requests(1, timeout=60)
+    processes = _pi_processes_running(pi_host)
+    pi_host.harness.cli("run", "pause", run_id)
+    for process in processes:
+        wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
+    paused = json.loads(pi_host.harness.cli("run", "status", run_id, "--json").stdout)
+    assert paused["paused"] and paused["status"] != "completed"
+    pi_host.harness.cli("run", "resume", run_id)
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"reply": "after the pause"}
 
 
 def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_host, model_server):

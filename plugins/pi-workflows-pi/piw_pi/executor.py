@@ -36,7 +36,7 @@ from pi_workflows.engine.context import AbortSignal, NodeAborted
 
 from .bridge_server import SOCKET_ENV, BridgeServer
 from .node import BRIDGE_EXTENSION, PI_COMMAND_ENV, pi_command
-from .rpc import PiProcess, PiProcessError
+from .rpc import PiProcess, PiProcessError, PiWaitStopped
 from .transcript import record_event
 
 MODEL_ENV = "PI_WORKFLOWS_PI_MODEL"
@@ -95,9 +95,13 @@ class PiSettings:
 
 
 class PiSession:
-    """A started pi with its bridge socket; serves one step at a time."""
+    """A started pi with its bridge socket; serves one step at a time.
 
-    def __init__(self, settings: PiSettings) -> None:
+    `signal` is the abort signal of the step being served: setting it ends any wait for pi.
+    """
+
+    def __init__(self, settings: PiSettings, signal: AbortSignal) -> None:
+        self.signal = signal
         self.bridge = BridgeServer()
         env = {**os.environ, SOCKET_ENV: self.bridge.path}
         try:
@@ -109,7 +113,7 @@ class PiSession:
             ) from error
         try:
             state = self._command({"type": "get_state"}, START_TIMEOUT_SECONDS)
-        except AgentExecutorError:
+        except (AgentExecutorError, NodeAborted):
             self.close()
             raise
         model = (state.get("data") or {}).get("model")
@@ -124,9 +128,11 @@ class PiSession:
 
     def _command(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
-            response = self.process.send(command, timeout)
+            response = self.process.send(command, timeout, lambda: self.signal.is_aborted)
         except PiProcessError as error:
             raise AgentExecutorError(f"pi failed: {error}") from error
+        except PiWaitStopped:
+            raise NodeAborted(f"The agent step was stopped ({self.signal.reason}).") from None
         if not response.get("success"):
             raise AgentExecutorError(
                 f"pi refused {command['type']!r}: {one_line(response.get('error'))}"
@@ -323,7 +329,7 @@ class PiExecutor:
         self._lock = threading.Lock()
 
     def run_agent_step(self, request: dict[str, Any], signal: AbortSignal) -> dict[str, Any]:
-        session = self._take_session()
+        session = self._take_session(signal)
         try:
             session.start_fresh_session()
             answer = PiStep(session, request, signal).run()
@@ -334,14 +340,15 @@ class PiExecutor:
             self._idle.append(session)
         return answer
 
-    def _take_session(self) -> PiSession:
+    def _take_session(self, signal: AbortSignal) -> PiSession:
         with self._lock:
             while self._idle:
                 session = self._idle.pop()
                 if session.process.is_running:
+                    session.signal = signal
                     return session
                 session.close()
-        return PiSession(self.settings)
+        return PiSession(self.settings, signal)
 
     def close(self) -> None:
         """End every idle pi."""

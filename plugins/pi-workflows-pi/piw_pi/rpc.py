@@ -15,6 +15,7 @@ import subprocess
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 KILL_GRACE_SECONDS = 3.0
@@ -23,6 +24,10 @@ STDERR_TAIL_BYTES = 16 * 1024
 
 class PiProcessError(Exception):
     """pi exited, or did not answer a command in time."""
+
+
+class PiWaitStopped(Exception):
+    """The caller's `should_stop` said to stop waiting for pi's answer."""
 
 
 class PiProcess:
@@ -106,8 +111,14 @@ class PiProcess:
         except (BrokenPipeError, ValueError) as error:
             raise PiProcessError(self.exit_description()) from error
 
-    def send(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send a command and wait for its response (PiProcessError on exit or timeout)."""
+    def send(
+        self,
+        command: dict[str, Any],
+        timeout: float,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Send a command and wait for its response (PiProcessError on exit or timeout,
+        PiWaitStopped as soon as `should_stop()` is true)."""
         request_id = f"piw-{uuid.uuid4().hex[:12]}"
         answers: queue.Queue[dict[str, Any]] = queue.Queue()
         self._responses[request_id] = answers
@@ -119,6 +130,8 @@ class PiProcess:
                     return answers.get(timeout=0.1)
                 except queue.Empty:
                     waited += 0.1
+                if should_stop is not None and should_stop():
+                    raise PiWaitStopped(command.get("type"))
                 if not self.is_running:
                     raise PiProcessError(self.exit_description())
                 if waited >= timeout:
