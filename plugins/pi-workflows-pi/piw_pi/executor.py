@@ -200,6 +200,9 @@ class PiStep:
                     )
                 reminders += 1
                 self._prompt(self._reminder(reminders), "reminder")
+        except NodeAborted:
+            self.transcript.add("ended", reason=self.signal.reason)
+            raise
         finally:
             self.session.bridge.handler = None
 
@@ -222,7 +225,6 @@ class PiStep:
         """Record events until the agent run ends; abort and pi's exit end the step."""
         while True:
             if self.signal.is_aborted:
-                self.transcript.add("ended", reason=self.signal.reason)
                 raise NodeAborted(f"The agent step was stopped ({self.signal.reason}).")
             self._stop_if_talking_after_accept()
             event = self.session.next_event()
