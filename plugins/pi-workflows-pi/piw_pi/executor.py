@@ -106,11 +106,9 @@ class PiSession:
         env = {**os.environ, SOCKET_ENV: self.bridge.path}
         try:
             self.process = PiProcess(settings.argv(), env, os.getcwd())
-        except OSError as error:
+        except BaseException:
             self.bridge.close()
-            raise AgentExecutorError(
-                f"Could not start pi ({settings.command[0]}): {error}; set {PI_COMMAND_ENV}."
-            ) from error
+            raise
         try:
             state = self._command({"type": "get_state"}, START_TIMEOUT_SECONDS)
         except (AgentExecutorError, NodeAborted):

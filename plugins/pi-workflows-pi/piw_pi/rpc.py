@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from pi_workflows.engine.processes import start_registered, unregister
+
 KILL_GRACE_SECONDS = 3.0
 STDERR_TAIL_BYTES = 16 * 1024
 
@@ -40,15 +42,16 @@ class PiProcess:
         self._stderr: deque[bytes] = deque()
         self._stderr_bytes = 0
         self._write_lock = threading.Lock()
-        self.process = subprocess.Popen(
+        # Its own process group, registered with the host before pi runs (SPEC §7.4a), so
+        # the host can end it if the worker cannot.
+        self.process = start_registered(
             argv,
-            stdin=subprocess.PIPE,
+            kind="agent",
+            keep_stdin=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             cwd=cwd,
-            # Its own group, so ending the step ends pi and everything pi started with it.
-            start_new_session=True,
         )
         self._readers = [
             threading.Thread(target=self._read_stdout, name="pi-rpc-stdout", daemon=True),
@@ -160,6 +163,7 @@ class PiProcess:
                 pass
         _signal_group(self.pid, signal.SIGKILL)
         self.process.wait()
+        unregister(self.process)
         for reader in self._readers:
             reader.join(timeout=1.0)
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
