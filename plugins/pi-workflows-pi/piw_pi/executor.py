@@ -111,7 +111,7 @@ class PiSession:
             raise
         try:
             state = self._command({"type": "get_state"}, START_TIMEOUT_SECONDS)
-        except (AgentExecutorError, NodeAborted):
+        except BaseException:
             self.close()
             raise
         model = (state.get("data") or {}).get("model")
