@@ -14,7 +14,10 @@ from pi_workflows.storage import open_state, put_json
 
 
 def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()):
-    for name, command in sorted(group.commands.items()):
+    # The root group loads built-in commands on demand: ask it, not its dict.
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
         yield (*prefix, name), command
         if isinstance(command, click.Group):
             yield from _command_paths(command, (*prefix, name))

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .. import plugins
+if TYPE_CHECKING:
+    from ..storage import StateStore
+
 from ..client import WorkflowClient
 from ..home import DATABASE_ENV, Home, resolve_home
-from ..storage import StateStore, open_state
 
 
 @dataclass
@@ -33,6 +34,8 @@ class CliContext:
     def store(self) -> StateStore:
         """Open the state database on first use (commands that need no state never do)."""
         if self._store is None:
+            from ..storage import open_state
+
             self._store = open_state(self.home, self.database_url)
         return self._store
 
@@ -54,7 +57,11 @@ class CliContext:
     def _warn_if_plugins_differ(client: WorkflowClient) -> None:
         """Say so when the host loaded other plugins than this command (installed since)."""
         hello = client.hello
-        if hello is None or hello.get("pluginSet") in (None, plugins.plugin_set_digest()):
+        if hello is None or hello.get("pluginSet") is None:
+            return
+        from .. import plugins
+
+        if hello["pluginSet"] == plugins.plugin_set_digest():
             return
         click.echo(
             "pi-workflows: warning: the running host loaded a different set of plugins than "

@@ -2,34 +2,68 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from typing import Any
 
 import click
 
-from .. import __version__, plugins
+from .. import __version__
 from ..errors import PiWorkflowsError
 from ..home import HOME_ENV
-from .checkpoint_commands import checkpoint_group
-from .context import CliContext, database_url_from
-from .decision_commands import decision_group
-from .effects_commands import effects_group
-from .host_commands import host_group
-from .plugins_command import plugins_command
-from .run_commands import run_group
-from .session_commands import session_group
-from .state_commands import state_group
-from .workflows_command import workflows_command
+
+# Built-in commands, imported only when invoked (or listed): `--version` or `run list`
+# must not pay for the storage layer, the engine or plugin discovery.
+BUILTIN_COMMANDS = {
+    "host": "host_commands:host_group",
+    "run": "run_commands:run_group",
+    "plugins": "plugins_command:plugins_command",
+    "state": "state_commands:state_group",
+    "workflows": "workflows_command:workflows_command",
+    "checkpoint": "checkpoint_commands:checkpoint_group",
+    "decision": "decision_commands:decision_group",
+    "effects": "effects_commands:effects_group",
+    "session": "session_commands:session_group",
+}
 
 
 class PiWorkflowsGroup(click.Group):
-    """Turns the project's errors into one-line messages with exit status 1."""
+    """Turns the project's errors into one-line messages with exit status 1.
+
+    Built-in commands load on first use; plugins are asked for their commands
+    (`piw_register_commands`) only when a name is not built in, when commands are
+    listed, or for `plugins` itself, which reports what plugins did.
+    """
+
+    _plugin_commands_loaded = False
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except PiWorkflowsError as error:
             raise click.ClickException(str(error)) from error
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in BUILTIN_COMMANDS:
+            module, attribute = BUILTIN_COMMANDS[cmd_name].split(":")
+            imported = importlib.import_module(f"{__package__}.{module}")
+            self.add_command(getattr(imported, attribute), cmd_name)
+        if cmd_name not in BUILTIN_COMMANDS or cmd_name == "plugins":
+            self.load_plugin_commands()
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self.load_plugin_commands()
+        return sorted(set(self.commands) | set(BUILTIN_COMMANDS))
+
+    def load_plugin_commands(self) -> None:
+        if self._plugin_commands_loaded:
+            return
+        self._plugin_commands_loaded = True
+        from .. import plugins
+
+        for failure in plugins.register_commands(self):
+            print(f"pi-workflows: warning: {failure}", file=sys.stderr)
 
 
 @click.group(cls=PiWorkflowsGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -53,23 +87,12 @@ class PiWorkflowsGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, home: str | None, database: str | None, no_autostart: bool) -> None:
     """pi-workflows: a durable host for multi-step agent workflows."""
+    from .context import CliContext, database_url_from
+
     state = CliContext(home, database_url_from(database), autostart=not no_autostart)
     ctx.obj = state
     ctx.call_on_close(state.close)
 
 
-cli.add_command(host_group)
-cli.add_command(run_group)
-cli.add_command(plugins_command)
-cli.add_command(state_group)
-cli.add_command(workflows_command)
-cli.add_command(checkpoint_group)
-cli.add_command(decision_group)
-cli.add_command(effects_group)
-cli.add_command(session_group)
-
-
 def main(argv: list[str] | None = None) -> None:
-    for failure in plugins.register_commands(cli):
-        print(f"pi-workflows: warning: {failure}", file=sys.stderr)
     cli.main(args=argv, prog_name="pi-workflows")
