@@ -17,8 +17,6 @@ from ..errors import InvalidInputError
 from .context import CliContext, emit_json, json_option, pass_cli
 from .progress_display import ProgressDisplay
 
-SUCCESSFUL_WAIT_STATUSES = ("completed", "waiting")
-
 
 @click.group("run")
 def run_group() -> None:
@@ -71,6 +69,7 @@ def start_command(
 ) -> None:
     """Start WORKFLOW (optionally with TASK text as input) and print its run id."""
     from ..client.start_request import start_payload
+    from ..client.workflow_client import run_succeeded
 
     run_input = _parse_input(input_json, task)
     project_path = (project or Path.cwd()).resolve()
@@ -102,7 +101,7 @@ def start_command(
         emit_json(final)
     else:
         _print_outcome(final)
-    if final["status"] not in SUCCESSFUL_WAIT_STATUSES:
+    if not run_succeeded(final):
         sys.exit(1)
 
 

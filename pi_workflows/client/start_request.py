@@ -1,8 +1,9 @@
 """Building a `run.start` payload: the client resolves the workflow, the host never does.
 
-Workflow modules run user code, so they are imported here (a client or resolver
-process) and in workers, never in the host; the host only stores the source identity
-and digest, and the worker verifies both before it runs anything.
+Workflow modules run user code, so they are imported in a child of the client (under a
+deadline and a memory limit, see `discovery.isolation`) and in workers, never in the
+host; the host only stores the source identity and digest, and the worker verifies both
+before it runs anything.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..discovery import find
+from ..discovery import describe_one
 from ..errors import WorkflowDefinitionError
 
 
@@ -23,20 +24,22 @@ def start_payload(
 ) -> dict[str, Any]:
     """The `run.start` payload for `workflow_name` as seen from `project`."""
     project = project.resolve()
-    entry = find(workflow_name, project)
-    if entry.definition is None or entry.source is None:
-        raise WorkflowDefinitionError(entry.error or f"Workflow {workflow_name!r} is broken.")
+    entry = describe_one(workflow_name, project)
+    if entry.get("error") or entry.get("source") is None:
+        raise WorkflowDefinitionError(
+            entry.get("error") or f"Workflow {workflow_name!r} is broken."
+        )
     payload: dict[str, Any] = {
-        "workflowName": entry.name,
-        "workflowRef": entry.name,
-        "workflowSource": entry.source,
-        "definitionDigest": entry.definition.definition_digest,
+        "workflowName": entry["name"],
+        "workflowRef": entry["name"],
+        "workflowSource": entry["source"],
+        "definitionDigest": entry["definitionDigest"],
         "projectPath": str(project),
         "input": {} if run_input is None else run_input,
         "executionMode": "interactive" if session_id else "headless",
     }
     if session_id:
         payload["originSessionId"] = session_id
-    if isinstance(entry.definition.presentation_prompt, str):
-        payload["presentationPrompt"] = entry.definition.presentation_prompt
+    if isinstance(entry.get("presentationPrompt"), str):
+        payload["presentationPrompt"] = entry["presentationPrompt"]
     return payload

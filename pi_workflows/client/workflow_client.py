@@ -14,6 +14,28 @@ from .connection import HostConnection, RequestFailed, Response
 TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
 
+def run_is_held(status: dict[str, Any]) -> bool:
+    """Parked with an error code (no progress, crash loop, changed source, ambiguous
+    effect): nothing moves until an operator acts."""
+    return status["queueStatus"] == "parked" and status.get("errorCode") is not None
+
+
+def run_has_settled(status: dict[str, Any]) -> bool:
+    """Nothing more happens without someone: terminal, waiting for input, or held."""
+    return (
+        status["status"] in TERMINAL_STATUSES
+        or status["status"] == "waiting"
+        or run_is_held(status)
+    )
+
+
+def run_succeeded(status: dict[str, Any]) -> bool:
+    """Exit 0 material: completed, or waiting at a checkpoint or decision (not held)."""
+    if status["status"] == "completed":
+        return True
+    return status["status"] == "waiting" and not run_is_held(status)
+
+
 class WorkflowClient:
     """Talks to the host of one home; starts it on demand unless `autostart=False`."""
 
@@ -133,8 +155,8 @@ class WorkflowClient:
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         poll_s: float = 0.05,
     ) -> dict[str, Any]:
-        """Poll `run.status` until the run is terminal or waiting (or `until` says so)."""
-        until = until or (lambda s: s["status"] in TERMINAL_STATUSES or s["status"] == "waiting")
+        """Poll `run.status` until the run is terminal, waiting or held (or `until` says so)."""
+        until = until or run_has_settled
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         last_status = None
         while True:
@@ -146,7 +168,7 @@ class WorkflowClient:
             last_status = status["status"]
             if deadline is not None and time.monotonic() >= deadline:
                 raise RunWaitTimedOut(
-                    f"Run {run_id} is still {status['status']} after {timeout_s:g} s; "
-                    f"check it with 'pi-workflows run status {run_id}'."
+                    f"Run {run_id} is still {status['status']} after waiting {timeout_s:g} s; "
+                    f"it goes on in the host: check it with 'pi-workflows run status {run_id}'."
                 )
             time.sleep(poll_s)

@@ -24,6 +24,7 @@ from .. import plugins
 from ..authoring import Workflow
 from ..canonical import sha256_hex
 from ..errors import PiWorkflowsError, WorkflowDefinitionError, WorkflowSourceChangedError
+from .isolation import describe_isolated
 from .loader import (
     WORKFLOW_SUFFIX,
     check_definition_object,
@@ -32,7 +33,9 @@ from .loader import (
     load_workflow_file,
 )
 
-RESOLVER_TIMEOUT_SECONDS = 60.0
+RESOLVER_TIMEOUT_SECONDS = 120.0
+# The resolver process dies with the process that asked it (PR_SET_PDEATHSIG).
+PARENT_PID_ENV = "PI_WORKFLOWS_RESOLVER_PARENT"
 
 
 @dataclass(frozen=True)
@@ -77,37 +80,41 @@ def registered_workflows() -> list[DiscoveredWorkflow]:
     return found
 
 
-def _from_directories(project: Path) -> list[DiscoveredWorkflow]:
-    found: list[DiscoveredWorkflow] = []
+def workflow_files(project: Path) -> dict[str, Path]:
+    """Workflow files visible from `project` by command name, the first directory winning."""
+    files: dict[str, Path] = {}
     for directory in plugins.workflow_dirs(project):
         if not directory.is_dir():
             continue
         for path in sorted(directory.iterdir()):
-            if not path.name.endswith(WORKFLOW_SUFFIX) or not path.is_file():
-                continue
-            source = None
-            try:
-                content = path.read_bytes()
-                source = {
-                    "kind": "file",
-                    "path": str(path.resolve()),
-                    "hash": sha256_hex(content),
-                }
-                definition = definition_from_bytes(path.resolve(), content)
-            except OSError as error:
-                found.append(DiscoveredWorkflow(command_name(path), None, error=str(error)))
-                continue
-            except WorkflowDefinitionError as error:
-                found.append(DiscoveredWorkflow(command_name(path), source, error=str(error)))
-                continue
-            found.append(DiscoveredWorkflow(command_name(path), source, definition))
-    return found
+            if path.name.endswith(WORKFLOW_SUFFIX) and path.is_file():
+                files.setdefault(command_name(path), path)
+    return files
+
+
+def load_file(name: str, path: Path) -> DiscoveredWorkflow:
+    """Load one workflow file in this process (it runs the file's code)."""
+    source = None
+    try:
+        content = path.read_bytes()
+        source = {"kind": "file", "path": str(path.resolve()), "hash": sha256_hex(content)}
+        definition = definition_from_bytes(path.resolve(), content)
+    except OSError as error:
+        return DiscoveredWorkflow(name, None, error=str(error))
+    except WorkflowDefinitionError as error:
+        return DiscoveredWorkflow(name, source, error=str(error))
+    return DiscoveredWorkflow(name, source, definition)
 
 
 def discover(project: Path) -> list[DiscoveredWorkflow]:
-    """Every workflow visible from `project`, first name wins, broken ones included."""
-    winners: dict[str, DiscoveredWorkflow] = {}
-    for entry in [*_from_directories(project.resolve()), *registered_workflows()]:
+    """Every workflow visible from `project`, first name wins, broken ones included.
+
+    Loads every file in this process; clients use :func:`describe_all` instead.
+    """
+    winners = {
+        name: load_file(name, path) for name, path in workflow_files(project.resolve()).items()
+    }
+    for entry in registered_workflows():
         winners.setdefault(entry.name, entry)
     return list(winners.values())
 
@@ -116,9 +123,37 @@ def find(name: str, project: Path) -> DiscoveredWorkflow:
     for entry in discover(project):
         if entry.name == name:
             return entry
+    return _not_found(name)
+
+
+def _not_found(name: str) -> DiscoveredWorkflow:
     return DiscoveredWorkflow(
         name, None, error=f"No workflow named {name!r}; see 'pi-workflows workflows'."
     )
+
+
+def _describe_file(name: str, path: Path) -> dict[str, Any]:
+    return load_file(name, path).describe()
+
+
+def describe_one(name: str, project: Path) -> dict[str, Any]:
+    """The description of workflow `name`, loading only its own file, in a child process."""
+    path = workflow_files(project.resolve()).get(name)
+    if path is not None:
+        return describe_isolated(name, path, _describe_file)
+    entry = next((e for e in registered_workflows() if e.name == name), None)
+    return (entry or _not_found(name)).describe()
+
+
+def describe_all(project: Path) -> list[dict[str, Any]]:
+    """Every workflow visible from `project`, each file loaded in its own child process."""
+    described = {
+        name: describe_isolated(name, path, _describe_file)
+        for name, path in workflow_files(project.resolve()).items()
+    }
+    for entry in registered_workflows():
+        described.setdefault(entry.name, entry.describe())
+    return list(described.values())
 
 
 def load_from_source(source: dict[str, Any], definition_digest: str | None = None) -> Workflow:
@@ -170,18 +205,24 @@ def load_from_source(source: dict[str, Any], definition_digest: str | None = Non
 
 def _resolver(arguments: list[str], project: Path) -> Any:
     package_root = str(Path(__file__).resolve().parent.parent.parent)
-    env = dict(os.environ)
+    env = dict(os.environ, **{PARENT_PID_ENV: str(os.getpid())})
     # The resolver must import this same pi_workflows, even from a source tree.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    completed = subprocess.run(
-        [sys.executable, "-m", "pi_workflows.discovery", *arguments, "--project", str(project)],
-        cwd=str(project),
-        env=env,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=RESOLVER_TIMEOUT_SECONDS,
-    )
+    try:
+        completed = subprocess.run(
+            [sys.executable, "-m", "pi_workflows.discovery", *arguments, "--project", str(project)],
+            cwd=str(project),
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=RESOLVER_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired:
+        raise WorkflowDefinitionError(
+            f"Discovering the workflows of {project} took over {RESOLVER_TIMEOUT_SECONDS:g} s; "
+            "see which files are slow with 'pi-workflows workflows'."
+        ) from None
     try:
         return json.loads(completed.stdout)
     except ValueError:
@@ -195,7 +236,7 @@ def resolve_in_subprocess(name: str, project: Path | str) -> dict[str, Any]:
     """`{name, source, definitionDigest, presentationPrompt?}` or `{name, source, error}`."""
     try:
         return _resolver(["resolve", name], Path(project).resolve())
-    except (WorkflowDefinitionError, subprocess.TimeoutExpired) as error:
+    except WorkflowDefinitionError as error:
         return {"name": name, "source": None, "error": str(error)}
 
 
@@ -206,6 +247,8 @@ def list_in_subprocess(project: Path | str) -> list[dict[str, Any]]:
 
 __all__ = [
     "DiscoveredWorkflow",
+    "describe_all",
+    "describe_one",
     "discover",
     "find",
     "list_in_subprocess",

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from . import discover, find
+from ..parent_death import die_with_parent
+from . import PARENT_PID_ENV, describe_all, describe_one
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,11 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     listing = commands.add_parser("list", help="list every workflow")
     listing.add_argument("--project", default=".")
     arguments = parser.parse_args(argv)
+    if os.environ.get(PARENT_PID_ENV):
+        die_with_parent(int(os.environ[PARENT_PID_ENV]))
     project = Path(arguments.project).resolve()
     if arguments.command == "resolve":
-        answer = find(arguments.name, project).describe()
+        answer = describe_one(arguments.name, project)
     else:
-        answer = [entry.describe() for entry in discover(project)]
+        answer = describe_all(project)
     json.dump(answer, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
     return 0

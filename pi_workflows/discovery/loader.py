@@ -52,6 +52,12 @@ def definition_from_bytes(path: Path, content: bytes) -> Workflow:
         exec(code, module.__dict__)
     except WorkflowDefinitionError as error:
         raise WorkflowDefinitionError(f"{path}: {_one_line(str(error))}") from None
+    except SystemExit as error:
+        raise WorkflowDefinitionError(
+            f"{path}: called sys.exit({error.code!r}) while loading"
+        ) from None
+    except MemoryError:
+        raise WorkflowDefinitionError(f"{path}: ran out of memory while loading") from None
     except Exception as error:
         raise WorkflowDefinitionError(
             f"{path}: {type(error).__name__} while loading: {_one_line(str(error))}"

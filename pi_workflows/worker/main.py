@@ -70,7 +70,8 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
     from ..discovery import load_from_source
     from ..engine import execute_command
 
-    ready = pipe.call("worker.ready", {}, control=True)
+    # Load before saying ready: the host's startup deadline then also stops a worker
+    # whose workflow hangs at import.
     try:
         definition = load_from_source(envelope["workflowSource"], envelope["definitionDigest"])
     except WorkflowSourceChangedError as error:
@@ -86,6 +87,7 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
             control=True,
         )
         return EXIT_FAILED
+    ready = pipe.call("worker.ready", {}, control=True)
     backend = HostRunBackend(pipe)
     outcome = execute_command(definition, backend, ready["command"])
     pipe.call("worker.exiting", {"status": outcome["status"]}, control=True)

@@ -57,8 +57,11 @@ class Impostor:
     def __init__(self, socket_path: Path, record: Path, *, as_user: str | None, drop_uid: int):
         command = [sys.executable, "-c", IMPOSTOR, str(socket_path), str(record), str(drop_uid)]
         if as_user is not None:
-            # A plain interpreter: the other user cannot read this checkout's venv.
-            command = ["runuser", "-u", as_user, "--", "/usr/bin/python3"]
+            # setpriv execs (no parent left behind to kill); a plain interpreter, as the
+            # other user cannot read this checkout's venv.
+            user = pwd.getpwnam(as_user)
+            command = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}"]
+            command += ["--clear-groups", "/usr/bin/python3"]
             command += ["-c", IMPOSTOR, str(socket_path), str(record), str(drop_uid)]
         self.record = record
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
