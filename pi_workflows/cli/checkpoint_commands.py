@@ -1,13 +1,11 @@
-"""`pi-workflows checkpoint answer RUN --input-json JSON`."""
+"""`pi-workflows checkpoint answer RUN --input-json JSON | --input-file PATH`."""
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from ..errors import InvalidInputError
 from .context import CliContext, emit_json, json_option, pass_cli
+from .json_input import NOTHING, input_options, read_json_input
 
 
 @click.group("checkpoint")
@@ -17,17 +15,16 @@ def checkpoint_group() -> None:
 
 @checkpoint_group.command("answer")
 @click.argument("run_id")
-@click.option("--input-json", required=True, help="The answer, as a JSON value.")
+@input_options
 @json_option
 @pass_cli
-def answer_command(cli_ctx: CliContext, run_id: str, input_json: str, as_json: bool) -> None:
+def answer_command(
+    cli_ctx: CliContext, run_id: str, input_json: str | None, input_file: str | None, as_json: bool
+) -> None:
     """Answer RUN_ID's checkpoint; a continuation run carries the answer on."""
-    try:
-        answer = json.loads(input_json)
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(
-            f"--input-json is not valid JSON ({error.msg} at position {error.pos})."
-        ) from None
+    answer = read_json_input(input_json, input_file, "The checkpoint answer")
+    if answer is NOTHING:
+        raise click.UsageError("Give the answer with --input-json or --input-file.")
     receipt = cli_ctx.client().answer_checkpoint(run_id, answer)
     if as_json:
         emit_json(receipt)

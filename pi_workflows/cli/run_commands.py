@@ -13,8 +13,9 @@ from typing import Any
 import click
 
 from ..client.run_follower import follow_run
-from ..errors import InvalidInputError
+from ..client.workflow_client import run_succeeded
 from .context import CliContext, emit_json, json_option, pass_cli
+from .json_input import NOTHING, input_options, read_json_input
 from .progress_display import ProgressDisplay
 
 
@@ -23,15 +24,10 @@ def run_group() -> None:
     """Start, list, inspect and control workflow runs."""
 
 
-def _parse_input(input_json: str | None, task: tuple[str, ...]) -> Any:
-    if input_json is not None:
-        try:
-            return json.loads(input_json)
-        except json.JSONDecodeError as error:
-            raise InvalidInputError(
-                f"--input-json is not valid JSON ({error.msg} at position {error.pos}); "
-                'quote it, e.g. --input-json \'{"name": "Ada"}\'.'
-            ) from None
+def _parse_input(input_json: str | None, input_file: str | None, task: tuple[str, ...]) -> Any:
+    value = read_json_input(input_json, input_file, "The run's input")
+    if value is not NOTHING:
+        return value
     if task:
         return {"task": " ".join(task)}
     return {}
@@ -40,7 +36,7 @@ def _parse_input(input_json: str | None, task: tuple[str, ...]) -> Any:
 @run_group.command("start")
 @click.argument("workflow")
 @click.argument("task", nargs=-1)
-@click.option("--input-json", default=None, help="The run's input as a JSON value.")
+@input_options
 @click.option(
     "--project",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -59,6 +55,7 @@ def start_command(
     workflow: str,
     task: tuple[str, ...],
     input_json: str | None,
+    input_file: str | None,
     project: Path | None,
     session_id: str | None,
     headless: bool,
@@ -69,9 +66,8 @@ def start_command(
 ) -> None:
     """Start WORKFLOW (optionally with TASK text as input) and print its run id."""
     from ..client.start_request import start_payload
-    from ..client.workflow_client import run_succeeded
 
-    run_input = _parse_input(input_json, task)
+    run_input = _parse_input(input_json, input_file, task)
     project_path = (project or Path.cwd()).resolve()
     interactive = session_id is not None and not headless
     payload = start_payload(
@@ -144,7 +140,7 @@ def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_js
 
     One line per node attempt, per published update and per change of what holds the
     run; a spinner shows the current step on a terminal. Exit status 0 when the run is
-    completed or waiting, 1 otherwise.
+    completed or waits at a checkpoint or decision, 1 otherwise (a held run included).
     """
     if as_json:
 
@@ -155,7 +151,7 @@ def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_js
     else:
         display = ProgressDisplay(sys.stdout, live=sys.stdout.isatty())
         last = _follow(cli_ctx, run_id, display.show, display.tick, timeout)
-    if last["status"]["status"] not in SUCCESSFUL_WAIT_STATUSES:
+    if not run_succeeded(last["status"]):
         sys.exit(1)
 
 

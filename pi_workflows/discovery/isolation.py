@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import PiWorkflowsError
+from ..env_settings import positive_number
 from ..parent_death import die_with_parent
 
 TIMEOUT_ENV = "PI_WORKFLOWS_DISCOVERY_TIMEOUT_S"
@@ -28,25 +28,12 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MB = 2048
 
 
-def _positive_setting(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = 0.0
-    if value <= 0:
-        raise PiWorkflowsError(f"{name} must be a positive number, got {raw!r}.")
-    return value
-
-
 def load_timeout_s() -> float:
-    return _positive_setting(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+    return positive_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
 
 
 def memory_limit_bytes() -> int:
-    return int(_positive_setting(MEMORY_ENV, DEFAULT_MEMORY_MB) * 1024 * 1024)
+    return int(positive_number(MEMORY_ENV, DEFAULT_MEMORY_MB) * 1024 * 1024)
 
 
 def describe_isolated(

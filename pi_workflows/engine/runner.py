@@ -20,7 +20,7 @@ from typing import Any
 
 from ..authoring import Workflow, validate_graph
 from ..authoring.nodes import Node
-from ..canonical import canonical_json, is_json_value
+from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import (
     ClaimLostError,
@@ -30,6 +30,7 @@ from ..errors import (
     WorkflowDefinitionError,
     WorkflowSourceChangedError,
 )
+from ..limits import MAX_OUTPUT_BYTES, checked_json
 from .agents import (
     AgentExecutor,
     AgentTranscript,
@@ -145,10 +146,9 @@ def _describe(error: BaseException) -> str:
 
 
 def _as_json(value: Any, what: str) -> Any:
-    """`value` as it survives a JSON round trip; tuples become lists, the rest is refused."""
-    if not is_json_value(value):
-        raise InvalidInputError(f"{what} is not a JSON value: {value!r:.200}")
-    return json.loads(canonical_json(value))
+    """`value` as it survives a JSON round trip; tuples become lists, the rest is refused,
+    and so is a value over the output limits (docs/operations.md)."""
+    return json.loads(checked_json(value, what, MAX_OUTPUT_BYTES))
 
 
 class Engine:

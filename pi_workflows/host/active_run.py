@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .run_progress import ProgressMark
 from .supervisor import WorkerSupervisor
 
 
@@ -14,8 +15,8 @@ class ActiveRun:
     generation: int
     worker_epoch: str
     supervisor: WorkerSupervisor | None
-    # Revision at launch and at worker.ready: no commit past it means no progress.
-    launch_progress_revision: int
+    # The run's progress at launch: an exit that leaves it unchanged made no progress.
+    progress: ProgressMark
     # Set when the host itself decided the outcome (cancel, pause, handoff): no recovery.
     control: str | None = None
     exiting: bool = False

@@ -21,7 +21,7 @@ import socket
 import psutil
 
 from ..builtin.launch import LAUNCH_ENV, worker_argv, worker_pythonpath
-from ..protocol.framing import MAX_FRAME_BYTES
+from ..protocol.framing import MAX_WORKER_FRAME_BYTES
 from ..records import WorkerProcessSpec
 
 FORK_SERVER_ENV = "PI_WORKFLOWS_FORK_SERVER"
@@ -199,7 +199,7 @@ class ForkServer:
 
 async def _reader_for(fd: int) -> asyncio.StreamReader:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_FRAME_BYTES + 1)
+    reader = asyncio.StreamReader(limit=MAX_WORKER_FRAME_BYTES + 1)
     await loop.connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..clock import now_ms
 from ..errors import AnswerNotAllowedError, InvalidInputError, NotFoundError, PiWorkflowsError
 from ..home import config_dir
+from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
 from ..storage import decision_records, read_json
@@ -212,6 +213,7 @@ class HumanDecisions:
         run_id = request.target_run_id()
         parent = get_run(run_id)
         answer = request.payload.get("input")
+        checked_json(answer, "The checkpoint answer", MAX_INPUT_BYTES)
         continuation_id = decision_records.continuation_id_for_checkpoint(run_id)
         receipt = {"parentRunId": run_id, "runId": continuation_id}
         if Run.get_or_none(Run.run_id == continuation_id) is not None:

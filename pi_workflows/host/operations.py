@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..clock import now_ms
 from ..errors import InvalidInputError, PiWorkflowsError
+from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
 from ..storage import effects, record_run_change, run_claims
@@ -175,6 +176,8 @@ class Operations:
                     "wait for it to finish or cancel it before starting another.",
                 )
         prompt = payload.get("presentationPrompt")
+        run_input = payload.get("input", {})
+        checked_json(run_input, "The run's input", MAX_INPUT_BYTES)
         run_id = new_run_id(name)
         create_run(
             run_id=run_id,
@@ -183,7 +186,7 @@ class Operations:
             workflow_source=source,
             definition_digest=_text(payload, "definitionDigest"),
             project_path=project,
-            input=payload.get("input", {}),
+            input=run_input,
             actor=f"client:{request.client_id}",
             execution_mode=mode,
             origin_session_id=session if mode == "interactive" else None,
@@ -375,12 +378,15 @@ class Operations:
             "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
             "parkedRuns": queue_counts.get("parked", 0),
             "waitingRuns": Run.select().where(Run.status == "waiting").count(),
-            "blockedRuns": len(host.blocked_runs),
+            # Durable: a held run's queue row carries its error code across restarts.
+            "blockedRuns": RunQueue.select()
+            .where((RunQueue.status == "parked") & RunQueue.error_code.is_null(False))
+            .count(),
             "expiredClaims": expired_claims,
             "pendingInteractions": InteractiveRequest.select()
             .where(InteractiveRequest.status == "pending")
             .count(),
-            "ambiguousEffects": Effect.select().where(Effect.status == "ambiguous").count(),
+            "ambiguousEffects": _ambiguous_effects(),
             "lifecycleContradictions": _lifecycle_contradictions(),
             "claimPassFailure": host.claim_pass_failure,
             **host_profile(host.home, host.database_url),
@@ -397,6 +403,20 @@ ALLOWED_QUEUE_FOR_RUN = {
     "timed_out": ("failed",),
     "cancelled": ("cancelled",),
 }
+
+
+def _ambiguous_effects() -> int:
+    """Effects an operator must settle: ambiguous ones, and ones left `applying` by a
+    worker that is gone (their run is no longer running)."""
+    return (
+        Effect.select()
+        .join(RunQueue, on=(RunQueue.run == Effect.run))
+        .where(
+            (Effect.status == "ambiguous")
+            | ((Effect.status == "applying") & RunQueue.status.not_in(("starting", "running")))
+        )
+        .count()
+    )
 
 
 def _lifecycle_contradictions() -> int:

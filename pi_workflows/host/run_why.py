@@ -17,7 +17,7 @@ from typing import Any
 
 from ..clock import now_ms
 from ..protocol.client_messages import ClientRequest
-from ..storage import effects, read_json, read_text
+from ..storage import effects, read_json, read_text, run_claims
 from ..storage.models import (
     TERMINAL_RUN_STATUSES,
     Event,
@@ -35,7 +35,7 @@ from .features import feature_hook
 from .operations import OperationTable
 from .services import HostServices
 
-NO_RETRY_CODES = ("workerNoProgress", "workflowSourceChanged")
+NO_RETRY_CODES = run_claims.NEVER_AUTO_CLAIMED
 # Holds that end only when someone acts: a follower (`run watch`) stops at them.
 OPERATOR_HOLDS = ("paused", "effectAmbiguous", *NO_RETRY_CODES)
 

@@ -27,7 +27,7 @@ from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, effects, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_records
-from . import epoch_lease, process_groups
+from . import epoch_lease, process_groups, run_progress
 from .active_run import ActiveRun
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
@@ -114,6 +114,7 @@ class Host:
         self.database_url = database_url
         self.timings = timings or HostTimings.from_env()
         self.max_workers = max_workers or max_workers_setting()
+        self.max_node_crashes = run_progress.max_node_crashes()
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
         self.epoch_lease: epoch_lease.EpochLease | None = None
@@ -381,6 +382,7 @@ class Host:
         }
         with self.store.transaction():
             revision = Run.get_by_id(run_id).revision
+            progress = run_progress.progress_mark(run_id)
             RunWorker.create(
                 worker_epoch=worker_epoch,
                 run=run_id,
@@ -391,7 +393,7 @@ class Host:
                 status="starting",
                 started_at=now_ms(),
             )
-        active = ActiveRun(run_id, token, generation, worker_epoch, None, revision)
+        active = ActiveRun(run_id, token, generation, worker_epoch, None, progress)
         self.active_runs[run_id] = active
         self.pending_claims.pop(run_id, None)
         try:
@@ -464,7 +466,8 @@ class Host:
         with self.store.transaction():
             if not run_claims.verify_claim(run_id, token, active.generation):
                 return
-            made_progress = Run.get_by_id(run_id).revision > active.launch_progress_revision
+            # Measured before effect recovery, which writes bookkeeping of its own.
+            made_progress = run_progress.progress_mark(run_id) != active.progress
             in_doubt = effects.recover_interrupted(run_id, active.generation)
             if in_doubt:
                 self.blocked_runs.add(run_id)
@@ -488,6 +491,18 @@ class Host:
                     self.store.after_commit(
                         lambda: self.after_run_stopped(run_id, old_status, "failed")
                     )
+                return
+            node, deaths = run_progress.deaths_at_current_node(run_id, self.max_node_crashes)
+            if deaths >= self.max_node_crashes:
+                self.blocked_runs.add(run_id)
+                run_claims.park_for_crash_loop(
+                    run_id,
+                    token,
+                    f"The workflow killed its worker {deaths} times in a row at node {node!r} "
+                    f"(last worker {outcome}); fix the node, then run 'pi-workflows run resume "
+                    f"{run_id}' or cancel the run",
+                )
+                log.warning("run parked: a node killed %d workers in a row", deaths)
                 return
             if not made_progress:
                 self.blocked_runs.add(run_id)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame
+from ..protocol.framing import MAX_WORKER_FRAME_BYTES, FrameError, decode_frame, encode_frame
 from ..records import WorkerProcessSpec
 from .forkserver import ForkedWorker, ForkServer
 
@@ -75,7 +75,7 @@ class WorkerSupervisor:
             cwd=self.spec.cwd,
             env=env,
             start_new_session=True,  # own process group: stop() signals the whole tree
-            limit=MAX_FRAME_BYTES + 1,
+            limit=MAX_WORKER_FRAME_BYTES + 1,
         )
 
     async def run(self) -> WorkerExit:
@@ -110,13 +110,13 @@ class WorkerSupervisor:
             try:
                 line = await self.process.stdout.readline()
             except (ValueError, asyncio.LimitOverrunError):
-                self.note("worker sent a protocol line over 1 MiB")
+                self.note("worker sent a protocol line over 64 MiB")
                 self.stop("crashed")
                 return
             if not line:
                 return
             try:
-                message = decode_frame(line)
+                message = decode_frame(line, MAX_WORKER_FRAME_BYTES)
                 reply = await self.handler(message)
             except FrameError as error:
                 self.note(f"bad worker frame: {error}")
@@ -130,7 +130,7 @@ class WorkerSupervisor:
             if reply is None:
                 continue
             with contextlib.suppress(ConnectionError, BrokenPipeError):
-                self.process.stdin.write(encode_frame(reply))
+                self.process.stdin.write(encode_frame(reply, MAX_WORKER_FRAME_BYTES))
                 await self.process.stdin.drain()
 
     async def _collect_stderr(self) -> None:

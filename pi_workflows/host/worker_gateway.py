@@ -121,7 +121,6 @@ class WorkerGateway:
             run_claims.mark_running(active.run_id, active.claim_token)
             record = run_record(active.run_id)
             timed_out = run_state.timed_out_interaction_attempt(active.run_id)
-        active.launch_progress_revision = record.revision
         if active.supervisor is not None:
             active.supervisor.ready.set()
         try:

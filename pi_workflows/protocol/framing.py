@@ -8,6 +8,9 @@ from typing import Any
 from ..canonical import canonical_json
 
 MAX_FRAME_BYTES = 1024 * 1024  # including the newline
+# Host <-> worker pipes carry whole run snapshots (every node output up to the limits of
+# pi_workflows.limits), so their lines may be longer than client frames.
+MAX_WORKER_FRAME_BYTES = 64 * 1024 * 1024
 MAX_ERROR_CHARS = 1000
 MAX_ID_BYTES = 256
 
@@ -16,19 +19,23 @@ class FrameError(ValueError):
     """A frame that cannot be accepted; the connection that sent it is closed."""
 
 
-def encode_frame(message: dict[str, Any]) -> bytes:
+def encode_frame(message: dict[str, Any], limit: int = MAX_FRAME_BYTES) -> bytes:
     data = canonical_json(message).encode("utf-8") + b"\n"
-    if len(data) > MAX_FRAME_BYTES:
-        raise FrameError("Protocol message exceeds 1 MiB")
+    if len(data) > limit:
+        raise FrameError(f"Protocol message exceeds {limit // (1024 * 1024)} MiB")
     return data
 
 
-def decode_frame(line: bytes) -> dict[str, Any]:
-    if len(line) > MAX_FRAME_BYTES:
-        raise FrameError("Protocol message exceeds 1 MiB")
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_frame(line: bytes, limit: int = MAX_FRAME_BYTES) -> dict[str, Any]:
+    if len(line) > limit:
+        raise FrameError(f"Protocol message exceeds {limit // (1024 * 1024)} MiB")
     try:
-        value = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        value = json.loads(line, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"Protocol message is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise FrameError("Protocol message must be a JSON object")

@@ -32,7 +32,7 @@ from . import effects
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
-NEVER_AUTO_CLAIMED = ("workflowSourceChanged", "workerNoProgress")
+NEVER_AUTO_CLAIMED = ("workflowSourceChanged", "workerNoProgress", "workerCrashLoop")
 MAX_DETAIL_CHARS = 8192
 
 
@@ -207,6 +207,16 @@ def park_for_no_progress(run_id: str, token: str, detail: str) -> bool:
         token,
         event_type="run.worker_no_progress",
         error_code="workerNoProgress",
+        detail=detail,
+    )
+
+
+def park_for_crash_loop(run_id: str, token: str, detail: str) -> bool:
+    return park_run(
+        run_id,
+        token,
+        event_type="run.worker_crash_loop",
+        error_code="workerCrashLoop",
         detail=detail,
     )
 

@@ -8,7 +8,7 @@ from typing import IO, Any
 
 from ..canonical import canonical_json
 from ..errors import ClaimLostError, PiWorkflowsError, RevisionConflictError
-from ..protocol.framing import MAX_FRAME_BYTES
+from ..protocol.framing import MAX_WORKER_FRAME_BYTES
 from ..protocol.worker_messages import LAUNCH_SCHEMA, MESSAGE_SCHEMA
 
 # A descriptive kind per operation (the host dispatches on the operation).
@@ -61,7 +61,7 @@ class HostPipe:
             message["attemptId"] = attempt_id
         self.writer.write(canonical_json(message).encode("utf-8") + b"\n")
         self.writer.flush()
-        line = self.reader.readline(MAX_FRAME_BYTES + 1)
+        line = self.reader.readline(MAX_WORKER_FRAME_BYTES + 1)
         if not line:
             raise ClaimLostError("The workflow host closed the worker channel.")
         reply = json.loads(line)

@@ -1,0 +1,142 @@
+"""Inputs at the door: files and stdin, limits, and one clear line for every bad value."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pi_workflows.client.connection import HostConnection
+from pi_workflows.limits import MAX_INPUT_BYTES
+from tests.conftest import CONSOLE_SCRIPT, HomeEnv
+from tests.host.workflows import CHECKPOINTED
+
+BIG_OUTPUT = """
+from pi_workflows import compute, workflow
+
+WORKFLOW = workflow("big", "a", {"a": compute(lambda ctx: {"blob": "x" * 5_000_000})}, [])
+"""
+
+
+@pytest.fixture
+def hosted(home_env: HomeEnv) -> Iterator[HomeEnv]:
+    home_env.run_cli("host", "start")
+    try:
+        yield home_env
+    finally:
+        home_env.run_cli("host", "stop")
+
+
+def _one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_input_file_and_stdin_carry_the_input(hosted: HomeEnv, tmp_path: Path):
+    path = tmp_path / "input.json"
+    path.write_text(json.dumps({"name": "File"}))
+    from_file = hosted.run_cli("run", "start", "hello", "--input-file", str(path), "--wait")
+    assert "Hello, File!" in from_file.stdout
+    from_stdin = subprocess.run(
+        [str(CONSOLE_SCRIPT), "run", "start", "hello", "--input-file", "-", "--wait"],
+        input=json.dumps({"name": "Stdin"}),
+        env=hosted.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "Hello, Stdin!" in from_stdin.stdout, from_stdin.stderr
+    both = hosted.run_cli("run", "start", "hello", "--input-file", str(path), "--input-json", "{}")
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_checkpoint_answer_reads_its_answer_from_a_file(hosted: HomeEnv, tmp_path: Path):
+    project = tmp_path / "project"
+    (project / ".pi" / "workflows").mkdir(parents=True)
+    (project / ".pi" / "workflows" / "checkpointed.workflow.py").write_text(CHECKPOINTED)
+    waiting = hosted.run_cli(
+        "run", "start", "checkpointed", "--project", str(project), "--wait", "--json"
+    )
+    assert waiting.returncode == 0  # waiting at a checkpoint is a successful wait
+    run_id = json.loads(waiting.stdout)["runId"]
+    answer = tmp_path / "answer.json"
+    answer.write_text(json.dumps({"approved": True}))
+    continuation = hosted.run_cli("checkpoint", "answer", run_id, "--input-file", str(answer))
+    assert continuation.returncode == 0, continuation.stderr
+    child = continuation.stdout.strip()
+    nan = hosted.run_cli("checkpoint", "answer", run_id, "--input-json", "[NaN]")
+    _one_line_error(nan, "NaN")
+    status = json.loads(hosted.run_cli("run", "status", child, "--json").stdout)
+    assert status["status"] in ("queued", "running", "completed")
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ('{"name": NaN}', ("--input-file", "NaN")),
+        ("[" * 5000 + "]" * 5000, ("nested more than 64 levels",)),
+        (json.dumps({"name": "x" * (MAX_INPUT_BYTES + 1)}), ("the limit is 512 KiB",)),
+        ('{"name": ', ("not valid JSON",)),
+    ],
+    ids=["nan", "deep", "oversize", "malformed"],
+)
+def test_bad_inputs_are_one_line_and_create_nothing(hosted: HomeEnv, text, needles, tmp_path):
+    path = tmp_path / "input.json"
+    path.write_text(text)
+    result = hosted.run_cli("run", "start", "hello", "--input-file", str(path), "--wait")
+    _one_line_error(result, *needles)
+    assert json.loads(hosted.run_cli("run", "list", "--json").stdout) == []
+
+
+def test_the_host_refuses_inputs_over_the_limits_itself(hosted: HomeEnv):
+    # A client that skips the CLI's checks gets the same answer from the host.
+    with HostConnection(hosted.home.socket_path) as connection:
+        payload = {
+            "workflowName": "hello",
+            "workflowRef": "hello",
+            "workflowSource": {"kind": "builtin", "id": "hello", "revision": "r"},
+            "definitionDigest": "d",
+            "projectPath": "/",
+        }
+        big = connection.request("run.start", {**payload, "input": {"x": "y" * 900_000}})
+        assert big.outcome == "rejected" and "the limit is 512 KiB" in big.error
+        deep: object = 1
+        for _ in range(200):
+            deep = [deep]
+        nested = connection.request("run.start", {**payload, "input": deep})
+        assert nested.outcome == "rejected" and "nested more than 64" in nested.error
+    assert json.loads(hosted.run_cli("run", "list", "--json").stdout) == []
+
+
+def test_a_wait_that_runs_out_is_one_line(hosted: HomeEnv, tmp_path: Path):
+    project = tmp_path / "project"
+    (project / ".pi" / "workflows").mkdir(parents=True)
+    (project / ".pi" / "workflows" / "slow.workflow.py").write_text(
+        "import time\nfrom pi_workflows import compute, workflow\n"
+        "WORKFLOW = workflow('slow', 'a', {'a': compute(lambda ctx: time.sleep(60))}, [])\n"
+    )
+    result = hosted.run_cli(
+        "run", "start", "slow", "--project", str(project), "--wait", "--timeout", "0.5"
+    )
+    _one_line_error(result, "after waiting 0.5 s", "pi-workflows run status")
+    run_id = json.loads(hosted.run_cli("run", "list", "--json").stdout)[0]["runId"]
+    hosted.run_cli("run", "cancel", run_id)
+
+
+def test_a_node_output_over_the_limit_fails_its_node_once(hosted: HomeEnv, tmp_path: Path):
+    project = tmp_path / "project"
+    (project / ".pi" / "workflows").mkdir(parents=True)
+    (project / ".pi" / "workflows" / "big.workflow.py").write_text(BIG_OUTPUT)
+    result = hosted.run_cli("run", "start", "big", "--project", str(project), "--wait", "--json")
+    status = json.loads(result.stdout)
+    assert result.returncode == 1
+    assert status["status"] == "failed", status
+    assert "The output of node 'a' is 4.8 MiB; the limit is 512 KiB" in status["error"]
+    workers = json.loads(hosted.run_cli("host", "status", "--json").stdout)
+    assert workers["activeWorkers"] == 0
