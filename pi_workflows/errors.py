@@ -72,6 +72,10 @@ class HostUnavailableError(PiWorkflowsError):
     """No host answers on the socket and none may be started."""
 
 
+class HostBusyError(PiWorkflowsError):
+    """The host is running but refused the connection (too many connections)."""
+
+
 class WorkflowSourceChangedError(PiWorkflowsError):
     """The saved workflow source (file hash, built-in revision or digest) no longer matches."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..client.autostart import start_background_host
@@ -18,12 +20,18 @@ def host_group() -> None:
 
 
 @host_group.command("run")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Log to this file, rotated by size (default: stderr).",
+)
 @pass_cli
-def run_command(cli_ctx: CliContext) -> None:
+def run_command(cli_ctx: CliContext, log_file: Path | None) -> None:
     """Run the host in the foreground until Ctrl-C or SIGTERM."""
     from ..host.runtime import run_host_forever
 
-    run_host_forever(cli_ctx.home, cli_ctx.database_url)
+    run_host_forever(cli_ctx.home, cli_ctx.database_url, log_file)
 
 
 @host_group.command("start")

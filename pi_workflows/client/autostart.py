@@ -37,7 +37,7 @@ def start_background_host(home: Home, database_url: str | None) -> int:
     argv = [sys.executable, "-m", "pi_workflows", "--home", str(home.root)]
     if database_url:
         argv += ["--database", database_url]
-    argv += ["host", "run"]
+    argv += ["host", "run", "--log-file", str(log_path)]
     try:
         process = subprocess.Popen(
             argv,

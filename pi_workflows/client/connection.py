@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..canonical import canonical_json
-from ..errors import HostUnavailableError, PiWorkflowsError, UnsafeHomeError
+from ..errors import HostBusyError, HostUnavailableError, PiWorkflowsError, UnsafeHomeError
 from ..home import check_private_dir
 from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
@@ -55,7 +55,16 @@ class HostConnection:
             self._sock.close()
             raise
         self._reader = self._sock.makefile("rb")
-        self.hello = self._read_message()
+        try:
+            self.hello = self._read_message()
+        except (OSError, ValueError) as error:
+            self.close()
+            raise HostUnavailableError(
+                f"The workflow host did not greet this client: {error}"
+            ) from None
+        if self.hello.get("type") == "refused":
+            self.close()
+            raise HostBusyError(str(self.hello.get("error") or "The workflow host is busy."))
         if self.hello.get("type") != "hello":
             self.close()
             raise HostUnavailableError("The workflow host did not greet this client.")

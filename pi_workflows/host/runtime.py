@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import plugins
@@ -32,6 +33,7 @@ from .active_run import ActiveRun
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
 from .forkserver import ForkServer, fork_server_enabled
+from .host_log import configure_host_logging
 from .human_decisions import HumanDecisions
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
@@ -555,11 +557,9 @@ def reap_orphan_workers() -> int:
     return reaped
 
 
-def run_host_forever(home: Home, database_url: str | None) -> int:
+def run_host_forever(home: Home, database_url: str | None, log_file: Path | None = None) -> int:
     """`pi-workflows host run`: serve until SIGINT/SIGTERM or `host.stop`."""
-    logging.basicConfig(
-        level=logging.INFO, format="[pi-workflows host] %(message)s", stream=sys.stderr
-    )
+    configure_host_logging(log_file)
 
     async def main() -> None:
         host = Host(home, database_url)

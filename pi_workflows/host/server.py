@@ -6,13 +6,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import secrets
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import __version__, plugins
+from ..env_settings import positive_int, positive_number
 from ..errors import PiWorkflowsError
-from ..protocol.client_messages import hello, parse_request, response
+from ..protocol.client_messages import hello, parse_request, refused, response
 from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame, valid_id
 from .operations import Operations
 
@@ -23,16 +26,34 @@ log = logging.getLogger(__name__)
 
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
+MAX_CONNECTIONS_ENV = "PI_WORKFLOWS_MAX_CONNECTIONS"
+DEFAULT_MAX_CONNECTIONS = 256
+IDLE_CONNECTION_ENV = "PI_WORKFLOWS_IDLE_CONNECTION_S"
+DEFAULT_IDLE_CONNECTION_S = 30.0
+# File descriptors kept free for the database, workers and their pipes.
+RESERVED_FDS = 64
+ACCEPT_RETRY_S = 0.5
+
+
+def max_connections() -> int:
+    """The setting, lowered so that connections can never use up the fd limit."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = max(4, (soft - RESERVED_FDS) // 2)
+    return min(positive_int(MAX_CONNECTIONS_ENV, DEFAULT_MAX_CONNECTIONS), ceiling)
 
 
 class ClientServer:
     def __init__(self, host: Host, operations: Operations) -> None:
         self.host = host
         self.operations = operations
-        self.server: asyncio.AbstractServer | None = None
+        self.listener: socket.socket | None = None
         self.connections: set[ClientConnection] = set()
         # Plugins load once per process, so every hello can carry the same digest.
         self.plugin_set = plugins.plugin_set_digest()
+        self._accepting: asyncio.Task | None = None
+        self._serving: set[asyncio.Task] = set()  # one per accepted connection
+        self.max_connections = max_connections()
+        self.idle_timeout_s = positive_number(IDLE_CONNECTION_ENV, DEFAULT_IDLE_CONNECTION_S)
 
     async def listen(self) -> None:
         path = self.host.home.socket_path
@@ -42,40 +63,94 @@ class ClientServer:
                 "bytes); choose a shorter --home."
             )
         path.unlink(missing_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o077)  # the socket is never visible with wider permissions
         try:
-            self.server = await asyncio.start_unix_server(
-                self._serve, path=str(path), limit=MAX_FRAME_BYTES + 1
-            )
+            listener.bind(str(path))
+        except OSError:
+            listener.close()
+            raise
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
+        listener.listen(128)
+        listener.setblocking(False)
+        self.listener = listener
+        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
 
     async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        if self._accepting is not None:
+            self._accepting.cancel()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
         for connection in list(self.connections):
             connection.writer.close()
-        if self.server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.server.wait_closed(), 2)
-        self.server = None
+        if self._serving:
+            await asyncio.wait(self._serving, timeout=2)
 
     @property
     def connected_clients(self) -> int:
         return len(self.connections)
+
+    async def _accept_loop(self) -> None:
+        """Accept one connection at a time, so a flood never holds more descriptors than
+        the cap plus one: a connection over the cap is told why and closed at once."""
+        loop = asyncio.get_running_loop()
+        assert self.listener is not None
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(self.listener)
+            except OSError as error:  # out of descriptors: wait until some come back
+                log.warning("cannot accept a connection: %s", error.strerror)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if len(self._serving) >= self.max_connections:
+                self._refuse(conn)
+                continue
+            task = loop.create_task(self._open(conn))
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
+
+    def _refuse(self, conn: socket.socket) -> None:
+        log.warning("refused a connection: %d connections are open", len(self._serving))
+        refusal = refused(
+            f"The workflow host has too many connections (limit {self.max_connections}); "
+            f"close idle clients or raise {MAX_CONNECTIONS_ENV}."
+        )
+        with contextlib.suppress(OSError):
+            conn.send(encode_frame(refusal))  # a few bytes: fits any socket buffer
+        conn.close()
+
+    async def _open(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(
+                sock=conn, limit=MAX_FRAME_BYTES + 1
+            )
+        except OSError:
+            conn.close()
+            return
+        await self._serve(reader, writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ClientConnection(f"connection-{secrets.token_hex(8)}", writer)
         self.connections.add(connection)
         try:
             await connection.send(hello(connection.connection_id, __version__, self.plugin_set))
+            first = True
             while True:
                 try:
-                    line = await reader.readline()
+                    # A client that never sends a request must not hold a slot forever.
+                    line = await asyncio.wait_for(
+                        reader.readline(), self.idle_timeout_s if first else None
+                    )
+                except TimeoutError:
+                    log.info("closed a connection that sent no request")
+                    return
                 except (ValueError, asyncio.LimitOverrunError):
                     log.warning("closed a connection that sent a frame over 1 MiB")
                     return
+                first = False
                 if not line:
                     return
                 reply = await self._answer(line, connection)

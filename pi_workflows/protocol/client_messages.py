@@ -108,6 +108,11 @@ def response(
     return message
 
 
+def refused(error: str) -> dict[str, Any]:
+    """Sent instead of a hello when the host cannot take the connection; then it closes."""
+    return {"schema": SCHEMA, "type": "refused", "error": error}
+
+
 def hello(connection_id: str, package_version: str, plugin_set: str) -> dict[str, Any]:
     """The host's first message; `plugin_set` lets a client tell its plugins differ."""
     return {
