@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from pi_workflows.client.connection import HostConnection
 from pi_workflows.limits import MAX_INPUT_BYTES
-from tests.conftest import CONSOLE_SCRIPT, HomeEnv
+from pi_workflows.testing import WorkflowHome as HomeEnv
 from tests.host.workflows import CHECKPOINTED
 
 BIG_OUTPUT = """
@@ -44,7 +45,15 @@ def test_input_file_and_stdin_carry_the_input(hosted: HomeEnv, tmp_path: Path):
     from_file = hosted.run_cli("run", "start", "hello", "--input-file", str(path), "--wait")
     assert "Hello, File!" in from_file.stdout
     from_stdin = subprocess.run(
-        [str(CONSOLE_SCRIPT), "run", "start", "hello", "--input-file", "-", "--wait"],
+        [
+            str(Path(sys.executable).with_name("pi-workflows")),
+            "run",
+            "start",
+            "hello",
+            "--input-file",
+            "-",
+            "--wait",
+        ],
         input=json.dumps({"name": "Stdin"}),
         env=hosted.env,
         capture_output=True,

@@ -7,12 +7,13 @@ import contextlib
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import CONSOLE_SCRIPT, HomeEnv
+from pi_workflows.testing import WorkflowHome as HomeEnv
 from tests.polling import process_gone, wait_until
 
 GOOD = """
@@ -74,7 +75,12 @@ def test_run_start_of_a_good_workflow_ignores_the_bad_ones(home_env: HomeEnv, pr
 
 def test_a_killed_cli_leaves_no_discovery_process_behind(home_env: HomeEnv, project: Path):
     cli = subprocess.Popen(
-        [str(CONSOLE_SCRIPT), "workflows", "--project", str(project)],
+        [
+            str(Path(sys.executable).with_name("pi-workflows")),
+            "workflows",
+            "--project",
+            str(project),
+        ],
         env={**home_env.env, "PI_WORKFLOWS_DISCOVERY_TIMEOUT_S": "120"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
