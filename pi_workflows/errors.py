@@ -72,6 +72,10 @@ class HostUnavailableError(PiWorkflowsError):
     """No host answers on the socket and none may be started."""
 
 
+class HostVersionError(PiWorkflowsError):
+    """The host runs another pi-workflows version than the client."""
+
+
 class HostBusyError(PiWorkflowsError):
     """The host is running but refused the connection (too many connections)."""
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import click
 
 from ..client.autostart import start_background_host
 from ..client.connection import HostConnection
-from ..errors import HostUnavailableError
+from ..errors import HostUnavailableError, HostVersionError
 from ..host.lock import live_lock_holder
 from ..host.process_identity import is_running
 from .context import CliContext, emit_json, json_option, pass_cli
@@ -65,6 +67,11 @@ def stop_command(cli_ctx: CliContext, as_json: bool) -> None:
     holder = live_lock_holder(cli_ctx.home.lock_path)
     try:
         cli_ctx.client(autostart=False).stop_host()
+    except HostVersionError:
+        # A host of another version cannot be asked; SIGTERM stops it just as cleanly.
+        if holder is None:
+            raise
+        os.kill(holder["pid"], signal.SIGTERM)
     except HostUnavailableError:
         if as_json:
             emit_json({"stopped": False, "running": False})

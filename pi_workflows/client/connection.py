@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..canonical import canonical_json
-from ..errors import HostBusyError, HostUnavailableError, PiWorkflowsError, UnsafeHomeError
+from ..errors import (
+    HostBusyError,
+    HostUnavailableError,
+    HostVersionError,
+    PiWorkflowsError,
+    UnsafeHomeError,
+)
 from ..home import check_private_dir
 from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
@@ -68,6 +75,13 @@ class HostConnection:
         if self.hello.get("type") != "hello":
             self.close()
             raise HostUnavailableError("The workflow host did not greet this client.")
+        if self.hello.get("packageVersion") != __version__:
+            self.close()
+            raise HostVersionError(
+                f"The workflow host at {socket_path} runs pi-workflows "
+                f"{str(self.hello.get('packageVersion'))[:40]}, this client is {__version__}; "
+                "stop it with 'pi-workflows host stop' (the next command starts this version)."
+            )
 
     def _read_message(self) -> dict[str, Any]:
         line = self._reader.readline(MAX_FRAME_BYTES + 1)

@@ -16,7 +16,15 @@ from .. import __version__, plugins
 from ..env_settings import positive_int, positive_number
 from ..errors import PiWorkflowsError
 from ..protocol.client_messages import hello, parse_request, refused, response
-from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame, encode_frame, valid_id
+from ..protocol.framing import (
+    MAX_FRAME_BYTES,
+    FrameError,
+    decode_frame,
+    encode_frame,
+    one_line_error,
+    valid_id,
+)
+from ..storage.database import is_disk_full
 from .operations import Operations
 
 if TYPE_CHECKING:
@@ -181,7 +189,27 @@ class ClientServer:
                 log.warning("closed a connection: %s", error)
                 return None
             return response(request_id, "rejected", error=str(error))
-        return await self.operations.dispatch(request, connection)
+        try:
+            return await self.operations.dispatch(request, connection)
+        except Exception as error:  # the client hears why; the connection stays usable
+            log.exception("%s failed", request.operation)
+            return response(
+                request.request_id,
+                "unavailable",
+                error=one_line_error(self._failure(request.operation, error)),
+            )
+
+    def _failure(self, operation: str, error: Exception) -> str:
+        location = self.host.store.location
+        if is_disk_full(error):
+            return (
+                f"The workflow host cannot write its state at {location}: the disk is full. "
+                "Free space there and retry."
+            )
+        return (
+            f"The workflow host failed to handle {operation}: {type(error).__name__}: "
+            f"{error}; see its log."
+        )
 
 
 class ClientConnection:

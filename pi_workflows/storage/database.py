@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sqlite3
 import threading
@@ -152,19 +153,49 @@ def _check_meta(meta: tuple[str, int] | None, where: str) -> None:
         )
 
 
+def is_disk_full(error: BaseException) -> bool:
+    """The database (or the filesystem under it) has no room for a write.
+
+    Looks down the exception chain: SQLite rolls a full transaction back itself, so the
+    error that surfaces may be the failed rollback after it.
+    """
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        text = str(seen).lower()
+        if isinstance(seen, peewee.DatabaseError) and (
+            "disk is full" in text or "no space left" in text
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _check_existing_schema(store: StateStore) -> bool:
+    """True when the database already holds a schema, after refusing a foreign one."""
+    existing = set(store.db.get_tables())
+    if not existing:
+        return False
+    meta = None
+    if "schema_meta" in existing:
+        row = SchemaMeta.get_or_none(SchemaMeta.id == 1)
+        meta = (row.schema_name, row.schema_version) if row else None
+    _check_meta(meta, store.location)
+    return True
+
+
 def _initialize_schema(store: StateStore) -> None:
     from .. import __version__
 
     db = store.db
-    existing = set(db.get_tables())
-    if existing:
-        meta = None
-        if "schema_meta" in existing:
-            row = SchemaMeta.get_or_none(SchemaMeta.id == 1)
-            meta = (row.schema_name, row.schema_version) if row else None
-        _check_meta(meta, store.location)
+    if _check_existing_schema(store):
         return
     with store.transaction():
+        # Another process may have created the schema while this one waited for the
+        # write lock: look again under the lock before creating anything.
+        if _check_existing_schema(store):
+            return
         db.create_tables(ALL_MODELS)
         stamp = now_ms()
         SchemaMeta.create(

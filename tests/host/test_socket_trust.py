@@ -158,3 +158,20 @@ def test_a_socket_served_by_another_user_gets_nothing(harness: HostHarness):
         assert wait_until(impostor.connections, what="the impostor to see the client") == [0]
     finally:
         impostor.close()
+
+
+def test_a_host_of_another_package_version_is_reported_and_gets_nothing(harness: HostHarness):
+    # Our own user and a private home, but the "host" greets as pi-workflows 0.
+    harness.home.host_dir.mkdir(parents=True, mode=0o700)
+    os.chmod(harness.home.root, 0o700)
+    record = harness.root / "record"
+    record.touch()
+    impostor = Impostor(harness.home.socket_path, record, as_user=None, drop_uid=-1)
+    try:
+        result = _start_with_secret(harness, harness.home.root)
+        assert result.returncode == 1
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert "runs pi-workflows 0" in result.stderr and "host stop" in result.stderr
+        assert wait_until(impostor.connections, what="the impostor to see the client") == [0]
+    finally:
+        impostor.close()

@@ -1,0 +1,71 @@
+"""A full disk under the state database: clients hear "disk full" and where, the host lives."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pi_workflows.testing import installed_entry_points, short_temp_dir
+
+from .conftest import HostHarness
+
+
+@pytest.fixture
+def small_disk_harness() -> Iterator[HostHarness]:
+    """A host whose whole root (home, project, log) lives on an 8 MiB tmpfs."""
+    mount_point = short_temp_dir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mount_point)], check=True
+    )
+    try:
+        (mount_point / "r").mkdir(mode=0o700)
+        harness = HostHarness(mount_point / "r", entry_points=installed_entry_points())
+        try:
+            yield harness
+        finally:
+            harness.cleanup()
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+        mount_point.rmdir()
+
+
+def _fill(path: Path) -> None:
+    """Write `path` until the filesystem has no room left."""
+    with open(path, "wb") as handle:
+        chunk = b"\0" * 65536
+        while True:
+            try:
+                handle.write(chunk)
+                handle.flush()
+            except OSError as error:
+                assert error.errno == errno.ENOSPC
+                return
+
+
+def test_a_full_disk_is_reported_as_such_and_the_host_survives(small_disk_harness: HostHarness):
+    harness = small_disk_harness
+    harness.start_host()
+    harness.wait_for_status(harness.start_run("hello", {"name": "before"}), "completed")
+    filler = harness.root / "filler"
+    try:
+        _fill(filler)
+        result = harness.cli("run", "start", "hello", "--no-autostart", check=False)
+        assert result.returncode == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert "disk is full" in lines[0]
+        assert str(harness.home.database_path) in lines[0]
+        assert harness.host_process is not None and harness.host_process.poll() is None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(filler)
+    run_id = harness.start_run("hello", {"name": "after"})
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {
+        "greeting": "Hello, after!"
+    }
