@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from pi_workflows.client import WorkflowClient
 from pi_workflows.client.connection import HostConnection
+from pi_workflows.errors import InvalidInputError
 from pi_workflows.limits import MAX_INPUT_BYTES
 from pi_workflows.testing import WorkflowHome as HomeEnv
 from tests.host.workflows import CHECKPOINTED
@@ -149,3 +151,14 @@ def test_a_node_output_over_the_limit_fails_its_node_once(hosted: HomeEnv, tmp_p
     assert "The output of node 'a' is 4.8 MiB; the limit is 512 KiB" in status["error"]
     workers = json.loads(hosted.run_cli("host", "status", "--json").stdout)
     assert workers["activeWorkers"] == 0
+
+
+def test_a_request_over_the_frame_limit_is_refused_before_it_is_sent(hosted: HomeEnv):
+    client = WorkflowClient(hosted.home, autostart=False)
+    try:
+        with pytest.raises(InvalidInputError, match="over the 1 MiB protocol limit"):
+            client.call("run.list", {"padding": "x" * (1024 * 1024)})
+        # The same connection still works: nothing was sent.
+        assert client.list_runs() == []
+    finally:
+        client.close()

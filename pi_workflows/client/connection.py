@@ -19,10 +19,12 @@ from ..errors import (
     HostBusyError,
     HostUnavailableError,
     HostVersionError,
+    InvalidInputError,
     PiWorkflowsError,
     UnsafeHomeError,
 )
 from ..home import check_private_dir
+from ..limits import human_size
 from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
 
@@ -113,8 +115,14 @@ class HostConnection:
             message["runId"] = run_id
         if expected_revision is not None:
             message["expectedRevision"] = expected_revision
+        frame = canonical_json(message).encode("utf-8") + b"\n"
+        if len(frame) > MAX_FRAME_BYTES:
+            raise InvalidInputError(
+                f"The {operation} request is {human_size(len(frame))}, over the 1 MiB protocol "
+                "limit; nothing was sent. See the limits in docs/operations.md."
+            )
         try:
-            self._sock.sendall(canonical_json(message).encode("utf-8") + b"\n")
+            self._sock.sendall(frame)
             while True:
                 reply = self._read_message()
                 if reply.get("type") == "response" and reply.get("requestId") == request_id:
