@@ -8,6 +8,10 @@ names a node that killed K workers in a row (`PI_WORKFLOWS_MAX_NODE_CRASHES`).
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 from .conftest import HostHarness, wait_until
 
@@ -89,3 +93,48 @@ def test_the_crash_limit_is_a_setting_and_survives_a_host_restart(harness: HostH
     harness.wait_for_status(harness.start_run("hello"), "completed")
     assert _boom_count(harness) == 2  # the held run was never relaunched
     assert len(harness.workers(run_id)) == 2
+
+
+# A manual action that records its worker's pid and blocks: killing the worker leaves the
+# effect `applying` (it may or may not have happened).
+MANUAL_ACTION = """
+import os
+import time
+from pathlib import Path
+
+from pi_workflows import action, manual_effect, workflow
+
+
+def send(ctx):
+    (Path.cwd() / "send.pid").write_text(str(os.getpid()))
+    time.sleep(120)
+    return {"sent": True}
+
+
+WORKFLOW = workflow(
+    name="manual",
+    start_at="send",
+    nodes={"send": action(send, manual_effect("email"))},
+    edges=[],
+)
+"""
+
+
+def test_host_status_counts_an_effect_a_dead_worker_left_uncertain(harness: HostHarness):
+    harness.write_workflow("manual", MANUAL_ACTION)
+    harness.start_host()
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "pi_workflows", "run", "start", "manual", "--wait", "--json"],
+        env=harness.env,
+        cwd=harness.project,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    os.kill(harness.wait_for_pid("send.pid"), signal.SIGKILL)
+    out, _ = waiting.communicate(timeout=60)
+    assert waiting.returncode == 1  # waiting on an ambiguous effect is not a success
+    status = json.loads(out)
+    assert (status["status"], status["errorCode"]) == ("waiting", "effectAmbiguous")
+    host = json.loads(harness.cli("host", "status", "--json").stdout)
+    assert host["ambiguousEffects"] == 1
+    assert host["blockedRuns"] == 1
