@@ -14,10 +14,12 @@ from .connection import HostConnection
 STARTUP_DEADLINE_S = 20.0
 
 
-def connect(home: Home, database_url: str | None, *, autostart: bool = True) -> HostConnection:
+def connect(
+    home: Home, database_url: str | None, *, autostart: bool = True, client_id: str | None = None
+) -> HostConnection:
     """Connect to the home's host, starting one in the background if allowed."""
     try:
-        return HostConnection(home.socket_path)
+        return HostConnection(home.socket_path, client_id=client_id)
     except HostUnavailableError:
         if not autostart:
             raise HostUnavailableError(
@@ -25,7 +27,7 @@ def connect(home: Home, database_url: str | None, *, autostart: bool = True) -> 
                 "'pi-workflows host start' or drop --no-autostart."
             ) from None
     start_background_host(home, database_url)
-    return HostConnection(home.socket_path)
+    return HostConnection(home.socket_path, client_id=client_id)
 
 
 def start_background_host(home: Home, database_url: str | None) -> int:

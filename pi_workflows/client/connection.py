@@ -45,9 +45,11 @@ class Response:
 class HostConnection:
     """A blocking connection; one request at a time, events are skipped."""
 
-    def __init__(self, socket_path: Path, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, socket_path: Path, timeout_s: float = 30.0, *, client_id: str | None = None
+    ) -> None:
         self.socket_path = socket_path
-        self.client_id = f"client-{secrets.token_hex(8)}"
+        self.client_id = client_id or f"client-{secrets.token_hex(8)}"
         check_socket_path(socket_path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import RunWaitTimedOut
+from ..errors import HostUnavailableError, RunWaitTimedOut
 from ..home import Home
 from .autostart import connect
 from .connection import HostConnection, RequestFailed, Response
@@ -43,12 +44,17 @@ class WorkflowClient:
         self.home = home
         self.database_url = database_url
         self.autostart = autostart
+        # One client id for the client's life: a retry on a new connection is the same
+        # request from the same client, which the host adopts.
+        self.client_id = f"client-{secrets.token_hex(8)}"
         self._connection: HostConnection | None = None
 
     @property
     def connection(self) -> HostConnection:
         if self._connection is None:
-            self._connection = connect(self.home, self.database_url, autostart=self.autostart)
+            self._connection = connect(
+                self.home, self.database_url, autostart=self.autostart, client_id=self.client_id
+            )
         return self._connection
 
     @property
@@ -63,7 +69,7 @@ class WorkflowClient:
 
     def call(self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         """Send a request and return its receipt; raise `RequestFailed` otherwise."""
-        response = self.connection.request(operation, payload, **kwargs)
+        response = self.send(operation, payload, **kwargs)
         if not response.ok:
             raise RequestFailed(response)
         return response.receipt
@@ -71,7 +77,18 @@ class WorkflowClient:
     def send(
         self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any
     ) -> Response:
-        """Send a request and return the raw response, whatever its outcome."""
+        """Send a request and return the raw response, whatever its outcome.
+
+        A connection lost mid-request is retried once on a new connection with the same
+        request id and idempotency key: a command the host already applied is adopted,
+        never applied twice.
+        """
+        kwargs.setdefault("request_id", f"request-{secrets.token_hex(12)}")
+        connection = self.connection  # failing to connect at all is not retried
+        try:
+            return connection.request(operation, payload, **kwargs)
+        except HostUnavailableError:
+            self.close()
         return self.connection.request(operation, payload, **kwargs)
 
     def start_run(self, payload: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

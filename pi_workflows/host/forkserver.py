@@ -77,6 +77,9 @@ class ForkServer:
         self._closed = False
         self._launches: dict[str, asyncio.Future] = {}
         self._exits: dict[int, asyncio.Future] = {}
+        # Exit codes of workers that died before launch() registered them (a worker can
+        # exit within microseconds of its fork, e.g. a workflow that kills it at import).
+        self._early_exits: dict[int, int] = {}
         self._reader: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -122,7 +125,9 @@ class ForkServer:
                     future.set_result(reply["pid"])
             elif "exited" in reply:
                 future = self._exits.pop(reply["exited"], None)
-                if future is not None and not future.done():
+                if future is None:
+                    self._early_exits[reply["exited"]] = reply["code"]
+                elif not future.done():
                     future.set_result(reply["code"])
         self._ready = False
         for future in self._launches.values():
@@ -174,7 +179,10 @@ class ForkServer:
             for fd in (stdin_w, stdout_r, stderr_r):
                 os.close(fd)
             return None
-        self._exits[pid] = exit_future
+        if pid in self._early_exits:
+            exit_future.set_result(self._early_exits.pop(pid))
+        else:
+            self._exits[pid] = exit_future
         stdout = await _reader_for(stdout_r)
         stderr = await _reader_for(stderr_r)
         stdin = await _writer_for(stdin_w)
