@@ -98,27 +98,33 @@ def bench_status(home: Home, run_id: str, clients: int, per_client: int) -> list
     return samples
 
 
+def queue_runs(count: int, project: Path) -> None:
+    """Insert `count` queued `hello` runs through the storage API (inside a transaction)."""
+    from pi_workflows.storage.runs import create_run
+
+    for index in range(count):
+        create_run(
+            run_id=f"run-{index:06d}",
+            workflow_name="hello",
+            workflow_ref="hello",
+            workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
+            definition_digest="0" * 64,
+            project_path=str(project),
+            input={},
+            actor="bench",
+        )
+
+
 def bench_claim_cost(queued: int, repeats: int = 20) -> float:
     """Median ms of one claim (candidate query + claim) with `queued` runs waiting."""
     from pi_workflows.storage import open_state, run_claims
-    from pi_workflows.storage.runs import create_run
 
     root = Path(tempfile.mkdtemp(prefix="piw-claim-"))
     os.chmod(root, 0o700)
     store = open_state(Home(root))
     try:
         with store.transaction():
-            for index in range(queued):
-                create_run(
-                    run_id=f"run-{index:06d}",
-                    workflow_name="hello",
-                    workflow_ref="hello",
-                    workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
-                    definition_digest="0" * 64,
-                    project_path=str(root),
-                    input={},
-                    actor="bench",
-                )
+            queue_runs(queued, root)
         timings = []
         for _ in range(repeats):
             began = time.perf_counter()

@@ -64,6 +64,10 @@ class ClaimLostError(PiWorkflowsError):
     """A write by an owner whose claim is gone or belongs to a newer generation."""
 
 
+class HostLeaseLostError(ClaimLostError):
+    """This host's lease expired or was taken over: it may write nothing more."""
+
+
 class HostAlreadyRunningError(PiWorkflowsError):
     """A second host on the same home."""
 

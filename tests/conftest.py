@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from pi_workflows import plugins
+from pi_workflows.home import Home
 from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHome, installed_entry_points
 from pi_workflows.testing import run_record as kit_run_record
@@ -41,10 +42,62 @@ def home_env(workflow_home: WorkflowHome) -> WorkflowHome:
     return workflow_home
 
 
+# --- the storage backends --------------------------------------------------------------------
+
+BACKENDS = ("sqlite", "postgresql")
+# Suites whose tests run once per backend (SPEC §14): every test in them that uses the
+# `backend` fixture (directly or through `store`, `database_url` or the host harness).
+BOTH_BACKEND_SUITES = (
+    "tests/test_storage.py",
+    "tests/test_postgres.py",
+    "tests/engine/",
+    "tests/host/",
+    "tests/sessions/",
+    "tests/terminal/",
+    "tests/decisions/",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only: the test is about the SQLite file itself; one backend only"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("sqlite_only") is not None:
+        return
+    path = Path(metafunc.definition.path).relative_to(REPO_ROOT).as_posix()
+    if path.startswith(BOTH_BACKEND_SUITES):
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
 @pytest.fixture
-def store(home_env: WorkflowHome) -> Iterator[StateStore]:
-    """The SQLite state store of `home_env`, open in this process."""
-    opened = open_state(home_env.home)
+def backend(request: pytest.FixtureRequest) -> str:
+    """`sqlite`, or `postgresql` for the second run of a both-backend suite's test."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture
+def database_url(backend: str, request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """None (the home's SQLite file) or a fresh database on the session's PostgreSQL server."""
+    if backend == "sqlite":
+        yield None
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.create_database(from_template=True)
+    try:
+        yield url
+    finally:
+        server.drop_database(url)
+
+
+@pytest.fixture
+def store(home_env: WorkflowHome, database_url: str | None) -> Iterator[StateStore]:
+    """The state store of `home_env` (on the test's backend), open in this process."""
+    opened = open_state(home_env.home, database_url)
     try:
         yield opened
     finally:
@@ -109,6 +162,9 @@ def audit_plugin() -> str:
 # --- PostgreSQL ------------------------------------------------------------------------------
 
 
+SCHEMA_TEMPLATE = "piw_schema_template"
+
+
 @dataclass(frozen=True)
 class PostgresServer:
     """A throwaway PostgreSQL cluster listening on localhost."""
@@ -120,21 +176,33 @@ class PostgresServer:
     def url(self, database: str) -> str:
         return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
 
-    def create_database(self) -> str:
-        """A new empty database; returns its URL."""
+    def _execute(self, statement: str) -> None:
         import psycopg2
 
-        name = f"piw_{uuid.uuid4().hex[:12]}"
         connection = psycopg2.connect(
             host=self.host, port=self.port, user=self.user, dbname="postgres"
         )
         try:
             connection.autocommit = True
             with connection.cursor() as cursor:
-                cursor.execute(f'CREATE DATABASE "{name}"')
+                cursor.execute(statement)
         finally:
             connection.close()
+
+    def create_database(self, *, from_template: bool = False) -> str:
+        """A new database, empty or a clone of the schema template; returns its URL.
+
+        Cloning the template (tables created once per session) is much faster than
+        creating the schema in every test.
+        """
+        name = f"piw_{uuid.uuid4().hex[:12]}"
+        template = f' TEMPLATE "{SCHEMA_TEMPLATE}"' if from_template else ""
+        self._execute(f'CREATE DATABASE "{name}"{template}')
         return self.url(name)
+
+    def drop_database(self, url: str) -> None:
+        name = url.rsplit("/", 1)[1]
+        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _free_port() -> int:
@@ -188,7 +256,9 @@ def postgres_server() -> Iterator[PostgresServer]:
         log_file,
     )
     try:
-        yield PostgresServer("127.0.0.1", port, "postgres")
+        server = PostgresServer("127.0.0.1", port, "postgres")
+        _create_schema_template(server)
+        yield server
     finally:
         subprocess.run(
             _as_postgres_user(["pg_ctl", "-D", str(data_dir), "-m", "immediate", "-w", "stop"]),
@@ -196,6 +266,13 @@ def postgres_server() -> Iterator[PostgresServer]:
             timeout=120,
         )
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _create_schema_template(server: PostgresServer) -> None:
+    """A database holding the current schema, cloned by `create_database(from_template=True)`."""
+    server._execute(f'CREATE DATABASE "{SCHEMA_TEMPLATE}"')
+    with tempfile.TemporaryDirectory(prefix="piw-template-") as scratch:
+        open_state(Home(Path(scratch) / "home"), server.url(SCHEMA_TEMPLATE)).close()
 
 
 @pytest.fixture

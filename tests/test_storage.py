@@ -38,6 +38,7 @@ def _file_fingerprint(path):
 # --- schema ----------------------------------------------------------------------------------
 
 
+@pytest.mark.sqlite_only
 def test_a_new_home_gets_a_private_database_with_schema_meta(store, home_env):
     path = home_env.home.database_path
     assert oct(path.stat().st_mode & 0o777) == oct(0o600)
@@ -131,9 +132,7 @@ def test_json_and_text_blobs_round_trip_by_content_address(store):
 def test_a_corrupted_blob_is_detected_when_the_value_is_stored_again(store):
     with store.transaction():
         blob_hash = put_json({"answer": 42})
-    store.db.execute_sql(
-        "UPDATE blobs SET content = ? WHERE blob_hash = ?", (b'{"answer":43}', blob_hash)
-    )
+    Blob.update(content=b'{"answer":43}').where(Blob.blob_hash == blob_hash).execute()
 
     with pytest.raises(BlobConflictError, match=blob_hash[:12]), store.transaction():
         put_json({"answer": 42})
@@ -213,6 +212,7 @@ def test_a_failed_transaction_leaves_the_store_usable(store, make_run):
     assert Run.get_by_id("afterwards").revision == 1
 
 
+@pytest.mark.sqlite_only
 def test_transactions_take_the_sqlite_write_lock_up_front(store, home_env):
     other = sqlite3.connect(home_env.home.database_path, timeout=0)
     try:

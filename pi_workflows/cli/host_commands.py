@@ -108,6 +108,10 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     click.echo(f"uptime: {status['uptimeMs'] / 1000:.1f} s")
     click.echo(f"workers: {status['activeWorkers']} of {status['maxWorkers']}")
     click.echo(f"clients: {status['connectedClients']}")
+    others = [h for h in status["hosts"] if not h["self"]]
+    if others:
+        listed = ", ".join(f"{h['machine']} PID {h['pid']} epoch {h['epoch']}" for h in others)
+        click.echo(f"other hosts on this database: {listed}")
     click.echo(
         f"runs: {status['queuedRuns']} queued, {status['runningRuns']} running, "
         f"{status['parkedRuns']} parked, {status['waitingRuns']} waiting"

@@ -1,4 +1,4 @@
-"""`pi-workflows state status|verify|backup`."""
+"""`pi-workflows state status|verify|backup|copy`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ from pathlib import Path
 
 import click
 
+from ..errors import HostAlreadyRunningError
+from ..host.lock import live_lock_holder
 from ..storage.maintenance import state_backup, state_status, state_verify
+from ..storage.state_copy import copy_state
 from .context import CliContext, emit_json, json_option, pass_cli
 
 
@@ -60,3 +63,28 @@ def backup_command(cli_ctx: CliContext, destination: Path, as_json: bool) -> Non
         emit_json(result)
     else:
         click.echo(f"backed up {result['bytes']} bytes to {result['destination']}")
+
+
+@state_group.command("copy")
+@click.option(
+    "--to",
+    "target_url",
+    required=True,
+    help="The new, empty database, e.g. postgresql://USER@HOST/DB.",
+)
+@json_option
+@pass_cli
+def copy_command(cli_ctx: CliContext, target_url: str, as_json: bool) -> None:
+    """Copy this home's state into a new, empty database (stop the host first)."""
+    holder = live_lock_holder(cli_ctx.home.lock_path)
+    if holder is not None:
+        raise HostAlreadyRunningError(
+            f"A workflow host (PID {holder['pid']}) is writing this state; stop it with "
+            "'pi-workflows host stop' and copy again."
+        )
+    result = copy_state(cli_ctx.store(), target_url)
+    if as_json:
+        emit_json(result)
+        return
+    total = sum(result["rows"].values())
+    click.echo(f"copied {total} rows in {len(result['rows'])} tables to {result['target']}")

@@ -22,6 +22,8 @@ class ActiveRun:
     exiting: bool = False
     # The worker said it stopped short of a durable boundary (an effect in doubt).
     parked: bool = False
+    # The worker's own write ended the run, which released the claim: nothing to renew.
+    released: bool = False
     claim_lost: bool = False
     workflow_load_failure: str | None = None
     source_changed: str | None = None

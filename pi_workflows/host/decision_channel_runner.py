@@ -213,6 +213,7 @@ class ChannelRunner:
         self.channels: dict[str, Any] = {}
         self.lanes: dict[str, Lane] = {}
         self.in_flight: set[str] = set()
+        self._marked_interrupted = False
         self.call_timeout_s = float(os.environ.get(CALL_TIMEOUT_ENV) or 30.0)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
@@ -227,10 +228,8 @@ class ChannelRunner:
             self.config = load_channel_config(config_dir)
         except ChannelConfigError as error:
             log.error("decision channels use the built-ins only: %s", error)
-        with self.services.store.transaction():
-            interrupted = decision_records.mark_interrupted_channel_effects()
-        if interrupted:
-            log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
+        if self.services.is_duty_host:
+            self._mark_interrupted()
         factories = plugins.decision_channel_factories()
         for settings in self.config.channels.values():
             factory = factories.get(settings.kind)
@@ -301,10 +300,23 @@ class ChannelRunner:
 
     # --- deliveries and settlements ------------------------------------------------------
 
+    def _mark_interrupted(self) -> None:
+        """Attempts left `applying` by no live runner may or may not have been delivered."""
+        with self.services.store.transaction():
+            interrupted = decision_records.mark_interrupted_channel_effects(set(self.in_flight))
+        self._marked_interrupted = True
+        if interrupted:
+            log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
+
     def pump(self) -> None:
         """Start every delivery and settlement that is due (poll timer and events)."""
         if self.services.is_stopping or self._loop is None:
             return
+        if not self.services.is_duty_host:
+            self._marked_interrupted = False
+            return  # the oldest live host of a shared database runs channel effects
+        if not self._marked_interrupted:
+            self._mark_interrupted()  # this host just took the duty over
         now = now_ms()
         candidates: list[tuple[str, str, str]] = []
         pending = HumanDecision.select().where(HumanDecision.status == "pending")

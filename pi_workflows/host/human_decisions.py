@@ -54,12 +54,16 @@ class HumanDecisions:
 
     @feature_hook
     def piwh_startup(self) -> None:
-        # A host that was down at a deadline applies it before it serves anyone.
-        self.apply_deadlines()
+        # A host that was down at a deadline applies it before it serves anyone (on a
+        # shared database, the duty host does).
+        if self.services.is_duty_host:
+            self.apply_deadlines()
         self.channel_runner.start(config_dir())
 
     @feature_hook
     def piwh_poll(self) -> None:
+        if not self.services.is_duty_host:
+            return  # another host of the shared database applies deadlines
         self.apply_deadlines()
         self.channel_runner.pump()
 

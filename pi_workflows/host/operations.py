@@ -21,6 +21,7 @@ from ..storage import effects, record_run_change, run_claims
 from ..storage.models import (
     TERMINAL_RUN_STATUSES,
     Effect,
+    HostState,
     InteractiveRequest,
     Lease,
     Run,
@@ -28,6 +29,7 @@ from ..storage.models import (
 )
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.transcripts import attempt_transcripts
+from . import epoch_lease, forwarded_commands
 from .profile import host_profile
 from .receipts import OperationResult, execute_durable, outcome_for_error
 from .session_views import unfinished_session_run
@@ -216,6 +218,10 @@ class Operations:
         run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
+        if run.status not in TERMINAL_RUN_STATUSES and forwarded_commands.owned_elsewhere(
+            host, run_id
+        ):
+            return forwarded_commands.forward(request, run_id)
         active = host.active_runs.get(run_id)
         token = active.claim_token if active else host.pending_claims.get(run_id)
         if active is not None and active.control in ("pause", "handoff"):
@@ -255,6 +261,8 @@ class Operations:
             return OperationResult(
                 "adopted", receipt={**receipt, "alreadyPaused": True}, run_id=run_id
             )
+        if forwarded_commands.owned_elsewhere(host, run_id):
+            return forwarded_commands.forward(request, run_id)
         active = host.active_runs.get(run_id)
         if active is not None and active.control is not None:
             return OperationResult(
@@ -300,7 +308,8 @@ class Operations:
         run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
-        if run_id in host.active_runs or run_id in host.pending_claims:
+        running_here = run_id in host.active_runs or run_id in host.pending_claims
+        if running_here or forwarded_commands.owned_elsewhere(host, run_id):
             return OperationResult(
                 "adopted",
                 receipt={
@@ -390,7 +399,24 @@ class Operations:
             "lifecycleContradictions": _lifecycle_contradictions(),
             "claimPassFailure": host.claim_pass_failure,
             **host_profile(host.home, host.database_url),
+            "dutyHost": host.is_duty_host,
+            "hosts": [_host_record(row, host.host_id) for row in epoch_lease.live_hosts()],
         }
+
+
+def _host_record(row: HostState, own_host_id: str) -> dict[str, Any]:
+    """A live host of the database as `host status --json` lists it (SPEC §14)."""
+    return {
+        "hostId": row.host_id,
+        "epoch": row.epoch,
+        "machine": row.machine,
+        "pid": row.pid,
+        "socketAddress": row.socket_address,
+        "startedAt": row.started_at,
+        "heartbeatAt": row.heartbeat_at,
+        "leaseExpiresAt": row.expires_at,
+        "self": row.host_id == own_host_id,
+    }
 
 
 ALLOWED_QUEUE_FOR_RUN = {

@@ -21,14 +21,14 @@ from typing import Any
 
 from .. import plugins
 from ..clock import now_ms
-from ..errors import PiWorkflowsError
+from ..errors import HostLeaseLostError, PiWorkflowsError
 from ..home import Home, prepare_home
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, effects, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_records
-from . import epoch_lease, process_groups, run_progress
+from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
@@ -68,7 +68,7 @@ FEATURES: tuple[Callable[[HostServices], object], ...] = (
 class HostTimings:
     """Timer periods; tests and benchmarks shorten them through the environment."""
 
-    heartbeat_s: float = 10.0
+    heartbeat_s: float = 5.0  # a third of the host lease: two missed beats are survivable
     poll_s: float = 2.0
     run_lease_ms: int = run_claims.RUN_CLAIM_LEASE_MS
     host_lease_ms: int = epoch_lease.HOST_LEASE_MS
@@ -81,7 +81,7 @@ class HostTimings:
             return float(raw) if raw else default
 
         return cls(
-            heartbeat_s=number("PI_WORKFLOWS_HEARTBEAT_S", 10.0),
+            heartbeat_s=number("PI_WORKFLOWS_HEARTBEAT_S", 5.0),
             poll_s=number("PI_WORKFLOWS_POLL_S", 2.0),
             run_lease_ms=int(number("PI_WORKFLOWS_RUN_LEASE_MS", run_claims.RUN_CLAIM_LEASE_MS)),
             host_lease_ms=int(number("PI_WORKFLOWS_HOST_LEASE_MS", epoch_lease.HOST_LEASE_MS)),
@@ -129,7 +129,11 @@ class Host:
         # A plugin's failure that stops claim passes, shown by `host status` until a pass
         # gets past the plugins again.
         self.claim_pass_failure: str | None = None
+        # The oldest live host of a shared database runs the database-wide duties
+        # (decision deadlines, channel effects); on SQLite the one host always does.
+        self.is_duty_host = True
         self.stopping = False
+        self._stop_requested = False
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
@@ -154,16 +158,20 @@ class Host:
         try:
             self.store = open_state(self.home, self.database_url)
             identity = start_identity(os.getpid()) or ""
-            if self.store.is_sqlite:
-                reaped = reap_orphan_workers()
+            key = epoch_lease.home_key(str(self.home.root))
+            with self.store.transaction():
+                previous = epoch_lease.previous_host(key)
+            if previous is not None:
+                reaped = reap_orphan_workers(None if self.store.is_sqlite else previous.epoch)
                 if reaped:
                     log.info("reaped %d orphan worker process group(s)", reaped)
             with self.store.transaction():
-                previous = epoch_lease.previous_host()
-                previous_host_id = previous.host_id
-                self.previous_heartbeat_at = previous.heartbeat_at
+                previous = epoch_lease.previous_host(key)
+                previous_host_id = previous.host_id if previous else None
+                self.previous_heartbeat_at = previous.heartbeat_at if previous else None
+                # The home's row names a host on this machine: its pid can be checked.
                 holder_is_dead = bool(
-                    self.store.is_sqlite
+                    previous is not None
                     and previous.pid
                     and not is_running(previous.pid, previous.process_start_identity or "")
                 )
@@ -171,10 +179,17 @@ class Host:
                     self.host_id,
                     os.getpid(),
                     identity,
+                    key=key,
+                    socket_address=f"{epoch_lease.machine_name()}:{self.home.socket_path}",
+                    single_host=self.store.is_sqlite,
                     lease_ms=self.timings.host_lease_ms,
                     holder_is_dead=holder_is_dead,
                 )
-                epoch_lease.recover_previous_host(previous_host_id, self.epoch_lease.epoch)
+                epoch_lease.recover_previous_host(previous_host_id)
+            if not self.store.is_sqlite:
+                lease = self.epoch_lease
+                self.store.fence = lambda: epoch_lease.fence(lease)
+                self.is_duty_host = epoch_lease.is_duty_host(lease)
             # Commands the previous host's workers started die before any run is claimed.
             await process_groups.stop_orphaned_groups(self.store)
             self.features.startup()
@@ -217,7 +232,8 @@ class Host:
             await self.server.close()
         if self.fork_server is not None:
             await self.fork_server.close()
-        with self.store.transaction():
+        # A host whose lease was taken over is fenced out: it parks nothing.
+        with contextlib.suppress(HostLeaseLostError), self.store.transaction():
             for run_id, token in list(self.pending_claims.items()):
                 run_claims.park_run(run_id, token)
         self.pending_claims.clear()
@@ -234,7 +250,7 @@ class Host:
         others = self._tasks - {asyncio.current_task()}
         if others:
             await asyncio.gather(*others, return_exceptions=True)
-        with self.store.transaction():
+        with contextlib.suppress(HostLeaseLostError), self.store.transaction():
             for active in handed_off:
                 if active.control == "handoff":
                     run_claims.park_run(active.run_id, active.claim_token)
@@ -256,11 +272,10 @@ class Host:
         try:
             epoch_lease.renew_epoch(self.epoch_lease, self.timings.host_lease_ms)
         except PiWorkflowsError as error:
-            log.error("host claim lost: %s", error)
-            self.spawn(self.stop())
+            self._lease_lost(error)
             return
         for active in list(self.active_runs.values()):
-            if active.control or active.exiting:
+            if active.control or active.exiting or active.released:
                 continue
             with self.store.transaction():
                 renewed = run_claims.renew_claim(
@@ -271,8 +286,36 @@ class Host:
                 active.stop("claimLost")
 
     def _poll(self) -> None:
+        if not self.store.is_sqlite:
+            self._take_over_expired_hosts()
+            try:
+                forwarded_commands.apply_pending(self)
+            except Exception:
+                log.exception("forwarded commands failed")
         self.schedule_claim_pass()
         self.features.poll()
+
+    def _lease_lost(self, error: PiWorkflowsError) -> None:
+        """Stop once: the host's lease is gone, so it may write nothing more."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        log.error("host lease lost: %s", error)
+        self.spawn(self.stop())
+
+    def _take_over_expired_hosts(self) -> None:
+        """Shared database: free the runs of hosts whose lease expired (SPEC §14)."""
+        assert self.epoch_lease is not None
+        try:
+            with self.store.transaction():
+                taken = epoch_lease.take_over_expired_hosts(self.epoch_lease)
+            self.is_duty_host = epoch_lease.is_duty_host(self.epoch_lease)
+        except PiWorkflowsError as error:
+            self.is_duty_host = False
+            self._lease_lost(error)
+            return
+        if taken:
+            log.warning("took over the runs of expired host epoch(s) %s", taken)
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         """Keep a reference to background tasks so they finish before stop returns."""
@@ -540,15 +583,19 @@ class Host:
         return now_ms() - self.started_at if self.started_at else 0
 
 
-def reap_orphan_workers() -> int:
+def reap_orphan_workers(host_epoch: int | None) -> int:
     """Kill worker process groups a crashed host left running on this machine.
 
-    Only exact matches (pid and start identity) are killed, so a recycled pid is safe.
+    On a shared database only the workers of this home's previous host (`host_epoch`)
+    ran here; on SQLite (None) every recorded live worker did. Only exact matches (pid
+    and start identity) are killed, so a recycled pid is safe.
     """
     reaped = 0
     rows = RunWorker.select(RunWorker.pid, RunWorker.process_start_identity).where(
         RunWorker.status.in_(("starting", "ready", "running")) & RunWorker.pid.is_null(False)
     )
+    if host_epoch is not None:
+        rows = rows.where(RunWorker.host_epoch == host_epoch)
     for row in rows:
         if row.process_start_identity and is_same_process(row.pid, row.process_start_identity):
             with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -49,6 +49,12 @@ class HostServices:
         return self._host.features.session_has_coordinator(session_id)
 
     @property
+    def is_duty_host(self) -> bool:
+        """True on the one host that runs database-wide duties (decision deadlines,
+        channel effects): always on SQLite, the oldest live host on PostgreSQL."""
+        return self._host.is_duty_host
+
+    @property
     def previous_heartbeat_at(self) -> int | None:
         """The last heartbeat of the host before this one (epoch ms), if any."""
         return self._host.previous_heartbeat_at

@@ -75,7 +75,7 @@ class TurnContext:
     # --- writes ------------------------------------------------------------------------
 
     def start_turn(self, report: TurnReport) -> dict[str, Any]:
-        return turn_store.turn_json(turn_store.start_turn(report))
+        return turn_store.turn_json(turn_store.start_turn(report, self.now))
 
     def begin_step_turn(self, message: dict[str, Any]) -> None:
         """A step turn starts: the idle time since the step was last worked on moves its
@@ -85,7 +85,7 @@ class TurnContext:
 
     def apply_turn_end(self, report: TurnReport) -> dict[str, Any]:
         """End a turn and apply what that means for its workflow step (SPEC §9.4)."""
-        turn, ended_now = turn_store.end_turn(report)
+        turn, ended_now = turn_store.end_turn(report, self.now)
         if ended_now:
             self._step_consequences(report)
         return turn_store.turn_json(turn)

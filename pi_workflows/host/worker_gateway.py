@@ -15,7 +15,12 @@ from .. import plugins
 from ..canonical import digest
 from ..clock import now_ms
 from ..engine.run_backend import OPERATIONS as BACKEND_OPERATIONS
-from ..errors import InvalidInputError, PiWorkflowsError, RevisionConflictError
+from ..errors import (
+    HostLeaseLostError,
+    InvalidInputError,
+    PiWorkflowsError,
+    RevisionConflictError,
+)
 from ..protocol.framing import one_line_error
 from ..protocol.worker_messages import PROCESS_OPERATIONS, validate_message, worker_response
 from ..storage import put_json, put_text, read_json, read_text, run_claims, run_processes, run_state
@@ -72,6 +77,8 @@ class WorkerGateway:
             with self.host.store.transaction():
                 reply = self._dispatch(message)
                 self._record(message, fingerprint, reply)
+        except HostLeaseLostError:
+            return self._claim_lost(message_id)  # this host's lease is gone: no write at all
         except PiWorkflowsError as error:
             revision = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
             reply = worker_response(
@@ -200,6 +207,7 @@ class WorkerGateway:
         if operation == "store.writeSnapshot" and after.status != "running":
             run_claims.project_lifecycle(active.run_id, active.generation, after.status)
             old_status, new_status = current.status, after.status
+            self.host.store.after_commit(lambda: setattr(active, "released", True))
             self.host.store.after_commit(
                 lambda: self.host.after_run_stopped(active.run_id, old_status, new_status)
             )

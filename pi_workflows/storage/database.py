@@ -42,6 +42,9 @@ class StateStore:
         self.home = home
         self.url = url
         self._tx = _TransactionState()
+        # Run first in every outermost transaction when set: a host on a shared database
+        # refuses to write once its lease has expired (SPEC §14).
+        self.fence: Callable[[], None] | None = None
 
     @property
     def is_sqlite(self) -> bool:
@@ -50,9 +53,7 @@ class StateStore:
     @property
     def location(self) -> str:
         """Where the data lives, without credentials."""
-        if self.is_sqlite:
-            return str(self.db.database)
-        return f"postgresql database {self.db.database!r}"
+        return describe_location(self.db)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -78,6 +79,8 @@ class StateStore:
         tx.depth, tx.doomed, tx.after_commit = 1, False, []
         try:
             with begin:
+                if self.fence is not None:
+                    self.fence()
                 yield
                 if tx.doomed:
                     raise TransactionAborted(
@@ -109,6 +112,13 @@ class StateStore:
             self.db.close()
 
 
+def describe_location(db: peewee.Database) -> str:
+    """A database's place for messages and status output, without credentials."""
+    if isinstance(db, peewee.SqliteDatabase):
+        return str(db.database)
+    return f"postgresql database {db.database!r}"
+
+
 def _refuse_foreign_sqlite(path: Path) -> None:
     """Check an existing SQLite file read-only, so a foreign database is never written."""
     if not path.exists() or path.stat().st_size == 0:
@@ -135,10 +145,10 @@ def _refuse_foreign_sqlite(path: Path) -> None:
         ) from exc
     finally:
         conn.close()
-    _check_meta(meta, str(path))
+    check_schema_meta(meta, str(path))
 
 
-def _check_meta(meta: tuple[str, int] | None, where: str) -> None:
+def check_schema_meta(meta: tuple[str, int] | None, where: str) -> None:
     if meta is None:
         raise SchemaMismatchError(
             f"{where} holds tables but no pi-workflows schema_meta row; it is not a "
@@ -181,7 +191,7 @@ def _check_existing_schema(store: StateStore) -> bool:
     if "schema_meta" in existing:
         row = SchemaMeta.get_or_none(SchemaMeta.id == 1)
         meta = (row.schema_name, row.schema_version) if row else None
-    _check_meta(meta, store.location)
+    check_schema_meta(meta, store.location)
     return True
 
 

@@ -593,13 +593,21 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
             updated_at=now,
         )
         return 1
-    Effect.update(
-        status="applying",
-        attempt_count=effect.attempt_count + 1,
-        next_attempt_at=None,
-        updated_at=now,
-    ).where((Effect.effect_id == effect_id) & (Effect.status == "rejected")).execute()
-    return effect.attempt_count + 1
+    changed = (
+        Effect.update(
+            status="applying",
+            attempt_count=effect.attempt_count + 1,
+            next_attempt_at=None,
+            updated_at=now,
+        )
+        .where(
+            (Effect.effect_id == effect_id)
+            & (Effect.status == "rejected")
+            & (Effect.attempt_count == effect.attempt_count)
+        )
+        .execute()
+    )
+    return effect.attempt_count + 1 if changed == 1 else None
 
 
 def _is_due(effect: Effect | None, now: int) -> bool:
@@ -641,17 +649,17 @@ def finish_channel_effect(
     )
 
 
-def mark_interrupted_channel_effects() -> int:
-    """At startup: an attempt left `applying` may or may not have reached its channel."""
-    return (
-        Effect.update(
-            status="ambiguous",
-            error_hash=put_json({"error": "host restarted without a receipt"}),
-            updated_at=now_ms(),
-        )
-        .where((Effect.scope == "channel") & (Effect.status == "applying"))
-        .execute()
-    )
+def mark_interrupted_channel_effects(in_flight: set[str]) -> int:
+    """When a host takes the channel duty: an attempt left `applying` by another runner
+    (not one of `in_flight`) may or may not have reached its channel."""
+    query = Effect.update(
+        status="ambiguous",
+        error_hash=put_json({"error": "host restarted without a receipt"}),
+        updated_at=now_ms(),
+    ).where((Effect.scope == "channel") & (Effect.status == "applying"))
+    if in_flight:
+        query = query.where(Effect.effect_id.not_in(sorted(in_flight)))
+    return query.execute()
 
 
 def delivery_result(decision_id: str, channel: str) -> Any:

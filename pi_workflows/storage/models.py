@@ -53,10 +53,17 @@ class Blob(BaseModel):
 
 
 class HostState(BaseModel):
-    """One row per host identity slot; SQLite uses the single row id=1."""
+    """One row per home that ever ran a host on this database (SPEC §5, §14).
 
-    id = peewee.IntegerField(primary_key=True)
-    epoch = peewee.IntegerField(default=0)
+    A row is live while `host_id` is set and `expires_at` is in the future. Epochs grow
+    across all rows and are never reused, so a worker's `host_epoch` names one host.
+    """
+
+    id = peewee.AutoField()
+    epoch = peewee.IntegerField(default=0, unique=True)
+    home_key = peewee.CharField(max_length=64, unique=True)  # sha256 of machine and home path
+    machine = peewee.TextField()
+    socket_address = peewee.TextField(null=True)
     host_id = peewee.TextField(null=True)
     token_hash = peewee.CharField(max_length=64, null=True)
     pid = peewee.IntegerField(null=True)
@@ -64,6 +71,7 @@ class HostState(BaseModel):
     started_at = peewee.BigIntegerField(null=True)
     heartbeat_at = peewee.BigIntegerField(null=True)
     expires_at = peewee.BigIntegerField(null=True)
+    released_at = peewee.BigIntegerField(null=True)  # clean stop, or takeover by another host
 
     class Meta:
         table_name = "host_state"
@@ -182,6 +190,28 @@ class HostCommand(BaseModel):
     class Meta:
         table_name = "host_commands"
         indexes = ((("client_id", "idempotency_key"), True),)
+
+
+class ForwardedCommand(BaseModel):
+    """A pause or cancel for a run that another host of a shared database runs (SPEC §14).
+
+    The host that received it writes the row; the run's owner applies it on its next
+    poll (or, once the run has no live owner, any host does), exactly once: the row
+    leaves `pending` by compare-and-set in the transaction that applies it.
+    """
+
+    command_id = peewee.AutoField()
+    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    operation = peewee.CharField(constraints=[_check_in("operation", ("run.pause", "run.cancel"))])
+    client_id = peewee.CharField(max_length=256)
+    status = peewee.CharField(constraints=[_check_in("status", ("pending", "applied"))])
+    outcome = peewee.TextField(null=True)
+    created_at = peewee.BigIntegerField()
+    applied_at = peewee.BigIntegerField(null=True)
+
+    class Meta:
+        table_name = "forwarded_commands"
+        indexes = ((("status", "run"), False),)
 
 
 class RunWorker(BaseModel):
@@ -391,7 +421,7 @@ class HumanDecision(BaseModel):
     node_id = peewee.TextField()
     audience = peewee.TextField()
     request_hash = peewee.CharField(max_length=64)
-    request_digest = peewee.CharField(max_length=64)
+    request_digest = peewee.CharField(max_length=71)  # "sha256:" + 64 hex digits
     status = peewee.CharField(
         constraints=[_check_in("status", ("pending", "accepted", "cancelled"))]
     )
@@ -507,6 +537,7 @@ ALL_MODELS = (
     Lease,
     Event,
     HostCommand,
+    ForwardedCommand,
     RunWorker,
     WorkerMessage,
     NodeAttempt,

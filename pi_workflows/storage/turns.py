@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..clock import now_ms
 from ..errors import NotFoundError, TurnConflictError
 from ..records import TurnReport
 from .models import WorkflowMessage, WorkflowTurn
@@ -47,8 +46,12 @@ def _assert_same_turn(turn: WorkflowTurn, report: TurnReport) -> None:
         raise TurnConflictError(f"Workflow turn identity conflict: {turn.workflow_turn_id}")
 
 
-def start_turn(report: TurnReport) -> WorkflowTurn:
-    """Open a turn for a sent message, or return the saved turn of a repeated start."""
+def start_turn(report: TurnReport, now: int) -> WorkflowTurn:
+    """Open a turn for a sent message, or return the saved turn of a repeated start.
+
+    `now` is the adjudication's one clock reading, so the turn starts exactly when the
+    step deadline it moves says it did.
+    """
     existing = get_turn(report.workflow_turn_id)
     if existing is not None:
         _assert_same_turn(existing, report)
@@ -76,12 +79,12 @@ def start_turn(report: TurnReport) -> WorkflowTurn:
         run=report.run_id,
         target_session_id=report.target_session_id,
         state="started",
-        started_at=now_ms(),
+        started_at=now,
     )
 
 
-def end_turn(report: TurnReport) -> tuple[WorkflowTurn, bool]:
-    """Record a turn's end; returns the turn and whether this call ended it.
+def end_turn(report: TurnReport, now: int) -> tuple[WorkflowTurn, bool]:
+    """Record a turn's end at `now`; returns the turn and whether this call ended it.
 
     A repeated end must carry the saved stop reason and response entry.
     """
@@ -101,7 +104,7 @@ def end_turn(report: TurnReport) -> tuple[WorkflowTurn, bool]:
             state="ended",
             stop_reason=report.stop_reason,
             response_session_entry_id=report.response_session_entry_id,
-            ended_at=now_ms(),
+            ended_at=now,
         )
         .where(
             (WorkflowTurn.workflow_turn_id == turn.workflow_turn_id)

@@ -92,7 +92,7 @@ def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: Stat
         assert begin("decision-1", "hook", "delivery", 10**15) is None  # out of attempts
 
         assert begin("decision-1", "hook", "settlement", 0) == 1
-        assert decision_records.mark_interrupted_channel_effects() == 1
+        assert decision_records.mark_interrupted_channel_effects(set()) == 1
         settlement = decision_records.channel_effect_id("decision-1", "hook", "settlement")
         (ambiguous,) = effects.list_effects(status="ambiguous")
         assert ambiguous["effectId"] == settlement

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pi_workflows.home import DATABASE_ENV
+from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHost, installed_entry_points, short_temp_dir, wait_until
 from pi_workflows.testing.host import FAST_TIMERS
 
@@ -17,7 +19,16 @@ class HostHarness(WorkflowHost):
 
     Unlike the kit's default, every installed entry-point plugin loads (the suite runs in
     a venv with this repository's plugin distributions installed, and tests rely on them).
+    With `database_url` the host, the CLI and :meth:`query` use that PostgreSQL database.
     """
+
+    def __init__(
+        self, root: Path, database_url: str | None = None, *, entry_points: Iterable[str] = ()
+    ) -> None:
+        super().__init__(root, entry_points=entry_points)
+        self.database_url = database_url
+        if database_url is not None:
+            self.env[DATABASE_ENV] = database_url
 
     start_host = WorkflowHost.start  # the names these tests grew up with
 
@@ -35,6 +46,28 @@ class HostHarness(WorkflowHost):
 
         return wait_until(read, what=f"a worker pid in {filename}")
 
+    def query(self, sql: str, *params: Any) -> list[tuple]:
+        """Read the state database directly (read-only, beside the live host).
+
+        `?` marks a parameter on both backends.
+        """
+        if self.database_url is None:
+            return super().query(sql, *params)
+        import psycopg2
+
+        connection = psycopg2.connect(self.database_url)
+        try:
+            connection.set_session(readonly=True, autocommit=True)
+            with connection.cursor() as cursor:
+                cursor.execute(sql.replace("%", "%%").replace("?", "%s"), params)
+                return [_as_sqlite_returns(row) for row in cursor.fetchall()]
+        finally:
+            connection.close()
+
+    def open_store(self) -> StateStore:
+        """The host's state database, opened in this process (close it when done)."""
+        return open_state(self.home, self.database_url)
+
     def workers(self, run_id: str) -> list[tuple[int, str, int | None]]:
         return self.query(
             "SELECT generation, status, pid FROM run_workers WHERE run_id = ? ORDER BY generation",
@@ -42,9 +75,22 @@ class HostHarness(WorkflowHost):
         )
 
 
+def _as_sqlite_returns(row: tuple) -> tuple:
+    """PostgreSQL rows as SQLite returns them: bytes for blobs, ints for booleans."""
+    return tuple(
+        bytes(value)
+        if isinstance(value, memoryview)
+        else int(value)
+        if isinstance(value, bool)
+        else value
+        for value in row
+    )
+
+
 @pytest.fixture
-def harness() -> Iterator[HostHarness]:
-    harness = HostHarness(short_temp_dir(), entry_points=installed_entry_points())
+def harness(database_url: str | None) -> Iterator[HostHarness]:
+    """A host home on the test's backend (both backends in the host-driven suites)."""
+    harness = HostHarness(short_temp_dir(), database_url, entry_points=installed_entry_points())
     try:
         yield harness
     finally:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows.storage import open_state, read_json
+from pi_workflows.storage import read_json
 from pi_workflows.storage.models import Run, RunWorker, WorkerMessage
 from pi_workflows.storage.runs import create_run
 
@@ -19,7 +19,7 @@ from .workflows import CHECKPOINTED, STALE_LAUNCH_PLUGIN, STEPS
 
 def _ready_commands(harness: HostHarness, run_id: str) -> list[dict]:
     """The `command` the host answered to each worker.ready of the run, oldest first."""
-    store = open_state(harness.home)
+    store = harness.open_store()
     try:
         commands = []
         workers = RunWorker.select().where(RunWorker.run == run_id).order_by(RunWorker.generation)
@@ -97,7 +97,7 @@ def test_start_and_resume_commands(harness: HostHarness):
 
 def _derived_run(harness: HostHarness, parent_id: str | None, **lineage) -> str:
     """Insert a run derived from `parent_id` straight into the state, as the host would."""
-    store = open_state(harness.home)
+    store = harness.open_store()
     try:
         template = Run.get_by_id(parent_id or lineage.pop("template"))
         run_id = f"derived-{os.urandom(4).hex()}"

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from pi_workflows.client.start_request import start_payload
-from pi_workflows.storage import open_state
 from pi_workflows.storage.workflow_messages import session_messages
 from tests.host.conftest import HostHarness
 
@@ -29,7 +28,7 @@ def start_interactive(
 
 def messages(harness: HostHarness, session: str = SESSION) -> list[dict[str, Any]]:
     """Every workflow message of `session`, in order (`session messages --json` shape)."""
-    store = open_state(harness.home)
+    store = harness.open_store()
     try:
         return session_messages(session)
     finally:

@@ -14,7 +14,7 @@ from peewee import fn
 from pi_workflows.builtin.terminal import DEFAULT_INSTRUCTIONS, GUARDRAILS, PREAMBLE
 from pi_workflows.canonical import canonical_json, digest
 from pi_workflows.clock import now_ms
-from pi_workflows.storage import open_state, put_json
+from pi_workflows.storage import put_json
 from pi_workflows.storage.models import WorkflowMessage, WorkflowTurn
 from pi_workflows.storage.terminal_facts import LOAD_FAILURE_DETAIL, terminal_message_id
 from tests.host.conftest import HostHarness, wait_until
@@ -121,7 +121,7 @@ def test_every_path_that_ends_a_run_writes_exactly_one_terminal_message(harness:
 def _add_session_traffic(harness: HostHarness, run_id: str) -> None:
     """What a session would have left behind: a sent message with an open turn, plus
     pending step, decision and follow-up messages."""
-    store = open_state(harness.home)
+    store = harness.open_store()
     try:
         with store.transaction():
             now = now_ms()

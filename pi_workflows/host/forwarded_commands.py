@@ -1,0 +1,107 @@
+"""Pause and cancel for runs another host owns (SPEC §14).
+
+On a shared PostgreSQL database the host a client talks to may not run the workflow.
+Status, list and why come straight from the database; pause and cancel are written as
+durable `forwarded_commands` rows that the owning host applies on its next poll. A
+durable row (rather than LISTEN/NOTIFY) survives the owner dying in between: once the
+run has no live owner, any host applies it, and exactly once (compare-and-set on the
+row's status in the transaction that applies it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..clock import now_ms
+from ..errors import PiWorkflowsError
+from ..protocol.client_messages import ClientRequest
+from ..storage.models import ForwardedCommand, Lease
+from .receipts import OperationResult
+
+if TYPE_CHECKING:
+    from .runtime import Host
+
+log = logging.getLogger("pi_workflows.host.forwarded")
+
+
+def owned_elsewhere(host: Host, run_id: str) -> bool:
+    """True while another host holds the run's live claim."""
+    if run_id in host.active_runs or run_id in host.pending_claims:
+        return False
+    lease = Lease.get_or_none(Lease.run == run_id)
+    return (
+        lease is not None
+        and lease.owner_id is not None
+        and lease.owner_id != host.host_id
+        and lease.expires_at > now_ms()
+    )
+
+
+def forward(request: ClientRequest, run_id: str) -> OperationResult:
+    """Record the command for the run's owner (inside the command's transaction)."""
+    ForwardedCommand.create(
+        run=run_id,
+        operation=request.operation,
+        client_id=request.client_id,
+        status="pending",
+        created_at=now_ms(),
+    )
+    return OperationResult(
+        "accepted",
+        receipt={
+            "runId": run_id,
+            "forwarded": True,
+            "detail": "Another host runs this workflow; it applies the command within one poll.",
+        },
+        run_id=run_id,
+    )
+
+
+def apply_pending(host: Host) -> None:
+    """Poll: apply the commands for runs this host owns, or that no live host owns."""
+    pending = list(
+        ForwardedCommand.select(ForwardedCommand, Lease)
+        .join(Lease, on=(Lease.run == ForwardedCommand.run))
+        .where(ForwardedCommand.status == "pending")
+        .order_by(ForwardedCommand.command_id)
+    )
+    now = now_ms()
+    for command in pending:
+        run_id = command.run_id
+        lease = command.lease
+        mine = run_id in host.active_runs or run_id in host.pending_claims
+        unowned = lease.owner_id is None or lease.expires_at <= now
+        if mine or unowned:
+            _apply(host, command)
+
+
+def _apply(host: Host, command: ForwardedCommand) -> None:
+    request = ClientRequest(
+        request_id=f"forwarded-{command.command_id}",
+        client_id=command.client_id,
+        operation=command.operation,
+        idempotency_key=f"forwarded-{command.command_id}",
+        payload={},
+        run_id=command.run_id,
+        expected_revision=None,
+        raw={},
+    )
+    try:
+        with host.store.transaction():
+            taken = (
+                ForwardedCommand.update(status="applied", applied_at=now_ms())
+                .where(
+                    (ForwardedCommand.command_id == command.command_id)
+                    & (ForwardedCommand.status == "pending")
+                )
+                .execute()
+            )
+            if taken != 1:
+                return  # another host applied it
+            result = host.operations.table.durable_handler(command.operation)(request)
+            ForwardedCommand.update(outcome=result.outcome).where(
+                ForwardedCommand.command_id == command.command_id
+            ).execute()
+    except PiWorkflowsError as error:
+        log.warning("forwarded %s of a run failed: %s", command.operation, error)

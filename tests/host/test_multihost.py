@@ -1,0 +1,334 @@
+"""Several hosts, three homes, one real PostgreSQL database (SPEC §14).
+
+Each host is a real `pi-workflows host run` process with its own home; they share the
+database and nothing else. The tests kill or stall one of them with real signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from pi_workflows.client.start_request import start_payload
+from pi_workflows.testing import installed_entry_points, short_temp_dir
+from tests.polling import process_gone, wait_until
+
+from .conftest import HostHarness
+from .workflows import STEPS
+
+HOST_LEASE_MS = 6000  # long enough for a heartbeat on a loaded 2-core machine
+MULTIHOST_TIMERS = {
+    "PI_WORKFLOWS_HOST_LEASE_MS": str(HOST_LEASE_MS),
+    "PI_WORKFLOWS_HEARTBEAT_S": "0.5",
+    "PI_WORKFLOWS_POLL_S": "0.2",
+}
+
+# a → b → c: each node appends "<n> <node>" to <project>/load-trace; b is a managed,
+# idempotent effect that takes a moment, so a killed host has runs in flight.
+LOAD = """
+import time
+from pathlib import Path
+
+from pi_workflows import action, compute, edge, idempotent_effect, workflow
+
+TRACE = Path.cwd() / "load-trace"
+
+
+def _mark(ctx, node):
+    with open(TRACE, "a") as handle:
+        handle.write(f"{ctx.input['n']} {node}\\n")
+
+
+def a(ctx):
+    _mark(ctx, "a")
+    return {"n": ctx.input["n"]}
+
+
+def b(ctx):
+    _mark(ctx, "b")
+    time.sleep(0.05)
+    return {"sent": ctx.input["n"]}
+
+
+def c(ctx):
+    _mark(ctx, "c")
+    return {"done": ctx.input["n"]}
+
+
+WORKFLOW = workflow(
+    name="load",
+    start_at="a",
+    nodes={
+        "a": compute(a),
+        "b": action(b, effect=idempotent_effect("load.send")),
+        "c": compute(c),
+    },
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+"""
+
+
+@pytest.fixture
+def hosts(postgres_url: str) -> Iterator[list[HostHarness]]:
+    """Three homes pointed at one fresh PostgreSQL database (hosts not started yet)."""
+    harnesses = []
+    for _ in range(3):
+        harness = HostHarness(short_temp_dir(), postgres_url, entry_points=installed_entry_points())
+        harness.env.update(MULTIHOST_TIMERS)
+        harnesses.append(harness)
+    try:
+        yield harnesses
+    finally:
+        for harness in harnesses:
+            if harness.host_process is not None:
+                _resume(harness.host_process.pid)
+            harness.cleanup()
+
+
+def _resume(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def _host_id(harness: HostHarness) -> str:
+    status = json.loads(harness.cli("host", "status", "--json").stdout)
+    return next(h["hostId"] for h in status["hosts"] if h["self"])
+
+
+def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
+    hosts: list[HostHarness],
+):
+    project = hosts[0].project
+    hosts[0].write_workflow("load", LOAD)
+    for harness in hosts:
+        harness.start_host()
+    ids = [_host_id(harness) for harness in hosts]
+    listed = json.loads(hosts[2].cli("host", "status", "--json").stdout)["hosts"]
+    assert sorted(h["hostId"] for h in listed) == sorted(ids)
+    assert len({h["epoch"] for h in listed}) == 3
+
+    payload = start_payload("load", project)
+    clients = [harness.client() for harness in hosts]
+    run_ids = {}
+    try:
+        for n in range(300):
+            started = clients[n % 3].start_run({**payload, "input": {"n": n}})
+            run_ids[started["runId"]] = n
+    except Exception as error:
+        logs = "\n".join(harness.host_log() for harness in hosts)
+        raise AssertionError(f"start {len(run_ids)} failed: {error}\n{logs}") from None
+    for client in clients:
+        client.close()
+    victim, survivor = hosts[1], hosts[0]
+
+    def victim_owns_runs() -> list[str]:
+        done = survivor.query("SELECT COUNT(*) FROM runs WHERE status = 'completed'")[0][0]
+        owned = survivor.query(
+            "SELECT l.run_id FROM leases l JOIN run_queue q ON q.run_id = l.run_id "
+            "WHERE l.owner_id = ? AND q.status = 'running'",
+            ids[1],
+        )
+        return [row[0] for row in owned] if done >= 60 and owned else []
+
+    owned_at_kill = wait_until(victim_owns_runs, timeout=120, what="the victim to hold runs")
+    victim.host_process.send_signal(signal.SIGKILL)
+    victim.host_process.wait()
+
+    def all_completed() -> bool:
+        rows = survivor.query("SELECT status, COUNT(*) FROM runs GROUP BY status")
+        return dict(rows) == {"completed": 300}
+
+    wait_until(all_completed, timeout=300, what="all 300 runs to complete")
+
+    # Takeover: within one lease of the victim's last heartbeat (plus a poll); then the
+    # survivors resume its runs as their worker slots free up.
+    victim_row = survivor.query(
+        "SELECT heartbeat_at, released_at, host_id FROM host_state WHERE socket_address = ?",
+        f"{socket.gethostname()}:{victim.home.socket_path}",
+    )
+    last_heartbeat, taken_over_at, host_id = victim_row[0]
+    assert host_id is None  # its record was taken over and cleared
+    assert taken_over_at - last_heartbeat <= HOST_LEASE_MS + 1500, taken_over_at - last_heartbeat
+    reclaimed = survivor.query(
+        "SELECT COUNT(DISTINCT run_id) FROM events WHERE event_type = 'lease.claimed' "
+        f"AND run_id IN ({', '.join('?' for _ in owned_at_kill)}) AND actor <> ?",
+        *owned_at_kill,
+        f"host:{ids[1]}",
+    )[0][0]
+    assert reclaimed == len(owned_at_kill)
+
+    # Every run completed exactly once with its own output.
+    outputs = survivor.query(
+        "SELECT r.run_id, b.content FROM runs r JOIN blobs b ON b.blob_hash = r.final_output_hash"
+    )
+    assert {run_id: json.loads(content) for run_id, content in outputs} == {
+        run_id: {"done": n} for run_id, n in run_ids.items()
+    }
+    completions = survivor.query(
+        "SELECT run_id, COUNT(*) FROM events WHERE event_type = 'run_completed' GROUP BY run_id"
+    )
+    assert dict(completions) == dict.fromkeys(run_ids, 1)
+
+    # No completed node ran again: every execution belongs to an attempt, and the one
+    # completed attempt of each node is its last.
+    executions = Counter(
+        tuple(line.split()) for line in (project / "load-trace").read_text().splitlines()
+    )
+    attempts = survivor.query(
+        "SELECT run_id, node_id, attempt_number, status FROM node_attempts "
+        "ORDER BY run_id, node_id, attempt_number"
+    )
+    by_node: dict[tuple[str, str], list[str]] = {}
+    for run_id, node_id, _, status in attempts:
+        by_node.setdefault((str(run_ids[run_id]), node_id), []).append(status)
+    assert set(by_node) == {(str(n), node) for n in range(300) for node in "abc"}
+    for key, statuses in by_node.items():
+        assert statuses.count("completed") == 1 and statuses[-1] == "completed", (key, statuses)
+        # An attempt whose start committed may never have run (its worker died first).
+        assert 1 <= executions[key] <= len(statuses), (key, statuses, executions[key])
+
+    # No effect settled twice: one applied effect per run, settled once.
+    effects = survivor.query("SELECT run_id, status FROM effects WHERE effect_type = 'load.send'")
+    assert sorted(run_id for run_id, _ in effects) == sorted(run_ids)
+    assert {status for _, status in effects} == {"applied"}
+
+    # Never two live workers of one run at once, across hosts.
+    workers = survivor.query(
+        "SELECT run_id, started_at, finished_at FROM run_workers ORDER BY run_id, started_at"
+    )
+    previous: dict[str, int] = {}
+    for run_id, started_at, finished_at in workers:
+        assert previous.get(run_id, 0) <= started_at, run_id
+        previous[run_id] = finished_at
+    claimed_by = {
+        actor
+        for (actor,) in survivor.query(
+            "SELECT DISTINCT actor FROM events WHERE event_type = 'lease.claimed'"
+        )
+    }
+    assert {f"host:{ids[0]}", f"host:{ids[2]}"} <= claimed_by  # the survivors shared the load
+
+    verified = survivor.cli("state", "verify", "--json")
+    assert json.loads(verified.stdout) == {"ok": True, "problems": []}
+    status = json.loads(survivor.cli("host", "status", "--json").stdout)
+    assert status["lifecycleContradictions"] == 0
+    assert sorted(h["hostId"] for h in status["hosts"]) == sorted([ids[0], ids[2]])
+
+
+def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
+    hosts: list[HostHarness],
+):
+    stalled, taker = hosts[0], hosts[1]
+    stalled.write_workflow("steps", STEPS)
+    stalled.start_host()
+    _host_id(stalled)  # the host answers before the run starts
+    run_id = stalled.start_run("steps")
+    first_worker = stalled.wait_for_pid("b.pid")
+    generation_before = stalled.query("SELECT generation FROM leases WHERE run_id = ?", run_id)[0][
+        0
+    ]
+    taker.start_host()
+    taker_id = _host_id(taker)
+
+    stalled.host_process.send_signal(signal.SIGSTOP)
+    stopped_at = time.time() * 1000
+
+    def taken_over() -> int | None:
+        rows = stalled.query(
+            "SELECT generation FROM leases WHERE run_id = ? AND owner_id = ?", run_id, taker_id
+        )
+        return rows[0][0] if rows else None
+
+    new_generation = wait_until(taken_over, timeout=30, what="the taker to claim the run")
+    assert new_generation > generation_before
+    assert time.time() * 1000 - stopped_at >= HOST_LEASE_MS - 600  # not before the lease ran out
+    # The stalled host's worker finishes its node b while its host is stopped; its
+    # result waits in the pipe. The taker's own worker runs b as well.
+    stalled.wait_for_pid("b.pid", previous=first_worker)
+    (stalled.project / "release-b").touch()
+    resumed_at = time.time() * 1000
+
+    stalled.host_process.send_signal(signal.SIGCONT)
+    # It finds its lease gone and stops.
+    assert stalled.host_process.wait(timeout=30) == 0, stalled.host_log()
+    assert "host lease lost" in stalled.host_log()
+
+    final = taker.wait_for_status(run_id, "completed")
+    assert final["finalOutput"] == {"sum": 3}
+    # Every worker write commits with its worker_messages row: the stalled host's worker
+    # finished node b, but nothing it sent was written once the lease was taken over.
+    stalled_workers = stalled.query(
+        "SELECT w.worker_epoch, w.status, MAX(m.completed_at) FROM run_workers w "
+        "LEFT JOIN worker_messages m ON m.worker_epoch = w.worker_epoch "
+        "WHERE w.run_id = ? AND w.generation = ? GROUP BY w.worker_epoch, w.status",
+        run_id,
+        generation_before,
+    )
+    assert [(status, last < stopped_at) for _, status, last in stalled_workers] == [
+        ("orphaned", True)
+    ]
+    later_generations = stalled.query(
+        "SELECT DISTINCT lease_generation FROM events WHERE run_id = ? AND recorded_at >= ? "
+        "AND lease_generation IS NOT NULL",
+        run_id,
+        resumed_at,
+    )
+    assert later_generations in ([], [(new_generation,)])
+    attempts = stalled.query(
+        "SELECT status FROM node_attempts WHERE run_id = ? AND node_id = 'b' "
+        "ORDER BY attempt_number",
+        run_id,
+    )
+    assert [status for (status,) in attempts][-1] == "completed"
+    assert [status for (status,) in attempts].count("completed") == 1
+    hosts_left = json.loads(taker.cli("host", "status", "--json").stdout)["hosts"]
+    assert [h["hostId"] for h in hosts_left] == [taker_id]
+    verified = taker.cli("state", "verify", "--json")
+    assert json.loads(verified.stdout) == {"ok": True, "problems": []}
+
+
+def test_pause_and_cancel_from_another_host_are_applied_by_the_owner(
+    hosts: list[HostHarness],
+):
+    owner, other = hosts[0], hosts[1]
+    owner.write_workflow("steps", STEPS)
+    owner.start_host()
+    run_id = owner.start_run("steps")
+    worker = owner.wait_for_pid("b.pid")
+    other.start_host()
+    client = other.client()
+    try:
+        # Status comes from the database, whoever runs the workflow.
+        assert client.run_status(run_id)["status"] == "running"
+
+        paused = client.pause_run(run_id)
+        assert paused["forwarded"] is True
+        wait_until(lambda: client.run_status(run_id)["paused"], what="the forwarded pause")
+        wait_until(lambda: process_gone(worker), what="the owner to stop its worker")
+        assert owner.query("SELECT status FROM run_queue WHERE run_id = ?", run_id) == [("parked",)]
+
+        client.resume_run(run_id)  # parked: any host may claim it again
+        resumed_worker = owner.wait_for_pid("b.pid", previous=worker)
+        holder = owner.query("SELECT owner_id FROM leases WHERE run_id = ?", run_id)[0][0]
+        cancelled = client.cancel_run(run_id)
+        assert cancelled.get("forwarded", False) is (holder != _host_id(other))
+        wait_until(
+            lambda: client.run_status(run_id)["status"] == "cancelled",
+            what="the forwarded cancel",
+        )
+        wait_until(lambda: process_gone(resumed_worker), what="the cancelled worker to stop")
+    finally:
+        client.close()
+    commands = owner.query("SELECT operation, status, outcome FROM forwarded_commands")
+    assert ("run.pause", "applied", "accepted") in commands
+    assert all(status == "applied" for _, status, _ in commands)
+    assert (owner.project / "trace").read_text().split().count("c") == 0
