@@ -33,6 +33,12 @@ class TransactionAborted(PiWorkflowsError):
 class PluginError(PiWorkflowsError):
     """A plugin raised inside a hook; the message names the plugin and the hook."""
 
+    plugin_name: str = "unknown"
+
+
+class UnansweredHookError(PluginError):
+    """A hook the core needs an answer from got none (its built-in is disabled, say)."""
+
 
 class PluginLoadError(PiWorkflowsError):
     """A plugin could not be imported or registered; the message names it."""

@@ -11,7 +11,13 @@ or name a module in ``PI_WORKFLOWS_PLUGINS`` for a local one-off. Built-in behav
 registered first through the same hooks (``pi_workflows.builtin``), so every default can
 be replaced: for a ``firstresult`` hook the most recently registered implementation runs
 first, and the first one to return something other than ``None`` decides. Return
-``None`` to let the next implementation decide.
+``None`` to let the next implementation decide. Some ``firstresult`` hooks must be
+answered (claim selection, launch, adjudication, presentation and rendering, the
+unproductive-turn limit): when every implementation returns ``None`` — say the
+built-in was disabled with ``PI_WORKFLOWS_DISABLE_PLUGINS`` — the core raises one
+sentence naming the hook and the disabled plugin. Registration hooks (``register_*``,
+``workflow_dirs``) call each plugin on its own, so one that raises is reported by name
+and the others still register.
 
 Hooks are called outside database transactions unless a docstring says otherwise, and
 must be fast: slow work (network, agents) belongs in channel adapters and executors.
@@ -78,14 +84,18 @@ def piw_select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunR
     """Pick the next run this host should claim.
 
     :param candidates: claimable runs (not terminal, available, lease free or expired,
-        not paused, not blocked); never empty.
+        not paused, not blocked, not vetoed in this pass); never empty. At most the claim
+        window (64, ``PI_WORKFLOWS_CLAIM_WINDOW``) of them, the highest ``priority``
+        first and then the oldest, so an urgent run is always in view.
     :param host: the host asking, with its current worker count.
     :returns: one element of ``candidates``, or ``None`` to defer to the next plugin.
 
-    Called by the host's claim pass (every poll, 2 s, and after a run is queued).
-    ``firstresult``. The built-in (``pi_workflows.builtin.claiming``) returns the
-    candidate with the oldest ``available_at``, then the oldest ``created_at``. The core
-    still takes the claim by compare-and-set, so a stale choice is harmless.
+    Called by the host's claim pass (every poll, 2 s, and after a run is queued) while
+    the host has room for another worker. ``firstresult``; an answer is required (the
+    host logs which plugin is missing when nobody answers). The built-in
+    (``pi_workflows.builtin.claiming``) returns the candidate with the highest
+    ``priority``, then the oldest ``available_at``, then the oldest ``created_at``. The
+    core still takes the claim by compare-and-set, so a stale choice is harmless.
     """
 
 
@@ -98,9 +108,10 @@ def piw_may_claim(run: RunRecord, host: HostInfo) -> bool | None:
     :returns: ``False`` to veto; ``True`` or ``None`` to allow.
 
     Called for the selected candidate before the claim is taken; every implementation
-    runs and any ``False`` vetoes (the run stays queued for a later pass). The built-in
-    (``pi_workflows.builtin.claiming``) refuses once the host runs ``max_workers``
-    workers (default 4; ``PI_WORKFLOWS_MAX_WORKERS``).
+    runs and any ``False`` vetoes: that run stays queued and is skipped for the rest of
+    this pass, which goes on with the other candidates. No built-in: capacity
+    (``max_workers``, default 4, ``PI_WORKFLOWS_MAX_WORKERS``) is the host's own stop
+    and ends a pass before this hook is asked.
     """
 
 
@@ -108,8 +119,10 @@ def piw_may_claim(run: RunRecord, host: HostInfo) -> bool | None:
 def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
     """Notification: the host claimed ``run`` with ``claim`` and will launch a worker.
 
-    Called after the claim transaction committed; return values are ignored and an
-    exception is logged with the plugin's name, never propagated. No built-in.
+    Called after the claim transaction committed, for every claim: claim passes, and
+    resume claims (``run resume``, a submission to validate, an expired step deadline).
+    Return values are ignored and an exception is logged with the plugin's name, never
+    propagated. No built-in.
     """
 
 
@@ -193,8 +206,8 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | No
 def piw_unproductive_turn_limit(run: RunRecord, node_id: str) -> int | None:
     """How many agent turns may end without a valid submission before the run fails.
 
-    Called when a step turn ends unproductively. ``firstresult``. The built-in
-    (``pi_workflows.builtin.turns``) returns 3.
+    Called when a step turn ends unproductively. ``firstresult``; the answer must be a
+    positive integer. The built-in (``pi_workflows.builtin.turns``) returns 3.
     """
 
 
@@ -244,9 +257,10 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     """Register decision channel kinds: ``register(kind, factory)``.
 
     Called once when the host starts and loads ``<config>/channels.toml`` (see
-    ``pi_workflows.host.decision_channel_runner``). Every implementation runs. For each
-    configured channel of that kind the host calls ``factory(context)`` and uses the
-    object it returns.
+    ``pi_workflows.host.decision_channel_runner``). Every implementation runs on its own:
+    one that raises is logged by name and the others (built-ins included) still
+    register. For each configured channel of that kind the host calls
+    ``factory(context)`` and uses the object it returns.
 
     The context (:class:`~pi_workflows.records.ChannelContext`; build one in tests with
     ``pi_workflows.testing.channel_context``):
@@ -291,9 +305,11 @@ def piw_register_workflows(register: Callable[..., None]) -> None:
     """Register workflows shipped by a plugin: ``register(name, workflow, revision=...)``.
 
     Called during discovery, after project and user directories (first name wins).
-    Every implementation runs. The built-in (``pi_workflows.builtin.workflows``)
-    registers ``hello``, ``shell``, ``echo``, ``branch``, ``two-turn`` and
-    ``human-decision``.
+    Every implementation runs on its own, with a ``register`` that knows the plugin: a
+    third party's workflows get source kind ``plugin`` (with the plugin's name), and a
+    plugin that raises is listed as broken without hiding anyone else's. The built-in
+    (``pi_workflows.builtin.workflows``) registers ``hello``, ``shell``, ``echo``,
+    ``branch``, ``two-turn`` and ``human-decision``.
     """
 
 
@@ -305,8 +321,9 @@ def piw_workflow_dirs(project: Path) -> list[Path] | None:
     :returns: a list of directories (missing ones are skipped).
 
     Called during discovery; results of all implementations are concatenated, built-in
-    first. The built-in (``pi_workflows.builtin.workflows``) returns
-    ``<project>/.pi/workflows`` and ``<config>/workflows``.
+    first. A plugin that raises is logged by name and skipped. The built-in
+    (``pi_workflows.builtin.workflows``) returns ``<project>/.pi/workflows`` and
+    ``<config>/workflows``.
     """
 
 
@@ -318,8 +335,9 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
     """Register headless agent executors: ``register(name, factory)``.
 
     Called in the worker when a headless run reaches an agent step (interactive runs ask
-    their origin session instead). Every implementation runs; the first registration of
-    a name wins. The executor contract:
+    their origin session instead). Every implementation runs on its own (one that
+    raises is logged by name and skipped); the first registration of a name wins. The
+    executor contract:
 
     - **choice**: the worker uses the executor named by ``PI_WORKFLOWS_AGENT_EXECUTOR``
       in the host's environment (default ``command``); an unregistered name fails the
@@ -368,8 +386,17 @@ def piw_register_commands(cli: click.Group) -> None:
 def piw_run_transition(
     run_id: str, old_status: str | None, new_status: str, detail: str | None
 ) -> None:
-    """Notification: a run changed status (called after the commit).
+    """Notification: a run changed lifecycle status (called after the commit).
 
-    Every implementation runs; exceptions are logged with the plugin's name and never
-    reach the caller. No built-in.
+    :param old_status: the status announced before, or ``None`` for a new run.
+    :param new_status: one of ``queued`` (created), ``claimed`` (a worker is being
+        launched), ``running``, ``parked`` (stopped at a durable boundary, resumable),
+        ``waiting`` (needs input), ``paused``, or the terminal ``completed``, ``failed``,
+        ``timed_out``, ``cancelled``. A resume is ``paused`` → the status it goes on in.
+    :param detail: the run's status detail, else the event that made the change
+        (``lease.claimed``, ``run.paused``, …).
+
+    Called once per change, whatever caused it (host, worker, session, operator), by the
+    process that committed it. Every implementation runs; exceptions are logged with the
+    plugin's name and never reach the caller. No built-in.
     """

@@ -26,7 +26,7 @@ import pluggy
 
 from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
-from .errors import PiWorkflowsError, PluginError, PluginLoadError
+from .errors import PiWorkflowsError, PluginError, PluginLoadError, UnansweredHookError
 from .records import TerminalFacts, WorkerLaunchEnvelope
 
 ENTRY_POINT_GROUP = "pi_workflows"
@@ -355,34 +355,63 @@ def _call(hook_name: str, **kwargs: Any) -> Any:
         ) from exc
 
 
-def _call_each(hook_name: str, **kwargs: Any) -> list[PluginError]:
+def _call_each(
+    hook_name: str, kwargs_for: Callable[[str], dict[str, Any]]
+) -> tuple[list[Any], list[PluginError]]:
     """Call every implementation on its own, so one failing plugin cannot starve the rest.
 
-    Implementations run in pluggy's order (last registered first); the failures are
-    returned, each naming its plugin and the hook.
+    Implementations run in pluggy's order (last registered first) with the arguments
+    `kwargs_for(plugin_name)` builds. Returns the answers, in that order, and the
+    failures, each naming its plugin and the hook.
     """
-    failures = []
+    answers, failures = [], []
     caller = getattr(registry().manager.hook, hook_name)
     implementations = list(reversed(caller.get_hookimpls()))
     if registry().tracing:  # each implementation is called directly, past pluggy's monitor
-        _trace_call(hook_name, kwargs, [impl.plugin_name for impl in implementations])
+        _trace_call(hook_name, kwargs_for(""), [impl.plugin_name for impl in implementations])
     for impl in implementations:
+        kwargs = kwargs_for(impl.plugin_name)
         try:
-            impl.function(**{name: kwargs[name] for name in impl.argnames})
+            answers.append(impl.function(**{name: kwargs[name] for name in impl.argnames}))
         except Exception as exc:
-            failures.append(
-                PluginError(
-                    f"Plugin {impl.plugin_name!r} failed in hook {hook_name}: "
-                    f"{type(exc).__name__}: {exc}"
-                )
+            failure = PluginError(
+                f"Plugin {impl.plugin_name!r} failed in hook {hook_name}: "
+                f"{type(exc).__name__}: {exc}"
             )
-    return failures
+            failure.plugin_name = impl.plugin_name
+            failures.append(failure)
+    return answers, failures
 
 
 def _notify(hook_name: str, **kwargs: Any) -> None:
     """Call a notification hook; failures are logged, never raised."""
-    for failure in _call_each(hook_name, **kwargs):
+    for failure in _call_each(hook_name, lambda _plugin: kwargs)[1]:
         log.warning("%s", failure)
+
+
+def _builtin_answering(hook_name: str) -> str | None:
+    return next(
+        (name for name in DEFAULT_PLUGINS if hasattr(importlib.import_module(name), hook_name)),
+        None,
+    )
+
+
+def _call_required(hook_name: str, **kwargs: Any) -> Any:
+    """A firstresult hook the core cannot go on without: no answer is a clear error."""
+    answer = _call(hook_name, **kwargs)
+    if answer is not None:
+        return answer
+    builtin = _builtin_answering(hook_name)
+    if builtin in registry().disabled:
+        raise UnansweredHookError(
+            f"No plugin answers {hook_name}: its built-in {builtin} is disabled by "
+            f"{DISABLE_ENV}; remove it from there or install a plugin that implements "
+            f"{hook_name}."
+        )
+    raise UnansweredHookError(
+        f"No plugin answered {hook_name} (every implementation returned None); fix the "
+        "plugin that overrides it, or disable it."
+    )
 
 
 def open_database(url: str | None, home: Path) -> Any:
@@ -390,7 +419,13 @@ def open_database(url: str | None, home: Path) -> Any:
 
 
 def select_run_to_claim(candidates: list[Any], host: Any) -> Any:
-    return _call("piw_select_run_to_claim", candidates=candidates, host=host)
+    chosen = _call_required("piw_select_run_to_claim", candidates=candidates, host=host)
+    if not any(chosen is candidate for candidate in candidates):
+        raise PluginError(
+            "piw_select_run_to_claim returned a run that is not one of its candidates; "
+            "return an element of `candidates` or None."
+        )
+    return chosen
 
 
 def may_claim(run: Any, host: Any) -> bool:
@@ -402,7 +437,7 @@ def run_claimed(run: Any, claim: Any) -> None:
 
 
 def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -> Any:
-    return _call(
+    return _call_required(
         "piw_worker_run_command",
         record=record,
         resume_interaction_attempt_id=resume_interaction_attempt_id,
@@ -410,26 +445,32 @@ def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -
 
 
 def worker_process(envelope: WorkerLaunchEnvelope, settings: Any) -> Any:
-    return _call("piw_worker_process", envelope=envelope, settings=settings)
+    return _call_required("piw_worker_process", envelope=envelope, settings=settings)
 
 
 def adjudicate_turn_report(report: Any, ctx: Any) -> Any:
-    return _call("piw_adjudicate_turn_report", report=report, ctx=ctx)
+    return _call_required("piw_adjudicate_turn_report", report=report, ctx=ctx)
 
 
 def unproductive_turn_limit(run: Any, node_id: str) -> int:
-    return _call("piw_unproductive_turn_limit", run=run, node_id=node_id)
+    limit = _call_required("piw_unproductive_turn_limit", run=run, node_id=node_id)
+    if type(limit) is not int or limit < 1:
+        raise PluginError(
+            f"piw_unproductive_turn_limit must return a positive integer, got {limit!r}."
+        )
+    return limit
 
 
 def presentation_instructions(run: Any, facts: TerminalFacts) -> str:
-    return _call("piw_presentation_instructions", run=run, facts=facts)
+    return _call_required("piw_presentation_instructions", run=run, facts=facts)
 
 
 def render_terminal_message(facts: TerminalFacts, instructions: str) -> Any:
-    return _call("piw_render_terminal_message", facts=facts, instructions=instructions)
+    return _call_required("piw_render_terminal_message", facts=facts, instructions=instructions)
 
 
 def _collect_registrations(hook_name: str, what: str) -> dict[str, Any]:
+    """Name → value from every plugin; a failing plugin is logged by name and skipped."""
     collected: dict[str, Any] = {}
 
     def register(name: str, value: Any) -> None:
@@ -437,7 +478,8 @@ def _collect_registrations(hook_name: str, what: str) -> dict[str, Any]:
             raise ValueError(f"{what} names must be non-empty strings, got {name!r}")
         collected.setdefault(name, value)
 
-    _call(hook_name, register=register)
+    for failure in _call_each(hook_name, lambda _plugin: {"register": register})[1]:
+        log.error("%s", failure)
     return collected
 
 
@@ -451,21 +493,32 @@ def agent_executor_factories() -> dict[str, Any]:
     return _collect_registrations("piw_register_agent_executors", "agent executor")
 
 
-def register_workflows(register: Callable[..., None]) -> None:
-    """Let plugins register workflows through `register(name, workflow, revision=...)`."""
-    _call("piw_register_workflows", register=register)
+def register_workflows(register_for: Callable[[str], Callable[..., None]]) -> list[PluginError]:
+    """Let each plugin register workflows through `register_for(plugin_name)`, a
+    `register(name, workflow, revision=...)` that knows who calls it. A failing plugin
+    is reported and skipped; the others (built-ins included) still register."""
+    return _call_each("piw_register_workflows", lambda plugin: {"register": register_for(plugin)})[
+        1
+    ]
+
+
+def is_builtin(plugin_name: str) -> bool:
+    return plugin_name in DEFAULT_PLUGINS
 
 
 def workflow_dirs(project: Path) -> list[Path]:
-    """Workflow directories from every plugin, built-ins first."""
-    answers = _call("piw_workflow_dirs", project=project)
-    # pluggy returns results last-registered first; built-ins must keep precedence.
+    """Workflow directories from every plugin, built-ins first; a failing plugin is
+    logged by name and skipped."""
+    answers, failures = _call_each("piw_workflow_dirs", lambda _plugin: {"project": project})
+    for failure in failures:
+        log.warning("%s", failure)
+    # Answers come last registered first; built-ins must keep precedence.
     return [Path(d) for answer in reversed(answers) if answer for d in answer]
 
 
 def register_commands(cli: Any) -> list[PluginError]:
     """Let each plugin add commands; a failing plugin is reported and skipped."""
-    return _call_each("piw_register_commands", cli=cli)
+    return _call_each("piw_register_commands", lambda _plugin: {"cli": cli})[1]
 
 
 def run_transition(

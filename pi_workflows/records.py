@@ -64,6 +64,7 @@ class RunRecord:
     paused: bool = False
     error_code: str | None = None
     presentation_prompt: str | None = None
+    priority: int = 0  # claimed before lower priorities, whatever their age
 
     @property
     def is_initialized(self) -> bool:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from pi_workflows import __version__, plugins
 from pi_workflows.cli.main import cli
-from pi_workflows.storage import open_state, put_json
+from pi_workflows.storage import SCHEMA_VERSION, open_state, put_json
 
 
 def _command_paths(group: click.Group, prefix: tuple[str, ...] = ()):
@@ -75,7 +75,9 @@ def test_state_status_reports_schema_and_counts(home_env, store, make_run):
     assert status["location"] == str(home_env.home.database_path)
     assert status["runs"] == {"queued": 2} and status["queue"] == {"queued": 2}
     text = home_env.run_cli("state", "status")
-    assert "runs: queued 2" in text.stdout and "pi-workflows-state v1" in text.stdout
+    assert (
+        "runs: queued 2" in text.stdout and f"pi-workflows-state v{SCHEMA_VERSION}" in text.stdout
+    )
 
 
 def test_state_backup_produces_a_database_that_state_verify_accepts(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -40,20 +41,6 @@ def test_open_database_builtin_answers_every_supported_form(tmp_path):
     assert by_path.database == str(tmp_path / "b.sqlite")
     assert isinstance(default, peewee.SqliteDatabase) and default.is_closed()
     assert isinstance(postgres, peewee.PostgresqlDatabase) and postgres.is_closed()
-    default.connect()
-    try:
-        pragmas = {
-            name: default.execute_sql(f"PRAGMA {name}").fetchone()[0]
-            for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
-        }
-    finally:
-        default.close()
-    assert pragmas == {
-        "journal_mode": "wal",
-        "synchronous": 2,
-        "foreign_keys": 1,
-        "busy_timeout": 5000,
-    }
 
 
 def test_open_database_refuses_an_unknown_scheme(tmp_path):
@@ -107,12 +94,9 @@ def test_a_plugin_can_choose_which_run_to_claim(run_record):
         assert plugins.select_run_to_claim([old], HOST) is old
 
 
-def test_may_claim_stops_at_max_workers_and_any_plugin_can_veto(run_record):
+def test_may_claim_allows_by_default_and_any_plugin_can_veto(run_record):
     run = run_record()
-    busy = HostInfo(host_id="host-a", epoch=1, active_workers=4, max_workers=4)
-
-    assert plugins.may_claim(run, HOST) is True
-    assert plugins.may_claim(run, busy) is False
+    assert plugins.may_claim(run, HOST) is True  # capacity is the host's own stop
 
     class NoHeadless:
         @hookimpl
@@ -326,16 +310,18 @@ def test_decision_channel_factories_collect_plugin_registrations():
     assert "example-webhook" not in plugins.decision_channel_factories()
 
 
-def test_a_registration_with_a_bad_name_names_the_plugin():
+def test_a_registration_with_a_bad_name_names_the_plugin(caplog):
     class Sloppy:
         @hookimpl
         def piw_register_decision_channels(self, register):
             register("", _Webhook)
 
-    with plugins.temporary_plugin(Sloppy(), name="sloppy"), pytest.raises(PluginError) as failure:
-        plugins.decision_channel_factories()
-    assert "Plugin 'sloppy' failed in hook piw_register_decision_channels" in str(failure.value)
-    assert "decision channel names must be non-empty strings" in str(failure.value)
+    with plugins.temporary_plugin(Sloppy(), name="sloppy"):
+        with caplog.at_level(logging.ERROR, logger="pi_workflows.plugins"):
+            factories = plugins.decision_channel_factories()
+    assert {"session", "cli"} <= set(factories)  # the others still register
+    assert "Plugin 'sloppy' failed in hook piw_register_decision_channels" in caplog.text
+    assert "decision channel names must be non-empty strings" in caplog.text
 
 
 def test_agent_executor_factories_first_registration_of_a_name_wins():
@@ -370,12 +356,13 @@ def test_register_workflows_passes_the_callback_to_every_plugin():
         def piw_register_workflows(self, register):
             register("plugin-flow", {"nodes": []}, revision="7")
 
-    with plugins.temporary_plugin(Shipper()):
-        plugins.register_workflows(
-            lambda name, workflow, revision=None: registered.append((name, revision))
-        )
+    def register_for(plugin):
+        return lambda name, workflow, revision=None: registered.append((plugin, name, revision))
 
-    assert ("plugin-flow", "7") in registered
+    with plugins.temporary_plugin(Shipper(), name="shipper"):
+        assert plugins.register_workflows(register_for) == []
+
+    assert ("shipper", "plugin-flow", "7") in registered
 
 
 def test_workflow_dirs_keep_builtins_first_and_plugins_after(tmp_path):

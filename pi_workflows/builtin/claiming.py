@@ -1,4 +1,8 @@
-"""Built-in claiming policy: oldest first, at most `max_workers` concurrent workers."""
+"""Built-in claim selection: the highest priority first, then the oldest.
+
+Capacity (`max_workers`, ``PI_WORKFLOWS_MAX_WORKERS``) is not a policy here: the host
+stops a claim pass when it is full, so a veto plugin only ever refuses runs.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,6 @@ from ..records import HostInfo, RunRecord
 def piw_select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunRecord | None:
     if not candidates:
         return None
-    return min(candidates, key=lambda run: (run.available_at, run.created_at, run.run_id))
-
-
-@hookimpl
-def piw_may_claim(run: RunRecord, host: HostInfo) -> bool:
-    return host.active_workers < host.max_workers
+    return min(
+        candidates, key=lambda run: (-run.priority, run.available_at, run.created_at, run.run_id)
+    )

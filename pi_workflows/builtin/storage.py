@@ -41,14 +41,5 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database:
 def _sqlite(path: Path) -> peewee.SqliteDatabase:
     import peewee
 
-    return peewee.SqliteDatabase(
-        str(path.resolve()),
-        autoconnect=False,
-        pragmas={
-            "journal_mode": "wal",
-            "synchronous": "full",
-            "foreign_keys": 1,
-            "busy_timeout": 5000,
-        },
-        check_same_thread=False,
-    )
+    # The core applies the pragmas SPEC §4 promises to every SQLite database it opens.
+    return peewee.SqliteDatabase(str(path.resolve()), autoconnect=False, check_same_thread=False)

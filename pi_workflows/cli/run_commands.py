@@ -45,6 +45,12 @@ def _parse_input(input_json: str | None, input_file: str | None, task: tuple[str
 )
 @click.option("--session", "session_id", default=None, help="Bind an interactive run to a session.")
 @click.option("--headless", is_flag=True, help="Run agent steps through an agent executor.")
+@click.option(
+    "--priority",
+    type=int,
+    default=None,
+    help="Claim order: higher runs first, whatever their age (default 0).",
+)
 @click.option("--wait", is_flag=True, help="Wait until the run is terminal or waiting.")
 @click.option("--timeout", type=float, default=None, help="Give up waiting after SECONDS.")
 @click.option("--no-autostart", is_flag=True, help="Fail instead of starting a host.")
@@ -59,6 +65,7 @@ def start_command(
     project: Path | None,
     session_id: str | None,
     headless: bool,
+    priority: int | None,
     wait: bool,
     timeout: float | None,
     no_autostart: bool,
@@ -73,6 +80,8 @@ def start_command(
     payload = start_payload(
         workflow, project_path, run_input, session_id=session_id if interactive else None
     )
+    if priority is not None:
+        payload["priority"] = priority
     client = cli_ctx.client(autostart=False if no_autostart else None)
     receipt = client.start_run(payload)
     run_id = receipt["runId"]

@@ -16,7 +16,8 @@ def _describe_source(source: dict[str, Any] | None) -> str:
         return "unknown source"
     if source["kind"] == "file":
         return source["path"]
-    return f"builtin:{source['id']} (revision {source['revision'][:12]})"
+    owner = source.get("plugin", "builtin")
+    return f"{owner}:{source['id']} (revision {source['revision'][:12]})"
 
 
 @click.command("workflows")

@@ -23,7 +23,7 @@ from typing import Any
 from .. import plugins
 from ..authoring import Workflow
 from ..canonical import sha256_hex
-from ..errors import PiWorkflowsError, WorkflowDefinitionError, WorkflowSourceChangedError
+from ..errors import WorkflowDefinitionError, WorkflowSourceChangedError
 from .isolation import describe_isolated
 from .loader import (
     WORKFLOW_SUFFIX,
@@ -60,23 +60,32 @@ class DiscoveredWorkflow:
 
 
 def registered_workflows() -> list[DiscoveredWorkflow]:
-    """Workflows registered by plugins (built-ins included), loading them on the way."""
+    """Workflows registered by plugins (built-ins included), loading them on the way.
+
+    Their source kind is ``builtin`` for pi-workflows' own and ``plugin`` (with the
+    plugin's name) for a third party's; a plugin whose registration raises is listed as
+    broken and hides nobody else's workflows.
+    """
     found: list[DiscoveredWorkflow] = []
 
-    def register(name: str, workflow: Any, revision: str) -> None:
-        source = {"kind": "builtin", "id": name, "revision": revision}
-        try:
-            definition = check_definition_object(workflow, f"registered workflow {name!r}")
-        except WorkflowDefinitionError as error:
-            found.append(DiscoveredWorkflow(name, source, error=str(error)))
-            return
-        found.append(DiscoveredWorkflow(name, source, definition))
+    def register_for(plugin_name: str) -> Any:
+        def register(name: str, workflow: Any, revision: str) -> None:
+            source = {"kind": "builtin", "id": name, "revision": revision}
+            if not plugins.is_builtin(plugin_name):
+                source.update(kind="plugin", plugin=plugin_name)
+            try:
+                definition = check_definition_object(workflow, f"registered workflow {name!r}")
+            except WorkflowDefinitionError as error:
+                found.append(DiscoveredWorkflow(name, source, error=str(error)))
+                return
+            found.append(DiscoveredWorkflow(name, source, definition))
 
-    try:
-        plugins.register_workflows(register)
-    except PiWorkflowsError as error:
-        # A broken plugin is listed as broken; file workflows still load.
-        found.append(DiscoveredWorkflow("(plugin workflows)", None, error=str(error)))
+        return register
+
+    for failure in plugins.register_workflows(register_for):
+        found.append(
+            DiscoveredWorkflow(f"({failure.plugin_name} workflows)", None, error=str(failure))
+        )
     return found
 
 
@@ -178,7 +187,7 @@ def load_from_source(source: dict[str, Any], definition_digest: str | None = Non
                 "resume the run, or cancel it."
             )
         definition = definition_from_bytes(path, content)
-    elif kind == "builtin":
+    elif kind in ("builtin", "plugin"):
         entry = next((e for e in registered_workflows() if e.name == source.get("id")), None)
         if entry is None or entry.source is None:
             raise WorkflowSourceChangedError(

@@ -27,6 +27,8 @@ class ActiveRun:
     claim_lost: bool = False
     workflow_load_failure: str | None = None
     source_changed: str | None = None
+    # Why the host could not launch the worker (an unanswered launch hook, say).
+    launch_failure: str | None = None
 
     def stop(self, outcome: str) -> None:
         if self.supervisor is not None:

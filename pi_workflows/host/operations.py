@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from .runtime import Host
 
 RUN_LIST_LIMIT = 100
+# A 32-bit column on every database.
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 
 DurableHandler = Callable[[ClientRequest], OperationResult]
 QueryHandler = Callable[[ClientRequest], Any]
@@ -180,6 +182,11 @@ class Operations:
         prompt = payload.get("presentationPrompt")
         run_input = payload.get("input", {})
         checked_json(run_input, "The run's input", MAX_INPUT_BYTES)
+        priority = payload.get("priority", 0)
+        if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise InvalidInputError(
+                f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
+            )
         run_id = new_run_id(name)
         create_run(
             run_id=run_id,
@@ -193,6 +200,7 @@ class Operations:
             execution_mode=mode,
             origin_session_id=session if mode == "interactive" else None,
             presentation_prompt=prompt if isinstance(prompt, str) else None,
+            priority=priority,
         )
         self.host.store.after_commit(self.host.schedule_claim_pass)
         return OperationResult(

@@ -27,7 +27,7 @@ from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import HostInfo, WorkerSettings
 from ..storage import StateStore, effects, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
-from ..storage.runs import run_records
+from ..storage.runs import run_record, run_records
 from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
 from .effect_recovery import EffectRecovery
@@ -89,18 +89,16 @@ class HostTimings:
         )
 
 
-def max_workers_setting() -> int:
-    raw = os.environ.get("PI_WORKFLOWS_MAX_WORKERS")
+def positive_int_setting(variable: str, default: int) -> int:
+    raw = os.environ.get(variable)
     if raw is None:
-        return DEFAULT_MAX_WORKERS
+        return default
     try:
         value = int(raw)
     except ValueError:
-        raise PiWorkflowsError(
-            f"PI_WORKFLOWS_MAX_WORKERS must be a positive integer, got {raw!r}."
-        ) from None
+        raise PiWorkflowsError(f"{variable} must be a positive integer, got {raw!r}.") from None
     if value < 1:
-        raise PiWorkflowsError(f"PI_WORKFLOWS_MAX_WORKERS must be at least 1, got {value}.")
+        raise PiWorkflowsError(f"{variable} must be at least 1, got {value}.")
     return value
 
 
@@ -115,8 +113,13 @@ class Host:
         self.home = home
         self.database_url = database_url
         self.timings = timings or HostTimings.from_env()
-        self.max_workers = max_workers or max_workers_setting()
+        self.max_workers = max_workers or positive_int_setting(
+            "PI_WORKFLOWS_MAX_WORKERS", DEFAULT_MAX_WORKERS
+        )
         self.max_node_crashes = run_progress.max_node_crashes()
+        self.claim_window = positive_int_setting(
+            run_claims.CLAIM_WINDOW_ENV, run_claims.DEFAULT_CLAIM_WINDOW
+        )
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
         self.epoch_lease: epoch_lease.EpochLease | None = None
@@ -341,30 +344,34 @@ class Host:
         asyncio.get_running_loop().call_soon(self._claim_pass)
 
     def _claim_pass(self) -> None:
-        """Claim runs until none is claimable or a `piw_may_claim` veto (worker limit)."""
+        """Claim runs until the host is full or no candidate is left (SPEC §3, §6).
+
+        A `piw_may_claim` veto skips that run for this pass only; the pass goes on.
+        """
         self._claim_pass_scheduled = False
         if self.stopping or self.epoch_lease is None:
             return
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
-        while True:
-            candidate_ids = run_claims.claim_candidates(self.host_id, excluded)
+        while len(self.active_runs) + len(self.pending_claims) < self.max_workers:
+            candidate_ids = run_claims.claim_candidates(self.host_id, excluded, self.claim_window)
             if not candidate_ids:
                 return
             candidates = run_records(candidate_ids)
             try:
                 chosen = plugins.select_run_to_claim(candidates, self.host_info())
-                if chosen is None or not plugins.may_claim(chosen, self.host_info()):
-                    return
+                is_allowed = plugins.may_claim(chosen, self.host_info())
             except PiWorkflowsError as error:
                 self._report_claim_failure(str(error))
                 return
             self.claim_pass_failure = None
+            excluded.add(chosen.run_id)
+            if not is_allowed:
+                continue
             token = run_claims.new_claim_token()
             with self.store.transaction():
                 claim = run_claims.claim_run(
                     chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
                 )
-            excluded.add(chosen.run_id)
             if claim is None:
                 continue
             self.pending_claims[chosen.run_id] = token
@@ -397,7 +404,12 @@ class Host:
             return None
         self.blocked_runs.discard(run_id)
         self.pending_claims[run_id] = token
-        self.store.after_commit(lambda: self.spawn(self.activate(run_id, token, claim.generation)))
+
+        def launch() -> None:
+            plugins.run_claimed(run_record(run_id), claim)
+            self.spawn(self.activate(run_id, token, claim.generation))
+
+        self.store.after_commit(launch)
         return claim.generation
 
     # --- workers -----------------------------------------------------------------------
@@ -463,8 +475,12 @@ class Host:
             )
             if active.control is None and not active.claim_lost and needs_recovery:
                 self._recover_worker_exit(active, result.outcome)
-        except Exception:
-            log.exception("worker %s of run %s failed", worker_epoch, run_id)
+        except Exception as error:
+            if isinstance(error, PiWorkflowsError):  # a sentence, e.g. an unanswered hook
+                active.launch_failure = str(error)
+                log.error("worker of run %s failed: %s", run_id, error)
+            else:
+                log.exception("worker %s of run %s failed", worker_epoch, run_id)
             active.stop("crashed")
             with contextlib.suppress(Exception):
                 self._finish_worker(active, WorkerExit("crashed", None, None, None))
@@ -554,7 +570,8 @@ class Host:
                 run_claims.park_for_no_progress(
                     run_id,
                     token,
-                    f"Workflow worker {outcome} before it committed workflow progress",
+                    active.launch_failure
+                    or f"Workflow worker {outcome} before it committed workflow progress",
                 )
                 log.warning("run parked after a worker made no progress")
                 return
@@ -564,7 +581,6 @@ class Host:
     def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         """After-commit effects of a run leaving `running`; none of them may raise."""
         self.features.run_stopped(run_id, old_status, new_status)
-        plugins.run_transition(run_id, old_status, new_status, None)
 
     def release_to_waiting(self, run_id: str, event_type: str) -> bool:
         """Park the run of an active worker as `waiting` and let the worker go (in a

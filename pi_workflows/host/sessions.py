@@ -332,10 +332,6 @@ class Sessions:
         with _no_raw_integrity_errors():
             with self.services.store.transaction():
                 receipt = plugins.adjudicate_turn_report(report, ctx)
-                if receipt is None:
-                    raise PiWorkflowsError(
-                        "No plugin adjudicates turn reports; enable pi_workflows.builtin.turns."
-                    )
         coordinator.model_turn_active = receipt.ownership == "active"
         if receipt.ownership == "settled":
             ctx.settled_runs.add(report.run_id)

@@ -134,6 +134,7 @@ class WorkerGateway:
             command = plugins.worker_run_command(record, timed_out)
         except PiWorkflowsError as error:
             cause = error.__cause__ if isinstance(error.__cause__, ValueError) else error
+            active.launch_failure = f"Workflow worker launch refused: {cause}"
             if active.supervisor is not None:
                 active.supervisor.note(f"worker launch refused: {cause}")
             active.stop("crashed")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import sqlite3
 import threading
@@ -16,10 +17,20 @@ from .. import plugins
 from ..clock import now_ms
 from ..errors import DatabaseUrlError, SchemaMismatchError, TransactionAborted
 from ..home import Home, prepare_home
+from . import run_transitions
 from .models import ALL_MODELS, SchemaMeta, database_proxy
 
+# What SPEC §4 promises for every SQLite state database, whoever opened it: applied to
+# each connection (`permanent=True`), so a storage plugin cannot forget one.
+SQLITE_PRAGMAS = (
+    ("journal_mode", "wal"),
+    ("synchronous", "full"),
+    ("foreign_keys", 1),
+    ("busy_timeout", 5000),
+)
+
 SCHEMA_NAME = "pi-workflows-state"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: run_queue.priority, runs.announced_status
 
 
 class _TransactionState(threading.local):
@@ -77,6 +88,7 @@ class StateStore:
             return
         begin = self.db.atomic(lock_type="IMMEDIATE") if self.is_sqlite else self.db.atomic()
         tx.depth, tx.doomed, tx.after_commit = 1, False, []
+        run_transitions.forget()
         try:
             with begin:
                 if self.fence is not None:
@@ -87,8 +99,11 @@ class StateStore:
                         "An inner step of this change failed, so nothing was written; "
                         "see the earlier error."
                     )
+                for transition in run_transitions.collect():
+                    tx.after_commit.append(functools.partial(_announce, transition))
         except BaseException:
             tx.after_commit = []
+            run_transitions.forget()
             raise
         finally:
             tx.depth = 0
@@ -117,6 +132,12 @@ def describe_location(db: peewee.Database) -> str:
     if isinstance(db, peewee.SqliteDatabase):
         return str(db.database)
     return f"postgresql database {db.database!r}"
+
+
+def _announce(transition: run_transitions.RunTransition) -> None:
+    plugins.run_transition(
+        transition.run_id, transition.old_status, transition.new_status, transition.detail
+    )
 
 
 def _refuse_foreign_sqlite(path: Path) -> None:
@@ -239,6 +260,9 @@ def open_state(home: Home, url: str | None = None) -> StateStore:
         db.connect(reuse_if_open=True)
     except peewee.OperationalError as exc:
         raise DatabaseUrlError(f"Cannot connect to {url or db.database}: {exc}".strip()) from exc
+    if isinstance(db, peewee.SqliteDatabase):
+        for pragma, value in SQLITE_PRAGMAS:
+            db.pragma(pragma, value, permanent=True)
     store = StateStore(db, home, url)
     _initialize_schema(store)
     return store

@@ -104,6 +104,8 @@ class Run(BaseModel):
     error_hash = peewee.CharField(max_length=64, null=True)
     presentation_prompt_hash = peewee.CharField(max_length=64, null=True)
     state_hash = peewee.CharField(max_length=64, null=True)  # latest run-state snapshot
+    # The lifecycle status last announced through `piw_run_transition` (storage.run_transitions).
+    announced_status = peewee.CharField(null=True)
     revision = peewee.IntegerField(default=1)
     created_at = peewee.BigIntegerField()
     updated_at = peewee.BigIntegerField()
@@ -118,6 +120,8 @@ class RunQueue(BaseModel):
     run = peewee.ForeignKeyField(Run, primary_key=True, on_delete="CASCADE", column_name="run_id")
     status = peewee.CharField(constraints=[_check_in("status", QUEUE_STATUSES)])
     available_at = peewee.BigIntegerField()
+    # Claim order: higher first, then oldest `available_at` (SPEC §3, `run start --priority`).
+    priority = peewee.IntegerField(default=0)
     origin_session_id = peewee.CharField(max_length=256, null=True)
     consecutive_errors = peewee.IntegerField(default=0)
     error_code = peewee.TextField(null=True)
@@ -129,7 +133,14 @@ class RunQueue(BaseModel):
 
     class Meta:
         table_name = "run_queue"
-        indexes = ((("status", "available_at", "created_at"), False),)
+
+
+# The candidate query walks this index in claim order and stops after the window.
+RunQueue.add_index(
+    RunQueue.index(
+        RunQueue.status, RunQueue.priority.desc(), RunQueue.available_at, RunQueue.created_at
+    )
+)
 
 
 class Lease(BaseModel):

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..clock import now_ms
 from ..errors import NotFoundError, RevisionConflictError
+from . import run_transitions
 from .blobs import put_json
 from .models import Event, Run
 
@@ -22,6 +23,7 @@ def create_run_row(*, actor: str, event_type: str = "run.created", **fields: Any
         payload_hash=put_json({"status": run.status}),
         recorded_at=stamp,
     )
+    run_transitions.note(run.run_id, event_type)
     return run
 
 
@@ -65,4 +67,5 @@ def record_run_change(
         payload_hash=put_json(payload if payload is not None else {}),
         recorded_at=stamp,
     )
+    run_transitions.note(run_id, event_type)
     return revision

@@ -13,8 +13,9 @@ from typing import Any
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..records import Claim
-from ..storage import put_text, record_run_change
-from ..storage.models import (
+from . import effects
+from .blobs import put_text
+from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
     HumanDecision,
@@ -28,7 +29,7 @@ from ..storage.models import (
     WorkflowMessage,
     WorkflowTurn,
 )
-from . import effects
+from .revisions import record_run_change
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
@@ -382,12 +383,15 @@ def _cancel_dependents(run_id: str, now: int) -> None:
     ).where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending")).execute()
 
 
-# One branch per queue status, each walking the (status, available_at, created_at) index
-# in order and stopping after LIMIT rows: the cost does not grow with the queue length.
-# Raw SQL so the statement is compiled once and cached by the driver.
+CLAIM_WINDOW_ENV = "PI_WORKFLOWS_CLAIM_WINDOW"
+DEFAULT_CLAIM_WINDOW = 64
+
+# One branch per queue status, each walking the (status, priority DESC, available_at,
+# created_at) index in claim order and stopping after LIMIT rows: the cost does not grow
+# with the queue length. Raw SQL so the statement is compiled once and cached.
 _CANDIDATE_BRANCH = """
     SELECT * FROM (
-        SELECT q.run_id, q.available_at, q.created_at
+        SELECT q.run_id, q.priority, q.available_at, q.created_at
         FROM run_queue q
         JOIN leases l ON l.run_id = q.run_id
         JOIN runs r ON r.run_id = q.run_id
@@ -398,7 +402,7 @@ _CANDIDATE_BRANCH = """
               SELECT 1 FROM interactive_requests i
               WHERE i.run_id = q.run_id AND i.status = 'pending')
           {extra}
-        ORDER BY q.available_at, q.created_at
+        ORDER BY q.priority DESC, q.available_at, q.created_at
         LIMIT ?
     ) AS {status}_candidates
 """
@@ -412,11 +416,13 @@ _CANDIDATE_SQL = " UNION ALL ".join(
 )
 
 
-def claim_candidates(owner_id: str, exclude: set[str], limit: int = 16) -> list[str]:
-    """Run ids a claim pass may take now, oldest first (SPEC §6 claim pass).
+def claim_candidates(
+    owner_id: str, exclude: set[str], limit: int = DEFAULT_CLAIM_WINDOW
+) -> list[str]:
+    """Run ids a claim pass may take now, highest priority then oldest first (SPEC §6).
 
-    Runs in `exclude` (active, pending or blocked in this host) are skipped; asking for
-    a few more rows than that keeps `limit` claimable ones in view.
+    Runs in `exclude` (active, pending, blocked or vetoed in this host) are skipped;
+    asking for that many more rows keeps `limit` claimable ones in view.
     """
     now = now_ms()
     wanted = limit + len(exclude)
@@ -426,6 +432,7 @@ def claim_candidates(owner_id: str, exclude: set[str], limit: int = 16) -> list[
     database = RunQueue._meta.database
     rows = database.execute_sql(_CANDIDATE_SQL.replace("?", database.param), params).fetchall()
     ordered = sorted(
-        (available_at, created_at, run_id) for run_id, available_at, created_at in rows
+        (-priority, available_at, created_at, run_id)
+        for run_id, priority, available_at, created_at in rows
     )
-    return [run_id for _, _, run_id in ordered if run_id not in exclude][:limit]
+    return [row[-1] for row in ordered if row[-1] not in exclude][:limit]

@@ -43,6 +43,7 @@ def create_run(
     parent_terminal_fingerprint: str | None = None,
     launch_options: dict[str, Any] | None = None,
     presentation_prompt: str | None = None,
+    priority: int = 0,
 ) -> Run:
     """Insert a queued run with its queue row and an unowned lease (inside a transaction)."""
     stamp = now_ms()
@@ -71,6 +72,7 @@ def create_run(
         run=run_id,
         status="queued",
         available_at=stamp,
+        priority=priority,
         origin_session_id=origin_session_id,
         created_at=stamp,
         updated_at=stamp,
@@ -122,6 +124,7 @@ def create_derived_run(
         parent_terminal_fingerprint=parent_terminal_fingerprint,
         launch_options=launch_options,
         presentation_prompt=read_text(parent.presentation_prompt_hash),
+        priority=RunQueue.get_by_id(parent.run_id).priority,
     )
     return run, True
 
@@ -140,7 +143,7 @@ _RUN_COLUMNS = """
     r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
     r.updated_at, r.revision, r.paused, q.error_code, r.status_detail,
     input_blob.content, options_blob.content, prompt_blob.content,
-    output_blob.content, error_blob.content
+    output_blob.content, error_blob.content, q.priority
     FROM runs r
     JOIN run_queue q ON q.run_id = r.run_id
     LEFT JOIN blobs input_blob ON input_blob.blob_hash = r.input_hash
@@ -184,6 +187,7 @@ def _record(row: tuple) -> RunRecord:
         input=_json(row[16]),
         launch_options=_json(row[17]) or {},
         presentation_prompt=_text(row[18]),
+        priority=row[21],
     )
 
 
@@ -218,6 +222,7 @@ def _status(row: tuple) -> dict[str, Any]:
         "parentRunId": row[6],
         "restartNumber": row[8],
         "revision": row[12],
+        "priority": row[21],
         "executionMode": row[4],
         "createdAt": row[10],
         "updatedAt": row[11],

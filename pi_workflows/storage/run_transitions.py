@@ -1,0 +1,90 @@
+"""Which runs changed lifecycle status in a transaction, for `piw_run_transition`.
+
+Every run change goes through `record_run_change` (or `create_run_row`), which notes the
+run here. Right before the outermost transaction commits, `collect()` compares each
+noted run's lifecycle status with the one last announced (`runs.announced_status`,
+written in the same transaction), so the hook fires exactly once per real change, after
+the commit, whichever code path made it: creation, claim, running, parking, waiting,
+pause, resume, the end.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from .models import TERMINAL_RUN_STATUSES, Run, RunQueue
+
+_QUEUE_LIFECYCLE = {"queued": "queued", "starting": "claimed", "running": "running"}
+
+
+@dataclass(frozen=True)
+class RunTransition:
+    run_id: str
+    old_status: str | None
+    new_status: str
+    detail: str
+
+
+class _Noted(threading.local):
+    def __init__(self) -> None:
+        self.runs: dict[str, str] = {}  # run id -> event type of its latest change
+
+
+_noted = _Noted()
+
+
+def lifecycle_status(run_status: str, queue_status: str, paused: bool) -> str:
+    """One word for where a run is: queued, claimed, running, parked, waiting, paused,
+    or its terminal status."""
+    if run_status in TERMINAL_RUN_STATUSES:
+        return run_status
+    if paused:
+        return "paused"
+    if run_status == "waiting":
+        return "waiting"
+    return _QUEUE_LIFECYCLE.get(queue_status, "parked")
+
+
+def note(run_id: str, event_type: str) -> None:
+    _noted.runs[run_id] = event_type
+
+
+def forget() -> None:
+    """A transaction begins or rolls back: nothing it noted may be announced."""
+    _noted.runs = {}
+
+
+def collect() -> list[RunTransition]:
+    """Inside the committing transaction: record and return the noted runs' changes."""
+    noted, _noted.runs = _noted.runs, {}
+    if not noted:
+        return []
+    rows = (
+        Run.select(
+            Run.run_id,
+            Run.status,
+            Run.paused,
+            Run.status_detail,
+            Run.announced_status,
+            RunQueue.status.alias("queue_status"),
+        )
+        .join(RunQueue, on=(RunQueue.run == Run.run_id))
+        .where(Run.run_id.in_(list(noted)))
+        .dicts()
+    )
+    transitions = []
+    for row in rows:
+        status = lifecycle_status(row["status"], row["queue_status"], bool(row["paused"]))
+        if status == row["announced_status"]:
+            continue
+        Run.update(announced_status=status).where(Run.run_id == row["run_id"]).execute()
+        transitions.append(
+            RunTransition(
+                row["run_id"],
+                row["announced_status"],
+                status,
+                row["status_detail"] or noted[row["run_id"]],
+            )
+        )
+    return transitions

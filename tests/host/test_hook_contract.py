@@ -1,0 +1,356 @@
+"""The hook contract of SPEC §3, kept by a running host (each plugin changes what it does).
+
+Every test loads a plugin module through `PI_WORKFLOWS_PLUGINS` in the environment of a
+real `pi-workflows host run` and of the CLI, then watches the host's behaviour: which
+runs it claims, what it logs, what its database looks like, what it tells the plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from pi_workflows.client.start_request import start_payload
+
+from .conftest import HostHarness, wait_until
+from .workflows import BLOCKER, CHECKPOINTED
+
+
+def use_plugins(harness: HostHarness, **modules: str) -> None:
+    """Write plugin modules under the harness root and load them in host and CLI."""
+    directory = harness.root / "plugins"
+    directory.mkdir(exist_ok=True)
+    for name, source in modules.items():
+        (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    harness.env["PI_WORKFLOWS_PLUGINS"] = ",".join(modules)
+    harness.env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(directory), os.environ.get("PYTHONPATH", "")) if p
+    )
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+RECORDER = """
+import json
+import os
+
+from pi_workflows import hookimpl
+
+
+def _append(entry):
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        handle.write(json.dumps(entry) + "\\n")
+
+
+@hookimpl
+def piw_run_transition(run_id, old_status, new_status, detail):
+    _append({"hook": "transition", "run": run_id, "old": old_status, "new": new_status,
+             "detail": detail})
+
+
+@hookimpl
+def piw_run_claimed(run, claim):
+    _append({"hook": "claimed", "run": run.run_id, "generation": claim.generation})
+"""
+
+
+# --- claiming ------------------------------------------------------------------------------
+
+
+VETO = """
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    return not (isinstance(run.input, dict) and run.input.get("veto"))
+"""
+
+
+def test_a_vetoed_run_is_skipped_and_the_runs_behind_it_are_claimed(harness: HostHarness):
+    use_plugins(harness, veto=VETO)
+    harness.start_host()
+    vetoed = harness.start_run("hello", {"veto": True})
+    behind = harness.start_run("hello", {"name": "Bea"})
+    status = harness.wait_for_status(behind, "completed", timeout=20)
+    assert status["finalOutput"] == {"greeting": "Hello, Bea!"}
+    assert harness.client().run_status(vetoed)["status"] == "queued"
+
+
+WINDOW_SPY = """
+import json
+import os
+
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_select_run_to_claim(candidates, host):
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        handle.write(json.dumps([run.run_id for run in candidates]) + "\\n")
+    return None
+"""
+
+
+def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarness):
+    record = harness.root / "candidates.jsonl"
+    use_plugins(harness, window_spy=WINDOW_SPY)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1", PIW_TEST_RECORD=str(record))
+    blocker = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    client = harness.client()
+    payload = start_payload("hello", harness.project)
+    older = [client.start_run(payload)["runId"] for _ in range(70)]
+    urgent = client.start_run({**payload, "priority": 5})["runId"]
+    assert client.run_status(urgent)["priority"] == 5
+    assert client.run_status(older[0])["priority"] == 0
+    record.write_text("")  # only the passes after the release matter
+    (harness.project / "release").touch()
+    harness.wait_for_status(blocker, "completed")
+    harness.wait_for_status(urgent, "completed")
+    first_pass = read_jsonl(record)[0]
+    assert len(first_pass) == 64  # the documented default window
+    assert first_pass[0] == urgent  # ordered by priority before age
+    started = dict(
+        harness.query("SELECT run_id, started_at FROM run_queue WHERE started_at IS NOT NULL")
+    )
+    assert all(started[urgent] < started[run_id] for run_id in older if run_id in started)
+
+
+def test_the_candidate_window_follows_the_environment(harness: HostHarness):
+    record = harness.root / "candidates.jsonl"
+    use_plugins(harness, window_spy=WINDOW_SPY)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(
+        PI_WORKFLOWS_MAX_WORKERS="1",
+        PI_WORKFLOWS_CLAIM_WINDOW="3",
+        PIW_TEST_RECORD=str(record),
+    )
+    blocker = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    client = harness.client()
+    payload = start_payload("hello", harness.project)
+    for _ in range(5):
+        client.start_run(payload)
+    record.write_text("")
+    (harness.project / "release").touch()
+    harness.wait_for_status(blocker, "completed")
+    wait_until(lambda: read_jsonl(record), what="a claim pass after the release")
+    assert len(read_jsonl(record)[0]) == 3
+
+
+def test_run_start_priority_is_saved_and_shown(harness: HostHarness):
+    harness.start_host()
+    status = json.loads(
+        harness.cli("run", "start", "hello", "--priority", "7", "--wait", "--json").stdout
+    )
+    assert status["priority"] == 7
+    listed = json.loads(harness.cli("run", "list", "--json").stdout)
+    assert listed[0]["priority"] == 7
+    refused = harness.cli("run", "start", "hello", "--priority", "soon", check=False)
+    assert refused.returncode == 2 and "--priority" in refused.stderr
+
+
+# --- registration hooks -----------------------------------------------------------------
+
+
+BROKEN_REGISTRIES = """
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_register_workflows(register):
+    raise RuntimeError("no workflows today")
+
+
+@hookimpl
+def piw_register_decision_channels(register):
+    raise RuntimeError("no channels today")
+
+
+@hookimpl
+def piw_workflow_dirs(project):
+    raise RuntimeError("no directories today")
+"""
+
+EXTRA_WORKFLOWS = """
+from pi_workflows import compute, hookimpl, workflow
+
+GREET = workflow(
+    name="greet",
+    start_at="say",
+    nodes={"say": compute(lambda ctx: {"said": "hi"})},
+    edges=[],
+)
+
+
+@hookimpl
+def piw_register_workflows(register):
+    register("greet", GREET, revision="1")
+"""
+
+
+def test_one_raising_registration_plugin_hides_nothing_else(harness: HostHarness):
+    use_plugins(harness, broken_registries=BROKEN_REGISTRIES, extra_workflows=EXTRA_WORKFLOWS)
+    harness.start_host()  # the raising channel registration does not stop the host
+    hello = harness.cli("run", "start", "hello", "--wait", "--no-autostart")
+    assert "Hello, world!" in hello.stdout
+    greet = harness.cli("run", "start", "greet", "--wait", "--json", "--no-autostart")
+    run = json.loads(greet.stdout)
+    assert run["finalOutput"] == {"said": "hi"}
+    ((source,),) = harness.query("SELECT workflow_source FROM runs WHERE run_id = ?", run["runId"])
+    assert json.loads(source)["kind"] == "plugin"  # a third party's workflow, not "builtin"
+    assert json.loads(source)["plugin"] == "extra_workflows"
+    listed = harness.cli("workflows").stdout
+    assert "broken_registries" in listed and "no workflows today" in listed
+    wait_until(
+        lambda: (
+            "broken_registries" in harness.host_log()
+            and "piw_register_decision_channels" in harness.host_log()
+        ),
+        what="the host to name the plugin whose channel registration failed",
+    )
+
+
+# --- storage -------------------------------------------------------------------------------
+
+
+PLAIN_SQLITE = """
+import json
+import os
+from pathlib import Path
+
+import peewee
+
+from pi_workflows import hookimpl
+
+DATABASE = None
+
+
+@hookimpl
+def piw_open_database(url, home):
+    global DATABASE
+    DATABASE = peewee.SqliteDatabase(str(Path(home) / "plugin-state.sqlite"))
+    return DATABASE
+
+
+@hookimpl
+def piw_run_transition(run_id, old_status, new_status, detail):
+    names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+    pragmas = {name: DATABASE.execute_sql(f"PRAGMA {name}").fetchone()[0] for name in names}
+    Path(os.environ["PIW_TEST_RECORD"]).write_text(json.dumps(pragmas))
+"""
+
+
+def test_the_core_applies_sqlite_pragmas_to_a_plugin_database(harness: HostHarness):
+    record = harness.root / "pragmas.json"
+    use_plugins(harness, plain_sqlite=PLAIN_SQLITE)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    harness.cli("run", "start", "hello", "--wait", "--no-autostart")
+    assert (harness.home.root / "plugin-state.sqlite").exists()
+    wait_until(record.exists, what="the plugin to read the pragmas in the host")
+    assert json.loads(record.read_text()) == {
+        "journal_mode": "wal",
+        "synchronous": 2,  # FULL
+        "foreign_keys": 1,
+        "busy_timeout": 5000,
+    }
+
+
+# --- required hooks --------------------------------------------------------------------------
+
+
+def test_without_a_claim_selector_the_host_says_which_plugin_is_missing(harness: HostHarness):
+    harness.env["PI_WORKFLOWS_DISABLE_PLUGINS"] = "pi_workflows.builtin.claiming"
+    harness.start_host()
+    run_id = harness.start_run("hello")
+    wait_until(
+        lambda: (
+            "piw_select_run_to_claim" in harness.host_log()
+            and "pi_workflows.builtin.claiming" in harness.host_log()
+        ),
+        what="the host to name the unanswered hook and the disabled plugin",
+    )
+    assert harness.client().run_status(run_id)["status"] == "queued"
+
+
+def test_without_a_launcher_the_run_says_which_plugin_is_missing(harness: HostHarness):
+    harness.env["PI_WORKFLOWS_DISABLE_PLUGINS"] = "pi_workflows.builtin.launch"
+    harness.start_host()
+    run_id = harness.start_run("hello")
+    status = wait_until(
+        lambda: (s := harness.client().run_status(run_id))["statusDetail"] and s,
+        what="the run to explain why it could not launch",
+    )
+    assert "piw_worker_process" in status["statusDetail"]
+    assert "pi_workflows.builtin.launch" in status["statusDetail"]
+    assert "AttributeError" not in harness.host_log()
+
+
+# --- events ------------------------------------------------------------------------------
+
+
+def transitions(record: Path, run_id: str) -> list[tuple[str | None, str]]:
+    return [
+        (entry["old"], entry["new"])
+        for entry in read_jsonl(record)
+        if entry["hook"] == "transition" and entry["run"] == run_id
+    ]
+
+
+def test_every_status_change_of_a_run_is_announced_with_its_detail(harness: HostHarness):
+    record = harness.root / "events.jsonl"
+    use_plugins(harness, recorder=RECORDER)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = json.loads(harness.cli("run", "start", "hello", "--wait", "--json").stdout)["runId"]
+    expected = [(None, "queued"), ("queued", "claimed"), ("claimed", "running")]
+    expected.append(("running", "completed"))
+    wait_until(lambda: transitions(record, run_id) == expected, what=f"transitions {expected}")
+    details = [e["detail"] for e in read_jsonl(record) if e["hook"] == "transition"]
+    assert all(isinstance(detail, str) and detail for detail in details)
+
+    harness.write_workflow("checkpointed", CHECKPOINTED)
+    waiting = harness.start_run("checkpointed")
+    wait_until(
+        lambda: transitions(record, waiting)[-1:] == [("running", "waiting")],
+        what="the checkpoint to park the run as waiting",
+    )
+
+
+def test_pause_resume_and_resume_claims_are_announced(harness: HostHarness):
+    record = harness.root / "events.jsonl"
+    use_plugins(harness, recorder=RECORDER)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    harness.cli("run", "pause", run_id)
+    wait_until(
+        lambda: transitions(record, run_id)[-1:] == [("running", "paused")],
+        what="the pause to be announced",
+    )
+    harness.cli("run", "resume", run_id)
+    wait_until(
+        lambda: ("paused", "claimed") in transitions(record, run_id),
+        what="the resume to be announced",
+    )
+    wait_until(
+        lambda: len([e for e in read_jsonl(record) if e["hook"] == "claimed"]) == 2,
+        what="piw_run_claimed for the resume claim",
+    )
+    claims = [e for e in read_jsonl(record) if e["hook"] == "claimed" and e["run"] == run_id]
+    assert claims[1]["generation"] > claims[0]["generation"]
+    (harness.project / "release").touch()
+    harness.wait_for_status(run_id, "completed")
+    wait_until(
+        lambda: transitions(record, run_id)[-1:] == [("running", "completed")],
+        what="the completion to be announced",
+    )
