@@ -182,12 +182,18 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | No
         ``get_turn(id)`` (the saved turn as ``pi-workflows.workflow-turn.v1`` JSON, or
         ``None``), ``message(id)`` (``{workflowMessageId, kind, sourceId, runId,
         targetSessionId, status}``), ``run_is_terminal(run_id)`` (missing, or queue done,
-        failed or cancelled), ``run_is_paused(run_id)``, ``open_message_id(session_id)``
-        and ``now`` (epoch ms). Writes: ``start_turn(report)`` (opens a turn, or returns
-        the saved one of a repeated start), ``begin_step_turn(message)`` (cancels the
-        step's superseded pending prompts) and ``apply_turn_end(report)`` (records the
-        end and applies its consequences to a pending step: pause on ``aborted``,
-        reminder or, at ``piw_unproductive_turn_limit``, failure of the run). Writes raise
+        failed or cancelled), ``run_is_paused(run_id)``, ``open_message_id(session_id)``,
+        ``pending_step(message_id)`` (``{requestId, runId, nodeId, unproductiveTurnEnds,
+        paused, validating}`` of the pending step a message presents, or ``None``),
+        ``unproductive_turn_limit(step)`` (asks ``piw_unproductive_turn_limit``) and
+        ``now`` (epoch ms). Writes: ``start_turn(report)`` (opens a turn, or returns the
+        saved one of a repeated start), ``begin_step_turn(message)`` (cancels the step's
+        superseded pending prompts), ``end_turn(report)`` (records the end, nothing
+        more), and the consequences a policy may give a step: ``pause_step(request_id)``,
+        ``count_unproductive_end(request_id)`` (the new count, or ``None``),
+        ``remind(request_id, preface)`` (a ``reminder`` step message starting with
+        ``preface``) and ``fail_step(request_id, error)`` (the run fails
+        ``unproductiveTurns``). Writes raise
         :class:`~pi_workflows.errors.TurnConflictError` for a conflicting report, which
         the host answers ``rejected``.
     :returns: a :class:`~pi_workflows.records.TurnReceipt` (outcome ``accepted`` or
@@ -198,7 +204,10 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | No
     read and write, and an exception rolls the whole report back. ``firstresult``. The
     built-in (``pi_workflows.builtin.turns``) implements the 0.16.2 rules: ownership
     ``absent``/``active``/``settled``, adoption of late and duplicate reports, rejection
-    of conflicting ends.
+    of conflicting ends, and the turn-end consequences (an ``aborted`` step turn pauses
+    the run; any other end without a valid submission earns a reminder until
+    ``piw_unproductive_turn_limit`` fails the run). The ``lost`` ends the host infers
+    from an idle branch report are adjudicated here too.
     """
 
 
@@ -284,9 +293,14 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
       resolved; ``resolution`` is a :class:`~pi_workflows.records.DecisionResolution`
       naming the winner, ``delivery`` what this channel's ``deliver`` returned; e.g.
       remove buttons;
-    - ``close()`` (optional): the host is stopping.
+    - ``close()`` (optional): the host is stopping;
+    - ``answer_actor(answer)`` (optional): who a client answering through
+      ``decision.answer`` with this channel is. ``answer`` is ``{decisionId, runId,
+      originSessionId, sessionId}``; return the actor's name, or raise
+      ``pi_workflows.errors.AnswerNotAllowedError``. Called on the host's loop, so it
+      must not block. A channel without it is answered only through ``report_answer``.
 
-    Factories and methods run on the channel's own thread, never on the host's event
+    Factories and the other methods run on the channel's own thread, never on the host's event
     loop. Raise ``pi_workflows.errors.ChannelDeliveryError`` when a call definitely did
     not happen (the host retries it, 3 attempts in all); any other exception, or no
     return within the call timeout, makes the effect ambiguous until an operator runs

@@ -3,13 +3,18 @@
 ``session`` delivers a ``decision`` workflow message to the run's origin session; the
 session answers with ``decision.answer {channel: "session", sessionId}``. ``cli``
 delivers nothing: ``pi-workflows decision list`` shows pending decisions and
-``pi-workflows decision answer`` answers them.
+``pi-workflows decision answer`` answers them. Who answers through ``decision.answer``
+is each channel's rule (``answer_actor``): the local user for ``cli``, only the origin
+session for ``session``.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 from typing import Any
 
+from ..errors import AnswerNotAllowedError
 from ..hookspecs import hookimpl
 from ..records import MessageContent
 from ..storage.models import HumanDecision, Run
@@ -74,6 +79,17 @@ class SessionChannel(_QuietSettlement):
     the same transaction, and a message the session has shown stays in its transcript.
     """
 
+    def answer_actor(self, answer: dict[str, Any]) -> str:
+        """Only the run's origin session answers through this channel."""
+        origin = answer["originSessionId"]
+        if origin is None or answer["sessionId"] != origin:
+            raise AnswerNotAllowedError(
+                f"Only the origin session of run {answer['runId']} may answer decision "
+                f"{answer['decisionId']} through the session channel."
+            )
+        # The session id itself is never stored as an actor name (it is a secret handle).
+        return "origin-session"
+
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
         def write() -> dict[str, Any]:
             decision_id = request["decisionId"]
@@ -109,6 +125,10 @@ class SessionChannel(_QuietSettlement):
 
 class CliChannel(_QuietSettlement):
     """Nothing to push: the CLI lists and answers decisions through the host."""
+
+    def answer_actor(self, answer: dict[str, Any]) -> str:
+        """The host's socket is private to its owner, so a CLI client is that user."""
+        return pwd.getpwuid(os.getuid()).pw_name
 
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"listed": True}

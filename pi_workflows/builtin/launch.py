@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Any
 
 from ..hookspecs import hookimpl
 from ..records import RunRecord, WorkerProcessSpec, WorkerRunCommand, WorkerSettings
+from ..worker.command import LAUNCH_ENV, worker_argv, worker_pythonpath
 
-LAUNCH_ENV = "PI_WORKFLOWS_WORKER_LAUNCH"
+__all__ = ["LAUNCH_ENV", "piw_worker_process", "piw_worker_run_command"]
 
 
 @hookimpl(trylast=True)
@@ -46,14 +45,3 @@ def piw_worker_process(envelope: dict[str, Any], settings: WorkerSettings) -> Wo
         cwd=envelope.get("projectPath"),
         forkable=True,
     )
-
-
-def worker_argv(python: str | None = None) -> list[str]:
-    """The built-in worker command (`--zygote` turns it into the fork server)."""
-    return [python or sys.executable, "-m", "pi_workflows.worker"]
-
-
-def worker_pythonpath() -> str:
-    """PYTHONPATH that lets a worker import this very pi_workflows, even from a tree."""
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)

@@ -14,8 +14,23 @@ from ..hookspecs import hookimpl
 from ..records import RunRecord, TurnReceipt, TurnReport
 
 UNPRODUCTIVE_TURN_LIMIT = 3
+TIMES = {1: "once", 2: "twice", 3: "three times"}
 
 ABSENT = ("absent", None)
+
+
+def reminder_preface(unproductive_ends: int) -> str:
+    """What a reminder step message says before the step's prompt."""
+    return (
+        f"Reminder ({unproductive_ends} earlier turn(s) ended without a valid submission): "
+        "submit the output of this workflow step.\n\n"
+    )
+
+
+def unproductive_failure(unproductive_ends: int) -> str:
+    """The error of a run that failed for too many unproductive turns."""
+    times = TIMES.get(unproductive_ends, f"{unproductive_ends} times")
+    return f"Workflow step ended {times} without a valid submission"
 
 
 @hookimpl(trylast=True)
@@ -64,5 +79,28 @@ def _ended(report: TurnReport, ctx: Any, existing: dict[str, Any] | None) -> Tur
     ):
         # The host already settled this turn when the run ended: its `lost` wins.
         return TurnReceipt("adopted", "settled", existing)
-    outcome = "adopted" if existing["state"] == "ended" else "accepted"
-    return TurnReceipt(outcome, "settled", ctx.apply_turn_end(report))
+    if existing["state"] == "ended":
+        return TurnReceipt("adopted", "settled", ctx.end_turn(report))  # a matching repeat
+    turn = ctx.end_turn(report)
+    _step_turn_ended(report, ctx)
+    return TurnReceipt("accepted", "settled", turn)
+
+
+def _step_turn_ended(report: TurnReport, ctx: Any) -> None:
+    """The turn-end rule of SPEC §9.4: an interrupted step pauses its run; any other end
+    without a valid submission earns a reminder, until the limit fails the run."""
+    step = ctx.pending_step(report.workflow_message_id)
+    if step is None:
+        return
+    if report.stop_reason == "aborted":
+        ctx.pause_step(step["requestId"])
+        return
+    if step["paused"] or step["validating"]:
+        return  # not the session's fault: the run is paused, or a submission is checked
+    ends = ctx.count_unproductive_end(step["requestId"])
+    if ends is None:
+        return
+    if ends < ctx.unproductive_turn_limit(step):
+        ctx.remind(step["requestId"], reminder_preface(ends))
+    else:
+        ctx.fail_step(step["requestId"], unproductive_failure(ends))

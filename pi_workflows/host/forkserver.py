@@ -20,9 +20,9 @@ import socket
 
 import psutil
 
-from ..builtin.launch import LAUNCH_ENV, worker_argv, worker_pythonpath
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES
 from ..records import WorkerProcessSpec
+from ..worker.command import LAUNCH_ENV, worker_argv, worker_pythonpath
 
 FORK_SERVER_ENV = "PI_WORKFLOWS_FORK_SERVER"
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"

@@ -10,8 +10,6 @@ run reserved in one transaction. Channels (``host.decision_channel_runner``) del
 from __future__ import annotations
 
 import logging
-import os
-import pwd
 from typing import TYPE_CHECKING, Any
 
 from ..clock import now_ms
@@ -33,8 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pi_workflows.host.human_decisions")
 
-CLI_CHANNEL = "cli"
-SESSION_CHANNEL = "session"
+# `pi-workflows decision answer` without --channel answers as the local user.
+DEFAULT_ANSWER_CHANNEL = "cli"
 
 
 class HumanDecisions:
@@ -185,30 +183,31 @@ class HumanDecisions:
         decision_id = payload.get("decisionId")
         if not valid_id(decision_id):
             raise NotFoundError("payload.decisionId must name a decision.")
-        channel = payload.get("channel", CLI_CHANNEL)
-        if channel == CLI_CHANNEL:
-            actor = local_user()
-        elif channel == SESSION_CHANNEL:
-            actor = self._session_actor(decision_id, payload.get("sessionId"))
-        else:
-            raise AnswerNotAllowedError(
-                f"Channel {channel!r} answers through its own adapter, not decision.answer."
-            )
+        channel = payload.get("channel", DEFAULT_ANSWER_CHANNEL)
+        actor = self._client_actor(decision_id, channel, payload.get("sessionId"))
         response: dict[str, Any] = {"choice": payload.get("choice")}
         if payload.get("input") is not None:
             response["input"] = payload["input"]
         return self.answer(decision_id, response, channel, actor)
 
-    def _session_actor(self, decision_id: str, session_id: Any) -> str:
-        decision = decision_records.get_decision(decision_id)
-        origin = Run.get_by_id(decision.run_id).origin_session_id
-        if origin is None or session_id != origin:
+    def _client_actor(self, decision_id: str, channel: Any, session_id: Any) -> str:
+        """Who answers through `decision.answer`: the channel's kind decides (its
+        `answer_actor`); a channel without one answers only through its own adapter."""
+        adapter = self.channel_runner.channels.get(channel) if isinstance(channel, str) else None
+        answer_actor = getattr(adapter, "answer_actor", None)
+        if answer_actor is None:
             raise AnswerNotAllowedError(
-                f"Only the origin session of run {decision.run_id} may answer decision "
-                f"{decision_id} through the session channel."
+                f"Channel {channel!r} answers through its own adapter, not decision.answer."
             )
-        # The session id itself is never stored as an actor name (it is a secret handle).
-        return "origin-session"
+        decision = decision_records.get_decision(decision_id)
+        return answer_actor(
+            {
+                "decisionId": decision_id,
+                "runId": decision.run_id,
+                "originSessionId": Run.get_by_id(decision.run_id).origin_session_id,
+                "sessionId": session_id,
+            }
+        )
 
     # --- checkpoints -------------------------------------------------------------------
 
@@ -289,8 +288,3 @@ def _who(winner: dict[str, Any]) -> str:
     if winner["provenance"] == decision_records.PROVENANCE_CANCELLATION:
         return "the cancellation of its run"
     return f"{winner['actor']} through channel {winner['channel']}"
-
-
-def local_user() -> str:
-    """The CLI actor: the socket is private to its owner, so a client is that user."""
-    return pwd.getpwuid(os.getuid()).pw_name

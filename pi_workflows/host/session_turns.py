@@ -1,9 +1,10 @@
-"""The adjudication context and the turn-end rule shared by turn and branch reports.
+"""The adjudication context: what ``piw_adjudicate_turn_report`` may read and write.
 
-`TurnContext` is the ``ctx`` that ``piw_adjudicate_turn_report`` receives: every read
-and write it offers runs inside the report's open transaction. Ending a step turn has
-consequences for the run (reminder, pause, failure after too many unproductive turns);
-they live here so an idle branch report ends lost turns by exactly the same rule.
+`TurnContext` is the ``ctx`` the hook receives; every read and write runs inside the
+report's open transaction. It offers mechanisms only (record a turn, count an
+unproductive end, remind, pause, fail); which consequence a turn end has is the
+adjudicating plugin's policy (the built-in's is in ``pi_workflows.builtin.turns``), and an
+idle branch report's lost ends go through the same hook.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from ..storage.workflow_messages import (
 )
 from .session_views import is_validating, open_message_id
 
-TIMES = {1: "once", 2: "twice", 3: "three times"}
 PAUSED_DETAIL = "paused: the session interrupted the workflow step"
 
 
@@ -83,27 +83,41 @@ class TurnContext:
         step_deadlines.begin_model_turn(message["sourceId"], self.now)
         cancel_pending_for_source(message["sourceId"], "step")
 
-    def apply_turn_end(self, report: TurnReport) -> dict[str, Any]:
-        """End a turn and apply what that means for its workflow step (SPEC §9.4)."""
-        turn, ended_now = turn_store.end_turn(report, self.now)
-        if ended_now:
-            self._step_consequences(report)
+    def end_turn(self, report: TurnReport) -> dict[str, Any]:
+        """Record a turn's end (a repeat must match the saved one); no consequences."""
+        turn, _ = turn_store.end_turn(report, self.now)
         return turn_store.turn_json(turn)
 
-    def _step_consequences(self, report: TurnReport) -> None:
-        message = get_workflow_message(report.workflow_message_id)
+    # --- the step behind a turn: what turn-end policy may do to it -----------------------
+
+    def pending_step(self, message_id: str) -> dict[str, Any] | None:
+        """The pending agent step a step message presents, or None.
+
+        ``{requestId, runId, nodeId, unproductiveTurnEnds, paused, validating}``;
+        ``validating`` means a submission is being checked by the step's validator.
+        """
+        message = get_workflow_message(message_id)
         if message.kind != "step":
-            return
+            return None
         request = InteractiveRequest.get_or_none(InteractiveRequest.request_id == message.source_id)
         if request is None or request.status != "pending":
-            return
-        run_id = request.run_id
-        if report.stop_reason == "aborted":
-            self._pause_for_abort(run_id)
-            cancel_pending_for_source(request.request_id, "step")
-            return
-        if self.run_is_paused(run_id) or is_validating(request.request_id):
-            return
+            return None
+        return {
+            "requestId": request.request_id,
+            "runId": request.run_id,
+            "nodeId": request.node_id,
+            "unproductiveTurnEnds": request.unproductive_turn_ends,
+            "paused": self.run_is_paused(request.run_id),
+            "validating": is_validating(request.request_id),
+        }
+
+    def unproductive_turn_limit(self, step: dict[str, Any]) -> int:
+        """`piw_unproductive_turn_limit` for the step's run and node."""
+        return plugins.unproductive_turn_limit(run_record(step["runId"]), step["nodeId"])
+
+    def count_unproductive_end(self, request_id: str) -> int | None:
+        """Count one more turn that ended without a valid submission; the new count, or
+        None when the step is no longer pending."""
         changed = (
             InteractiveRequest.update(
                 unproductive_turn_ends=InteractiveRequest.unproductive_turn_ends + 1,
@@ -111,50 +125,50 @@ class TurnContext:
                 updated_at=self.now,
             )
             .where(
-                (InteractiveRequest.request_id == request.request_id)
+                (InteractiveRequest.request_id == request_id)
                 & (InteractiveRequest.status == "pending")
             )
             .execute()
         )
         if changed != 1:
-            return
-        request = InteractiveRequest.get_by_id(request.request_id)
-        limit = plugins.unproductive_turn_limit(run_record(run_id), request.node_id)
-        if request.unproductive_turn_ends < limit:
-            cancel_pending_for_source(request.request_id, "step")
-            ensure_interaction_message(request, "reminder")
-            return
-        self._fail_unproductive(request)
+            return None
+        return InteractiveRequest.get_by_id(request_id).unproductive_turn_ends
 
-    def _pause_for_abort(self, run_id: str) -> None:
+    def remind(self, request_id: str, preface: str) -> None:
+        """Present the step again as a `reminder` message that starts with `preface`."""
+        cancel_pending_for_source(request_id, "step")
+        ensure_interaction_message(InteractiveRequest.get_by_id(request_id), "reminder", preface)
+
+    def pause_step(self, request_id: str) -> None:
+        """Pause the step's parked run (the session interrupted it) and withdraw its prompts."""
+        run_id = InteractiveRequest.get_by_id(request_id).run_id
         run = Run.get_by_id(run_id)
-        if run.paused:
-            return
-        lease = Lease.get_by_id(run_id)
-        queue = RunQueue.get_by_id(run_id)
-        if queue.status != "parked" or (lease.owner_id is not None and lease.expires_at > self.now):
-            raise TurnConflictError(
-                "Interrupted workflow turn could not pause its exact parked run"
+        if not run.paused:
+            lease = Lease.get_by_id(run_id)
+            queue = RunQueue.get_by_id(run_id)
+            is_owned = lease.owner_id is not None and lease.expires_at > self.now
+            if queue.status != "parked" or is_owned:
+                raise TurnConflictError(
+                    "Interrupted workflow turn could not pause its exact parked run"
+                )
+            record_run_change(
+                run_id,
+                event_type="run.paused",
+                actor="session",
+                payload={"status": "parked", "reason": "aborted turn"},
+                paused=True,
+                status_detail=PAUSED_DETAIL,
             )
-        record_run_change(
-            run_id,
-            event_type="run.paused",
-            actor="session",
-            payload={"status": "parked", "reason": "aborted turn"},
-            paused=True,
-            status_detail=PAUSED_DETAIL,
-        )
+        cancel_pending_for_source(request_id, "step")
 
-    def _fail_unproductive(self, request: InteractiveRequest) -> None:
-        """Cancel the request and fail the run (`unproductiveTurns`)."""
-        run_id = request.run_id
-        cancel_pending_for_source(request.request_id, "step")
+    def fail_step(self, request_id: str, error: str) -> None:
+        """Cancel the step and fail its run (`unproductiveTurns`) with `error`."""
+        run_id = InteractiveRequest.get_by_id(request_id).run_id
+        cancel_pending_for_source(request_id, "step")
         InteractiveRequest.update(
             status="cancelled", revision=InteractiveRequest.revision + 1, updated_at=self.now
-        ).where(InteractiveRequest.request_id == request.request_id).execute()
+        ).where(InteractiveRequest.request_id == request_id).execute()
         old_status = Run.get_by_id(run_id).status
-        times = TIMES.get(request.unproductive_turn_ends, f"{request.unproductive_turn_ends} times")
-        error = f"Workflow step ended {times} without a valid submission"
         failed = run_claims.terminate_run(
             run_id,
             None,
@@ -167,5 +181,5 @@ class TurnContext:
             self.stopped_runs.append((run_id, old_status, "failed"))
         elif not self.run_is_terminal(run_id):
             # Already terminal is fine (the worker or a cancel won the race); a live run is not.
-            raise TurnConflictError("Workflow run could not fail after three unproductive turns")
+            raise TurnConflictError(f"Workflow run could not fail: {error}")
         self.settled_runs.add(run_id)

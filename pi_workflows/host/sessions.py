@@ -288,17 +288,17 @@ class Sessions:
     ) -> None:
         """An idle session with nothing pending proves its open turns are gone (SPEC §9.3)."""
         for turn in open_turns_for_session(session_id):
-            ctx.apply_turn_end(
-                TurnReport(
-                    state="ended",
-                    workflow_turn_id=turn.workflow_turn_id,
-                    workflow_message_id=turn.workflow_message_id,
-                    run_id=turn.run_id,
-                    target_session_id=session_id,
-                    coordinator_epoch=epoch,
-                    stop_reason="lost",
-                )
+            # Lost ends are turn reports like any other: the adjudicating plugin decides.
+            lost = TurnReport(
+                state="ended",
+                workflow_turn_id=turn.workflow_turn_id,
+                workflow_message_id=turn.workflow_message_id,
+                run_id=turn.run_id,
+                target_session_id=session_id,
+                coordinator_epoch=epoch,
+                stop_reason="lost",
             )
+            plugins.adjudicate_turn_report(lost, ctx)
             ctx.settled_runs.add(turn.run_id)
         pending = InteractiveRequest.select().where(
             (InteractiveRequest.target_session_id == session_id)

@@ -122,18 +122,13 @@ def cancel_pending_for_source(source_id: str, kind: str | None = None) -> int:
 
 
 def step_message_content(
-    request: InteractiveRequest, message_id: str, reason: str
+    request: InteractiveRequest, message_id: str, reason: str, preface: str = ""
 ) -> MessageContent:
-    """What the session shows for an agent step: the prompt, plus the submit coordinates."""
+    """What the session shows for an agent step: `preface` (a reminder's wording, chosen
+    by the turn policy) and the prompt, plus the submit coordinates."""
     contract = read_json(request.contract_hash)
-    reminder = ""
-    if reason == "reminder":
-        reminder = (
-            f"Reminder ({request.unproductive_turn_ends} earlier turn(s) ended without a valid "
-            "submission): submit the output of this workflow step.\n\n"
-        )
     return MessageContent(
-        text=reminder + contract["prompt"],
+        text=preface + contract["prompt"],
         details={
             "schema": STEP_MESSAGE_SCHEMA,
             "kind": "step",
@@ -149,7 +144,9 @@ def step_message_content(
     )
 
 
-def ensure_interaction_message(request: InteractiveRequest, reason: str) -> WorkflowMessage | None:
+def ensure_interaction_message(
+    request: InteractiveRequest, reason: str, preface: str = ""
+) -> WorkflowMessage | None:
     """The step message of an agent request for its current revision and `reason`.
 
     Keyed by ``"<revision>:<reason>"``, so a repeat adopts; callers bump the request
@@ -167,7 +164,7 @@ def ensure_interaction_message(request: InteractiveRequest, reason: str) -> Work
         kind="step",
         source_id=request.request_id,
         idempotency_key=key,
-        content=step_message_content(request, message_id, reason),
+        content=step_message_content(request, message_id, reason, preface),
     )
     return message
 

@@ -12,9 +12,9 @@ import sys
 import traceback
 from typing import IO, Any
 
-from ..builtin.launch import LAUNCH_ENV
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
+from .command import LAUNCH_ENV
 from .host_backend import HostRunBackend
 from .host_pipe import HostPipe
 

@@ -119,3 +119,53 @@ def test_a_stopping_host_closes_its_channels(harness: HostHarness):
     assert not closed.exists()
     harness.cli("host", "stop")
     wait_until(closed.exists, what="the channel's close() during host stop")
+
+
+DESK_CHANNEL = """
+from pi_workflows import hookimpl
+
+
+class Desk:
+    def __init__(self, context):
+        self.context = context
+
+    def deliver(self, request):
+        return {"shown": True}
+
+    def settle(self, request, resolution, delivery):
+        return {}
+
+    def close(self):
+        return None
+
+    def answer_actor(self, answer):
+        return "front-desk"
+
+
+@hookimpl
+def piw_register_decision_channels(register):
+    register("desk", Desk)
+"""
+
+
+def test_a_channel_kind_decides_who_answers_through_decision_answer(harness: HostHarness):
+    harness.add_plugin("desk_channel", DESK_CHANNEL)
+    write_channels(
+        harness,
+        {"audiences": {"operator": ["desk"]}, "channels": {"desk": {"kind": "desk"}}},
+    )
+    harness.write_workflow("decide", decision_workflow(None))
+    harness.start_host()
+    run_id = harness.start_run("decide")
+    decision_id = pending_decision(harness, run_id)["decisionId"]
+    client = harness.client()
+    refused = client.answer_decision(decision_id, "ship")  # cli is not in this audience
+    assert refused.outcome == "rejected"
+    answered = client.answer_decision(decision_id, "ship", channel="desk")
+    client.close()
+    assert answered.outcome == "accepted", answered.error
+    winner = harness.query(
+        "SELECT channel, actor FROM human_decision_resolutions WHERE decision_id = ?",
+        decision_id,
+    )
+    assert winner == [("desk", "front-desk")]

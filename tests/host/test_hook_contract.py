@@ -1,15 +1,13 @@
 """The hook contract of SPEC §3, kept by a running host (each plugin changes what it does).
 
-Every test loads a plugin module through `PI_WORKFLOWS_PLUGINS` in the environment of a
-real `pi-workflows host run` and of the CLI, then watches the host's behaviour: which
+Every test loads a plugin module (`harness.add_plugin`: named in `PI_WORKFLOWS_PLUGINS`)
+in a real `pi-workflows host run` and the CLI, then watches the host's behaviour: which
 runs it claims, what it logs, what its database looks like, what it tells the plugin.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +15,6 @@ from pi_workflows.client.start_request import start_payload
 
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER, CHECKPOINTED
-
-
-def use_plugins(harness: HostHarness, **modules: str) -> None:
-    """Write plugin modules under the harness root and load them in host and CLI."""
-    directory = harness.root / "plugins"
-    directory.mkdir(exist_ok=True)
-    for name, source in modules.items():
-        (directory / f"{name}.py").write_text(textwrap.dedent(source))
-    harness.env["PI_WORKFLOWS_PLUGINS"] = ",".join(modules)
-    harness.env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(directory), os.environ.get("PYTHONPATH", "")) if p
-    )
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -75,7 +61,7 @@ def piw_may_claim(run, host):
 
 
 def test_a_vetoed_run_is_skipped_and_the_runs_behind_it_are_claimed(harness: HostHarness):
-    use_plugins(harness, veto=VETO)
+    harness.add_plugin("veto", VETO)
     harness.start_host()
     vetoed = harness.start_run("hello", {"veto": True})
     behind = harness.start_run("hello", {"name": "Bea"})
@@ -101,7 +87,7 @@ def piw_select_run_to_claim(candidates, host):
 
 def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarness):
     record = harness.root / "candidates.jsonl"
-    use_plugins(harness, window_spy=WINDOW_SPY)
+    harness.add_plugin("window_spy", WINDOW_SPY)
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1", PIW_TEST_RECORD=str(record))
     blocker = harness.start_run("blocker")
@@ -127,7 +113,7 @@ def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarne
 
 def test_the_candidate_window_follows_the_environment(harness: HostHarness):
     record = harness.root / "candidates.jsonl"
-    use_plugins(harness, window_spy=WINDOW_SPY)
+    harness.add_plugin("window_spy", WINDOW_SPY)
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host(
         PI_WORKFLOWS_MAX_WORKERS="1",
@@ -199,7 +185,8 @@ def piw_register_workflows(register):
 
 
 def test_one_raising_registration_plugin_hides_nothing_else(harness: HostHarness):
-    use_plugins(harness, broken_registries=BROKEN_REGISTRIES, extra_workflows=EXTRA_WORKFLOWS)
+    harness.add_plugin("broken_registries", BROKEN_REGISTRIES)
+    harness.add_plugin("extra_workflows", EXTRA_WORKFLOWS)
     harness.start_host()  # the raising channel registration does not stop the host
     hello = harness.cli("run", "start", "hello", "--wait", "--no-autostart")
     assert "Hello, world!" in hello.stdout
@@ -252,7 +239,7 @@ def piw_run_transition(run_id, old_status, new_status, detail):
 
 def test_the_core_applies_sqlite_pragmas_to_a_plugin_database(harness: HostHarness):
     record = harness.root / "pragmas.json"
-    use_plugins(harness, plain_sqlite=PLAIN_SQLITE)
+    harness.add_plugin("plain_sqlite", PLAIN_SQLITE)
     harness.start_host(PIW_TEST_RECORD=str(record))
     harness.cli("run", "start", "hello", "--wait", "--no-autostart")
     assert (harness.home.root / "plugin-state.sqlite").exists()
@@ -308,7 +295,7 @@ def transitions(record: Path, run_id: str) -> list[tuple[str | None, str]]:
 
 def test_every_status_change_of_a_run_is_announced_with_its_detail(harness: HostHarness):
     record = harness.root / "events.jsonl"
-    use_plugins(harness, recorder=RECORDER)
+    harness.add_plugin("recorder", RECORDER)
     harness.start_host(PIW_TEST_RECORD=str(record))
     run_id = json.loads(harness.cli("run", "start", "hello", "--wait", "--json").stdout)["runId"]
     expected = [(None, "queued"), ("queued", "claimed"), ("claimed", "running")]
@@ -327,7 +314,7 @@ def test_every_status_change_of_a_run_is_announced_with_its_detail(harness: Host
 
 def test_pause_resume_and_resume_claims_are_announced(harness: HostHarness):
     record = harness.root / "events.jsonl"
-    use_plugins(harness, recorder=RECORDER)
+    harness.add_plugin("recorder", RECORDER)
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host(PIW_TEST_RECORD=str(record))
     run_id = harness.start_run("blocker")
@@ -354,3 +341,51 @@ def test_pause_resume_and_resume_claims_are_announced(harness: HostHarness):
         lambda: transitions(record, run_id)[-1:] == [("running", "completed")],
         what="the completion to be announced",
     )
+
+
+# --- launch and agents -----------------------------------------------------------------------
+
+
+RUN_COMMAND = """
+from pi_workflows import hookimpl
+from pi_workflows.records import WorkerRunCommand
+
+
+@hookimpl
+def piw_worker_run_command(record, resume_interaction_attempt_id):
+    if record.workflow_name == "hello" and not record.is_initialized:
+        return WorkerRunCommand("start", input={"name": "a plugin"})
+    return None
+"""
+
+
+def test_a_run_command_plugin_decides_what_the_worker_does(harness: HostHarness):
+    harness.add_plugin("run_command", RUN_COMMAND)
+    harness.start_host()
+    result = harness.cli("run", "start", "hello", "--input-json", '{"name": "Ada"}', "--wait")
+    assert "Hello, a plugin!" in result.stdout
+
+
+CONSTANT_EXECUTOR = """
+from pi_workflows import hookimpl
+
+
+class Constant:
+    def run_agent_step(self, request, signal):
+        return {"output": {"reply": "constant: " + request["contract"]["nodeId"]}}
+
+
+@hookimpl
+def piw_register_agent_executors(register):
+    register("constant", Constant)
+"""
+
+
+def test_an_executor_plugin_answers_headless_agent_steps(harness: HostHarness):
+    harness.add_plugin("constant_executor", CONSTANT_EXECUTOR)
+    harness.start_host(PI_WORKFLOWS_AGENT_EXECUTOR="constant")
+    status = json.loads(
+        harness.cli("run", "start", "echo", "--headless", "--wait", "--json").stdout
+    )
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"reply": "constant: reply"}

@@ -70,6 +70,11 @@ def test_a_killed_pi_is_replaced_by_a_new_pi_on_the_same_session(pi_session: Wor
     first = pi_session.start(session_id)
     first.prompt("/workflow start two-turn")
     pi_session.server.wait_for_requests(1, timeout=60)
+    # The model request can precede the turn-start report: kill only once the host owns it.
+    wait_until(
+        lambda: [t[2] for t in pi_session.turns(session_id)] == ["started"],
+        what="the host to record the turn the killed pi was in",
+    )
     os.killpg(first.pid, signal.SIGKILL)
     wait_until(lambda: process_gone(first.pid), what="the first pi to die")
 

@@ -1,0 +1,24 @@
+"""How the worker process of this pi_workflows is started: its argv and environment.
+
+The core needs these without any plugin: the worker reads its envelope from
+:data:`LAUNCH_ENV`, and the host's fork server recognises a launch of exactly this
+command. The built-in ``piw_worker_process`` (``pi_workflows.builtin.launch``) returns it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+LAUNCH_ENV = "PI_WORKFLOWS_WORKER_LAUNCH"
+
+
+def worker_argv(python: str | None = None) -> list[str]:
+    """The built-in worker command (`--zygote` turns it into the fork server)."""
+    return [python or sys.executable, "-m", "pi_workflows.worker"]
+
+
+def worker_pythonpath() -> str:
+    """PYTHONPATH that lets a worker import this very pi_workflows, even from a tree."""
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
