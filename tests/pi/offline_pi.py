@@ -53,7 +53,8 @@ def pi_executable() -> Path:
 class PiHome:
     """A private, offline Pi home whose only provider is the scripted model server.
 
-    `extra_settings` are merged into settings.json. The directory layout::
+    `extra_settings` are merged into settings.json; `retries_off=False` leaves Pi's automatic
+    retries at their defaults (on), as a user's Pi has them. The directory layout::
 
         <root>/                 HOME
         <root>/agent/           PI_CODING_AGENT_DIR (models.json, settings.json)
@@ -65,6 +66,7 @@ class PiHome:
         root: Path,
         server: ScriptedModelServer,
         extra_settings: dict[str, Any] | None = None,
+        retries_off: bool = True,
     ) -> None:
         self.root = root
         self.agent_dir = root / "agent"
@@ -73,7 +75,9 @@ class PiHome:
         self.agent_dir.mkdir(parents=True, exist_ok=True)
         self.project.mkdir(exist_ok=True)
         self.write_models(server.base_url)
-        settings: dict[str, Any] = {"retry": {"enabled": False, "provider": {"maxRetries": 0}}}
+        settings: dict[str, Any] = {}
+        if retries_off:
+            settings["retry"] = {"enabled": False, "provider": {"maxRetries": 0}}
         settings.update(extra_settings or {})
         (self.agent_dir / "settings.json").write_text(json.dumps(settings, indent=2))
 

@@ -8,7 +8,9 @@ import signal
 
 import pytest
 
+from tests.pi.conftest import PiHost
 from tests.pi.model_server import Hold, HttpError, MalformedStream, Text, ToolCall, ToolCalls
+from tests.pi.offline_pi import PiHome
 from tests.pi.step_replies import submit, workflow_call
 from tests.polling import process_gone, wait_until
 
@@ -29,6 +31,9 @@ WORKFLOW = workflow(
     edges=[],
 )
 """
+
+# Pi's own retries would take 14 s (2 + 4 + 8 s); the provider SDK's two quick ones ~1.5 s.
+FAIL_FAST_SECONDS = 6
 
 SLOW_STEP = """
 from pi_workflows import agent, workflow
@@ -257,3 +262,31 @@ def test_run_transcript_shows_what_the_agent_did_in_each_attempt(pi_host, model_
     assert transcript["nodeId"] == "count" and transcript["outcome"] == "completed"
     nothing = pi_host.harness.cli("run", "transcript", run_id, "--node", "other", "--json")
     assert json.loads(nothing.stdout) == []
+
+
+@pytest.mark.parametrize("failure", ["server-down", "http-503"])
+def test_a_failing_provider_fails_the_step_within_seconds_with_pis_default_retries(
+    harness, model_server, pi_bin, failure
+):
+    """Pi retries a 5xx or refused connection itself (2, 4, 8 s: 14 s) unless told not to;
+    a headless step must not wait for that: it fails on the first failed model turn."""
+    pi_host = PiHost(harness, PiHome(harness.root / "pi", model_server, retries_off=False))
+    harness.start_host()
+    if failure == "server-down":
+        model_server.stop()
+    else:
+        model_server.script(*[HttpError(503, "overloaded")] * 12)
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    if failure == "http-503":
+        model_server.wait_for_requests(1, timeout=60)  # pi has started: the clock starts now
+        status = _finished(pi_host, run_id, timeout=FAIL_FAST_SECONDS)
+    else:
+        status = _finished(pi_host, run_id, timeout=60)
+    assert status["status"] == "failed", status
+    assert status["error"].startswith("Node 'reply' failed: The model scripted/scripted-model ")
+    assert "\n" not in status["error"]
+    (transcript,) = json.loads(pi_host.harness.cli("run", "transcript", run_id, "--json").stdout)
+    prompt, *_, error = transcript["entries"]
+    assert (prompt["kind"], error["kind"]) == ("prompt", "error")
+    # From the prompt to the failure: the provider SDK's own quick retries, not Pi's 14 s.
+    assert error["at"] - prompt["at"] < FAIL_FAST_SECONDS * 1000
