@@ -13,11 +13,11 @@ be replaced: for a ``firstresult`` hook the most recently registered implementat
 first, and the first one to return something other than ``None`` decides. Return
 ``None`` to let the next implementation decide. Some ``firstresult`` hooks must be
 answered (claim selection, launch, adjudication, presentation and rendering, the
-unproductive-turn limit): when every implementation returns ``None`` — say the
-built-in was disabled with ``PI_WORKFLOWS_DISABLE_PLUGINS`` — the core raises one
-sentence naming the hook and the disabled plugin. Registration hooks (``register_*``,
-``workflow_dirs``) call each plugin on its own, so one that raises is reported by name
-and the others still register.
+unproductive-turn limit, the agent step prompt): when every implementation returns
+``None`` — say the built-in was disabled with ``PI_WORKFLOWS_DISABLE_PLUGINS`` — the
+core raises one sentence naming the hook and the disabled plugin. Registration hooks
+(``register_*``, ``workflow_dirs``) call each plugin on its own, so one that raises is
+reported by name and the others still register.
 
 Hooks are called outside database transactions unless a docstring says otherwise, and
 must be fast: slow work (network, agents) belongs in channel adapters and executors.
@@ -38,6 +38,7 @@ from .records import (
     HostInfo,
     MessageContent,
     RunRecord,
+    StepContract,
     TerminalFacts,
     TurnReceipt,
     TurnReport,
@@ -362,7 +363,7 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
     - **step**: ``executor.run_agent_step(request, signal)`` runs one step and returns
       an :class:`~pi_workflows.records.AgentStepResult` (``{"output": ...}``).
       ``request`` is an :class:`~pi_workflows.records.AgentStepRequest`: ``prompt``
-      (the authored prompt plus the step contract block: send it to the model as is),
+      (what :func:`piw_step_prompt` wrote: send it to the model as is),
       ``contract`` (run, workflow, node and attempt ids, expected output),
       ``presentation``, ``accept`` (check an output now; a rejection can go back to the
       agent, an accepted value is the step's output), ``publish_update`` and
@@ -378,6 +379,29 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
     ``command``, which pipes the step prompt to ``PI_WORKFLOWS_AGENT_COMMAND`` and reads
     JSON from its stdout. Since 0.1 the request and result are typed (TypedDicts, plain
     dicts at run time), so executors written against the dict shape work unchanged.
+    """
+
+
+@hookspec(firstresult=True)
+def piw_step_prompt(contract: StepContract, authored: str) -> str | None:
+    """The whole text the model gets for one agent step attempt.
+
+    :param contract: the step's :class:`~pi_workflows.records.StepContract`: run,
+        workflow, node and attempt ids, the expected output (``None``: the author gave
+        none) and ``completion`` (``submit``).
+    :param authored: the node's prompt as the workflow author wrote it (never empty).
+    :returns: the prompt, which must tell the model how to finish the step: call the
+        ``workflow`` tool once with ``{"action": "submit", "step": <nodeId>, "attempt":
+        <attemptId>, "output": ...}`` (interactive runs; the session's extension checks
+        ``step`` and ``attempt``) or answer with the output (headless executors).
+
+    Called in the worker each time an agent step attempt starts, for interactive and
+    headless runs alike; the text is stored with the attempt, sent to the origin
+    session or handed to the agent executor as ``request["prompt"]``. ``firstresult``;
+    an answer is required. The built-in (``pi_workflows.builtin.step_prompt``) appends
+    the reference contract block to the authored prompt: the ids, the submit call, the
+    expected output (default "a JSON object with your result") and that a validation
+    error means correcting the output and submitting again.
     """
 
 

@@ -469,6 +469,13 @@ def render_terminal_message(facts: TerminalFacts, instructions: str) -> Any:
     return _call_required("piw_render_terminal_message", facts=facts, instructions=instructions)
 
 
+def step_prompt(contract: Any, authored: str) -> str:
+    prompt = _call_required("piw_step_prompt", contract=contract, authored=authored)
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise PluginError(f"piw_step_prompt must return non-empty text, got {prompt!r:.80}.")
+    return prompt
+
+
 def _collect_registrations(hook_name: str, what: str) -> dict[str, Any]:
     """Name → value from every plugin; a failing plugin is logged by name and skipped."""
     collected: dict[str, Any] = {}

@@ -339,7 +339,8 @@ class AgentStepRequest(TypedDict):
     """What an agent executor's ``run_agent_step`` gets for a headless step."""
 
     contract: StepContract
-    #: the authored prompt followed by the step contract block; send it to the model.
+    #: what ``piw_step_prompt`` wrote (built-in: the authored prompt followed by the step
+    #: contract block); send it to the model.
     prompt: str
     #: ``{statusDetail}``: a short text to show while the step runs, or None.
     presentation: dict[str, Any]

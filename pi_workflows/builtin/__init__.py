@@ -8,6 +8,7 @@ DEFAULT_PLUGINS = (
     "pi_workflows.builtin.terminal",
     "pi_workflows.builtin.workflows",
     "pi_workflows.builtin.executors",
+    "pi_workflows.builtin.step_prompt",
     "pi_workflows.builtin.decision_channels",
 )
 

@@ -1,4 +1,7 @@
-"""Agent steps (engine.md §4): prompt contract, tolerant output parsing, executors.
+"""Agent steps (engine.md §4): tolerant output parsing, transcripts, executors.
+
+The prompt a step's model gets comes from `piw_step_prompt` (built-in:
+`pi_workflows.builtin.step_prompt`).
 
 An interactive run asks its origin session through the store and waits; a headless run
 hands the prompt to an agent executor registered with `piw_register_agent_executors`
@@ -18,7 +21,6 @@ from collections import deque
 from typing import Any, Protocol
 
 from .. import plugins
-from ..authoring.nodes import DEFAULT_EXPECTED_OUTPUT, Node
 from ..clock import now_ms
 from ..errors import PiWorkflowsError
 from ..records import AgentStepRequest, AgentStepResult
@@ -100,24 +102,6 @@ class AgentTranscript:
         with self._lock:
             gap = [{"kind": "omitted", "count": self._omitted}] if self._omitted else []
             return [*self._head, *gap, *(entry for entry, _ in self._tail)]
-
-
-def step_prompt(
-    workflow_name: str, node_id: str, attempt_id: str, node: Node, authored: str
-) -> str:
-    """The authored prompt followed by the step contract block."""
-    expected = node.expected_output or DEFAULT_EXPECTED_OUTPUT
-    return (
-        f"{authored.rstrip()}\n\n---\n"
-        f"Workflow step contract (workflow: {workflow_name}, step: {node_id}, "
-        f"attempt: {attempt_id})\n\n"
-        "Complete this step by calling the `workflow` tool exactly once with:\n"
-        f'{{"action":"submit","step":"{node_id}","attempt":"{attempt_id}",'
-        '"output":<your result>}\n'
-        f"Expected output: {expected}\n"
-        "The step is complete only after the workflow tool accepts the output.\n"
-        "If the tool reports a validation error, correct the output and call it again."
-    )
 
 
 def _balanced_candidates(text: str) -> list[str]:

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import plugins
 from ..authoring import Workflow, validate_graph
 from ..authoring.nodes import Node
 from ..canonical import is_json_value
@@ -31,12 +32,12 @@ from ..errors import (
     WorkflowSourceChangedError,
 )
 from ..limits import MAX_OUTPUT_BYTES, checked_json
+from ..records import StepContract
 from .agents import (
     AgentExecutor,
     AgentTranscript,
     headless_executor,
     parse_output,
-    step_prompt,
 )
 from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
 from .processes import registering_with
@@ -981,10 +982,7 @@ class Engine:
         authored = node.prompt(ctx) if callable(node.prompt) else node.prompt
         if not isinstance(authored, str) or not authored.strip():
             raise InvalidInputError(f"Agent node {attempt.node_id!r} produced an empty prompt.")
-        attempt.prompt = step_prompt(
-            self.definition.name, attempt.node_id, attempt.attempt_id, node, authored
-        )
-        contract = {
+        contract: StepContract = {
             "runId": self.run_id,
             "workflowName": self.definition.name,
             "nodeId": attempt.node_id,
@@ -992,6 +990,7 @@ class Engine:
             "expectedOutput": node.expected_output,
             "completion": "submit",
         }
+        attempt.prompt = plugins.step_prompt(contract, authored)
         if self._run_info.get("executionMode") == "interactive":
             receipt = self._call(
                 attempt,

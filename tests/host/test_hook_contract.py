@@ -366,6 +366,16 @@ def test_a_run_command_plugin_decides_what_the_worker_does(harness: HostHarness)
     assert "Hello, a plugin!" in result.stdout
 
 
+def _headless_echo(harness: HostHarness, executor: str) -> dict[str, Any]:
+    """Run the built-in `echo` workflow headless on `executor`; its completed status."""
+    harness.start_host(PI_WORKFLOWS_AGENT_EXECUTOR=executor)
+    status = json.loads(
+        harness.cli("run", "start", "echo", "--headless", "--wait", "--json").stdout
+    )
+    assert status["status"] == "completed", status
+    return status
+
+
 CONSTANT_EXECUTOR = """
 from pi_workflows import hookimpl
 
@@ -383,9 +393,36 @@ def piw_register_agent_executors(register):
 
 def test_an_executor_plugin_answers_headless_agent_steps(harness: HostHarness):
     harness.add_plugin("constant_executor", CONSTANT_EXECUTOR)
-    harness.start_host(PI_WORKFLOWS_AGENT_EXECUTOR="constant")
-    status = json.loads(
-        harness.cli("run", "start", "echo", "--headless", "--wait", "--json").stdout
-    )
-    assert status["status"] == "completed", status
+    status = _headless_echo(harness, executor="constant")
     assert status["finalOutput"] == {"reply": "constant: reply"}
+
+
+PROMPT_ECHO = """
+from pi_workflows import hookimpl
+
+
+class PromptEcho:
+    def run_agent_step(self, request, signal):
+        return {"output": {"reply": request["prompt"]}}
+
+
+@hookimpl
+def piw_register_agent_executors(register):
+    register("prompt-echo", PromptEcho)
+
+
+@hookimpl
+def piw_step_prompt(contract, authored):
+    return f"{authored}\\n\\nANSWER IN HAIKU then submit step {contract['nodeId']} "\\
+        f"(attempt {contract['attemptId']}) of {contract['workflowName']}."
+"""
+
+
+def test_a_step_prompt_plugin_writes_what_the_agent_is_told(harness: HostHarness):
+    harness.add_plugin("prompt_echo", PROMPT_ECHO)
+    status = _headless_echo(harness, executor="prompt-echo")
+
+    prompt = status["finalOutput"]["reply"]
+    assert "ANSWER IN HAIKU then submit step reply (attempt " in prompt
+    assert prompt.endswith(" of echo.")
+    assert "Workflow step contract" not in prompt  # the built-in block was replaced
