@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from pi_workflows.client.session_client import SessionClient
+from pi_workflows.testing import installed_entry_points, short_temp_dir
 from tests.decisions.conftest import decision_workflow
 from tests.polling import process_gone
 
@@ -176,3 +177,32 @@ def test_why_a_crashed_hosts_run_waits_for_its_claim_to_be_taken_over(
         f"claimed by host {old_host_id} (epoch 1) whose lease expired at "
     )
     assert answer["next"] == "the next claim pass of a live host takes it over"
+
+
+def test_why_a_run_another_live_host_holds_names_that_host_and_its_lease(postgres_url: str):
+    owner, other = (
+        HostHarness(short_temp_dir(), postgres_url, entry_points=installed_entry_points())
+        for _ in range(2)
+    )
+    try:
+        owner.write_workflow("blocker", BLOCKER)
+        owner.start_host()
+        run_id = owner.start_run("blocker")
+        owner.wait_for_pid("blocker.pid")
+        owner_id, epoch, expires_at = owner.query(
+            "SELECT l.owner_id, h.epoch, l.expires_at FROM leases l "
+            "JOIN host_state h ON h.host_id = l.owner_id WHERE l.run_id = ?",
+            run_id,
+        )[0]
+        other.start_host()
+
+        answer = why(other, run_id)
+        assert answer["code"] == "claimed" and answer["status"] == "running"
+        assert answer["reason"].startswith(
+            f"claimed by host {owner_id} (epoch {epoch}) whose lease expires at "
+        )
+        assert answer["until"] is not None and answer["until"] >= expires_at
+        assert answer["next"].startswith("that host runs it; if it dies, another host")
+    finally:
+        for harness in (owner, other):
+            harness.cleanup()
