@@ -1001,6 +1001,7 @@ class Engine:
                     "kind": "agent",
                     "prompt": attempt.prompt,
                     "contract": contract,
+                    "presentation": {"statusDetail": node.status_detail},
                     "timeoutMs": node.timeout_ms,
                 },
             )

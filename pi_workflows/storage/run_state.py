@@ -495,7 +495,13 @@ def request_interaction(
         node_id=request["nodeId"],
         target_session_id=run.origin_session_id,
         kind=request.get("kind", "agent"),
-        contract_hash=put_json({"contract": request["contract"], "prompt": request["prompt"]}),
+        contract_hash=put_json(
+            {
+                "contract": request["contract"],
+                "prompt": request["prompt"],
+                "presentation": request.get("presentation"),
+            }
+        ),
         status="pending",
         created_at=stamp,
         updated_at=stamp,

@@ -125,8 +125,11 @@ def step_message_content(
     request: InteractiveRequest, message_id: str, reason: str, preface: str = ""
 ) -> MessageContent:
     """What the session shows for an agent step: `preface` (a reminder's wording, chosen
-    by the turn policy) and the prompt, plus the submit coordinates."""
+    by the turn policy) and the prompt, plus the submit coordinates and, when the node has
+    one, its status detail (``presentation.statusDetail``, for the step card)."""
     contract = read_json(request.contract_hash)
+    presentation = contract.get("presentation") or {}
+    shown = {"presentation": presentation} if presentation.get("statusDetail") else {}
     return MessageContent(
         text=preface + contract["prompt"],
         details={
@@ -140,6 +143,7 @@ def step_message_content(
             "requestRevision": request.revision,
             "reason": reason,
             "contract": contract["contract"],
+            **shown,
         },
     )
 

@@ -9,6 +9,7 @@ WORKFLOW = workflow(
         "inspect": agent(
             "Read at least two files of this project and report what you found.",
             expected_output='{"findings": ["..."], "repoSummary": "..."}',
+            status_detail="reading the project",
         ),
         "draft": agent(
             lambda ctx: (
@@ -16,10 +17,12 @@ WORKFLOW = workflow(
                 f"Findings: {ctx.outputs['inspect']}"
             ),
             expected_output='{"draft": "..."}',
+            status_detail="drafting a plan",
         ),
         "checklist": agent(
             "Turn the draft into a checklist with references to the files involved.",
             expected_output='{"checklist": ["..."], "references": ["..."]}',
+            status_detail="writing the checklist",
         ),
         "finalize": compute(
             lambda ctx: {key: ctx.outputs[key] for key in ("inspect", "draft", "checklist")}

@@ -41,6 +41,12 @@ def test_two_turn_runs_in_the_session_and_ends_with_one_explained_result(pi_sess
     assert len(terminal) == 1 and terminal[0]["display"] is False
     steps = [e for e in entries if e["customType"] == "pi-workflows-step"]
     assert [e["details"]["step"] for e in steps] == ["inspect", "draft", "checklist"]
+    # Each step message carries its node's status detail for the step card.
+    assert [e["details"]["presentation"]["statusDetail"] for e in steps] == [
+        "reading the project",
+        "drafting a plan",
+        "writing the checklist",
+    ]
 
     last = pi_session.messages(pi)[-1]
     assert last["role"] == "assistant"

@@ -62,7 +62,15 @@ def test_a_person_starts_two_turn_in_the_pi_tui_and_watches_it_finish(
     wait_until(lambda: "pi v0.73.1" in tmux.screen(), what="the Pi TUI")
 
     tmux.type("/workflow start two-turn")
-    wait_until(lambda: "▶ two-turn › inspect" in tmux.screen(), timeout=60, what="the step card")
+    card = wait_until(
+        lambda: "▶ two-turn › inspect" in (screen := tmux.screen()) and screen,
+        timeout=60,
+        what="the step card",
+    )
+    # The card's second line is the node's status detail.
+    lines = card.splitlines()
+    title = next(i for i, line in enumerate(lines) if "▶ two-turn › inspect" in line)
+    assert lines[title + 1].strip() == "reading the project", card
     run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
     assert run["status"] == "completed", run
     final = wait_until(

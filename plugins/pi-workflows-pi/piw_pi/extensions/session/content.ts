@@ -75,13 +75,17 @@ function textOf(content: unknown): string {
 	return "";
 }
 
-export function registerRenderers(pi: ExtensionAPI, statusDetail: (runId: string) => string | undefined): void {
+export function registerRenderers(pi: ExtensionAPI): void {
 	pi.registerMessageRenderer("pi-workflows-step", (message, { expanded }, theme) => {
 		const details = (message.details ?? {}) as Record<string, any>;
 		const workflow = details.contract?.workflowName ?? "workflow";
 		const lines = [theme.fg("accent", `▶ ${workflow} › ${details.step ?? details.contract?.nodeId ?? "step"}`)];
-		const detail = STEP_REASONS[details.reason] ?? statusDetail(details.runId);
-		if (detail) lines.push(theme.fg("dim", `  ${detail}`));
+		// The node's status detail travels in the message itself (content builders table:
+		// `presentation`), so the card says the same thing whenever it is drawn.
+		const statusDetail = details.presentation?.statusDetail;
+		if (typeof statusDetail === "string" && statusDetail) lines.push(theme.fg("muted", `  ${statusDetail}`));
+		const reason = STEP_REASONS[details.reason];
+		if (reason) lines.push(theme.fg("dim", `  ${reason}`));
 		return card(theme, lines, expanded, textOf(message.content));
 	});
 	pi.registerMessageRenderer("pi-workflows-interaction", (message, { expanded }, theme) => {

@@ -31,10 +31,7 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 	let session: WorkflowSession | null = null;
 	const actions = new WorkflowActions(() => session);
 
-	registerRenderers(pi, (runId) => {
-		const run = session?.view?.run;
-		return run && run.runId === runId ? run.statusDetail : undefined;
-	});
+	registerRenderers(pi);
 
 	pi.registerTool({
 		name: "workflow",
