@@ -104,7 +104,9 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     if status["state"] == "stopped":
         click.echo("host: stopped")
         return
-    click.echo(f"host: {status['state']} (PID {status['pid']}, epoch {status['epoch']})")
+    holder = live_lock_holder(cli_ctx.home.lock_path)
+    pid = holder["pid"] if holder else "unknown"
+    click.echo(f"host: {status['state']} (PID {pid}, epoch {status['epoch']})")
     click.echo(f"uptime: {status['uptimeMs'] / 1000:.1f} s")
     click.echo(f"workers: {status['activeWorkers']} of {status['maxWorkers']}")
     click.echo(f"clients: {status['connectedClients']}")

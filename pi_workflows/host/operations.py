@@ -385,8 +385,10 @@ class Operations:
         )
         return {
             "state": "running",
+            # No pid or start identity: the receipt may reach a model through a session;
+            # the CLI reads the process from the home's lock file.
+            "socketAvailable": host.server is not None,
             "epoch": host.epoch_lease.epoch if host.epoch_lease else None,
-            "pid": os.getpid(),
             "uptimeMs": host.uptime_ms(),
             "activeWorkers": len(host.active_runs),
             "maxWorkers": host.max_workers,

@@ -19,7 +19,22 @@ def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
     assert result.returncode == 1
     assert f"A workflow host is already running with PID {first.pid}" in result.stderr
     assert first.poll() is None  # the first host is unharmed
-    assert json.loads(harness.cli("host", "status", "--json").stdout)["pid"] == first.pid
+    assert f"(PID {first.pid}, epoch " in harness.cli("host", "status").stdout
+
+
+def test_the_status_receipt_counts_runs_and_names_no_process(harness: HostHarness):
+    harness.start_host()
+    client = harness.client()
+    try:
+        receipt = client.host_status()
+    finally:
+        client.close()
+    assert receipt["state"] == "running" and receipt["socketAvailable"] is True
+    for count in ("activeWorkers", "queuedRuns", "pendingInteractions", "ambiguousEffects"):
+        assert receipt[count] == 0
+    assert receipt["lifecycleContradictions"] == 0
+    # The process behind the socket is the lock file's business (`host status` reads it).
+    assert not {"pid", "hostId", "processStartIdentity", "startIdentity"} & set(receipt)
 
 
 def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: HostHarness):
