@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pi_workflows import __version__
+
 Match = Callable[[dict[str, Any]], bool]
 
 
@@ -166,10 +168,11 @@ def _cut(*sockets: socket.socket) -> None:
 
 def cli_shim(path: Path, relay: Relay) -> Path:
     """A CLI for the extension whose host socket is the relay; the rest is the real CLI."""
+    address = {"socketPath": str(relay.path), "packageVersion": __version__}
     path.write_text(
         "#!/bin/sh\n"
         'if [ "$1" = pi ] && [ "$2" = socket ]; then\n'
-        f"  printf '%s\\n' '{json.dumps({'socketPath': str(relay.path)})}'\n"
+        f"  printf '%s\\n' '{json.dumps(address)}'\n"
         "  exit 0\n"
         "fi\n"
         f'exec {sys.executable} -m pi_workflows "$@"\n'

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import uuid
 from collections import Counter
 
 from tests.pi.model_server import Hold, Text
-from tests.pi.session.workflow_pi import CLI, WorkflowPi, two_turn_script
+from tests.pi.session.workflow_pi import CLI, WorkflowPi, submit, two_turn_script
 from tests.polling import process_gone, wait_until
 
 
@@ -166,3 +168,54 @@ def test_an_unreachable_host_is_one_notice_and_pi_keeps_working(pi_session: Work
         what="the reconnected notice",
     )
     assert sum("unreachable" in n for n in pi_session.notices(pi)) == 1
+
+
+def _fill_connection_slots(harness, count: int) -> list[socket.socket]:
+    """`count` silent connections the host greeted, each holding one of its slots."""
+    held: list[socket.socket] = []
+    while len(held) < count:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(harness.home.socket_path))
+        if json.loads(sock.makefile("rb").readline())["type"] == "hello":
+            held.append(sock)
+        else:  # a slot a finished client was still giving back
+            sock.close()
+    return held
+
+
+def test_a_host_that_refuses_the_connection_is_one_notice_and_the_session_reconnects(
+    pi_session: WorkflowPi, relay
+):
+    harness = pi_session.harness
+    harness.stop()
+    harness.start_host(PI_WORKFLOWS_MAX_CONNECTIONS="3")
+    held = _fill_connection_slots(harness, 3)
+    try:
+        # The relay stands in for `pi socket`, so the extension's own connection is the one
+        # the host refuses (with its `refused` frame).
+        pi = pi_session.start(PI_WORKFLOWS_CLI=relay.cli)
+        warning = pi.wait_for(
+            lambda e: e.get("method") == "notify" and "refused" in e.get("message", ""),
+            what="the refusal notice",
+        )
+        assert warning["notifyType"] == "warning"
+        assert "too many connections (limit 3)" in warning["message"]
+        pi_session.server.script(Text("Still here."))
+        pi.prompt("Are you there?")
+        end = pi.wait_for_type("agent_end")
+        assert end["messages"][-1]["content"][0]["text"] == "Still here."
+    finally:
+        for sock in held:
+            sock.close()
+    # Slots free up: the retries in the background get in, and the session works.
+    pi.wait_for(
+        lambda e: e.get("method") == "notify" and "again" in e.get("message", ""),
+        timeout=30,
+        what="the reconnected notice",
+    )
+    assert sum("refused" in n or "unreachable" in n for n in pi_session.notices(pi)) == 1
+    pi_session.server.script(submit("reply", {"reply": "hello"}), Text("Done."))
+    pi.prompt('/workflow start echo {"task": "Say hello"}')
+    run = pi_session.wait_for_run("completed", "failed", "cancelled")
+    assert (run["status"], run["finalOutput"]) == ("completed", {"reply": "hello"})
+    assert pi.process.poll() is None

@@ -33,6 +33,13 @@ export interface RequestOptions {
 /** The host cannot be reached, or the connection broke before it answered. */
 export class HostUnavailable extends Error {}
 
+/**
+ * The host would not take this connection: its `refused` greeting (too many connections)
+ * or a greeting from another pi-workflows version than the CLI's. Worth retrying later:
+ * connections free up, and `pi-workflows host stop` replaces a host of another version.
+ */
+export class HostRefused extends HostUnavailable {}
+
 /** The host answered, but not with `accepted` or `adopted`. */
 export class RequestRefused extends Error {
 	constructor(readonly response: HostResponse) {
@@ -73,11 +80,35 @@ export function runCli(args: string[], cwd: string): Promise<string> {
 	});
 }
 
+export interface HostAddress {
+	socketPath: string;
+	/** The pi-workflows version of the host, as the CLI (which checks it is its own) saw it. */
+	packageVersion: string;
+}
+
 /** The socket of this home's host; the CLI starts a host when none runs. */
-export async function locateHost(cwd: string): Promise<string> {
+export async function locateHost(cwd: string): Promise<HostAddress> {
 	const found = JSON.parse(await runCli(["pi", "socket", "--json"], cwd));
-	if (typeof found?.socketPath !== "string") throw new Error("pi-workflows did not name a host socket");
-	return found.socketPath;
+	if (typeof found?.socketPath !== "string" || typeof found?.packageVersion !== "string") {
+		throw new Error("pi-workflows did not name a host socket");
+	}
+	return { socketPath: found.socketPath, packageVersion: found.packageVersion };
+}
+
+/** Why the host's first frame does not open a usable connection, or null when it does. */
+function refusalOf(first: any, expectedVersion: string): HostUnavailable | null {
+	if (first?.type === "refused") {
+		const reason = typeof first.error === "string" && first.error ? first.error : "no reason given";
+		return new HostRefused(`the workflow host refused the connection: ${reason.slice(0, 300)}`);
+	}
+	if (first?.type !== "hello") return new HostUnavailable("The workflow host did not greet this session.");
+	if (first.packageVersion !== expectedVersion) {
+		return new HostRefused(
+			`the workflow host runs pi-workflows ${String(first.packageVersion).slice(0, 40)}, ` +
+				`the CLI is ${expectedVersion}; stop it with 'pi-workflows host stop'`,
+		);
+	}
+	return null;
 }
 
 interface Pending {
@@ -96,10 +127,10 @@ export class HostConnection {
 
 	private constructor(private readonly socket: net.Socket) {}
 
-	/** Connect and wait for the host's hello. */
-	static open(socketPath: string): Promise<HostConnection> {
+	/** Connect and wait for the host's hello (HostRefused for a refusal or another version). */
+	static open(address: HostAddress): Promise<HostConnection> {
 		return new Promise((resolve, reject) => {
-			const socket = net.createConnection(socketPath);
+			const socket = net.createConnection(address.socketPath);
 			const connection = new HostConnection(socket);
 			let greeted = false;
 			const timer = setTimeout(() => {
@@ -115,9 +146,10 @@ export class HostConnection {
 				for (const message of connection.frames(chunk)) {
 					if (!greeted) {
 						clearTimeout(timer);
-						if (message?.type !== "hello") {
+						const refusal = refusalOf(message, address.packageVersion);
+						if (refusal) {
 							socket.destroy();
-							reject(new HostUnavailable("The workflow host did not greet this session."));
+							reject(refusal);
 							return;
 						}
 						greeted = true;

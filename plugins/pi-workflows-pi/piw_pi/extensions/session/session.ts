@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { MessageCoordinator, type PiSide, type SessionView } from "./coordinator.js";
 import {
 	HostConnection,
+	HostRefused,
 	type HostResponse,
 	HostUnavailable,
 	isOk,
@@ -90,13 +91,16 @@ export class WorkflowSession {
 					this.unreachableShown = false;
 					return;
 				} catch (error) {
+					// One notice for the whole outage, whatever each attempt ran into; a
+					// refusal (too many connections, another version) is retried like an
+					// absent host, since both can clear up without restarting Pi.
 					if (!this.unreachableShown) {
 						this.unreachableShown = true;
-						this.notify(
-							`pi-workflows: the workflow host is unreachable (${(error as Error).message}); ` +
-								"workflow messages resume once it is back.",
-							"warning",
-						);
+						const what =
+							error instanceof HostRefused
+								? (error as Error).message
+								: `the workflow host is unreachable (${(error as Error).message})`;
+						this.notify(`pi-workflows: ${what}; workflow messages resume once it is back.`, "warning");
 					}
 					await sleep(backoff(attempt));
 				}
