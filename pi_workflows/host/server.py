@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .. import __version__, plugins
 from ..env_settings import positive_int, positive_number
 from ..errors import PiWorkflowsError
-from ..protocol.client_messages import hello, parse_request, refused, response
+from ..protocol.client_messages import ClientRequest, hello, parse_request, refused, response
 from ..protocol.framing import (
     MAX_FRAME_BYTES,
     FrameError,
@@ -41,6 +41,9 @@ DEFAULT_IDLE_CONNECTION_S = 30.0
 # File descriptors kept free for the database, workers and their pipes.
 RESERVED_FDS = 64
 ACCEPT_RETRY_S = 0.5
+# Requests one connection may have waiting for their answers; the next frame is read
+# when one of them is answered.
+MAX_REQUESTS_IN_FLIGHT = 32
 
 
 def max_connections() -> int:
@@ -143,6 +146,11 @@ class ClientServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ClientConnection(f"connection-{secrets.token_hex(8)}", writer)
         self.connections.add(connection)
+        # Requests of one connection are answered as each finishes, so a slow one (a
+        # submission waiting for its validator) never holds up the quick ones behind it.
+        # Each starts in arrival order and runs to its first wait, which keeps the order
+        # of everything that does not wait.
+        answering: set[asyncio.Task] = set()
         try:
             await connection.send(hello(connection.connection_id, __version__, self.plugin_set))
             first = True
@@ -159,45 +167,60 @@ class ClientServer:
                     log.warning("closed a connection that sent a frame over 1 MiB")
                     return
                 first = False
-                if not line:
+                if not line:  # a client that closed its sending side still hears its answers
+                    if answering:
+                        await asyncio.wait(answering)
                     return
-                reply = await self._answer(line, connection)
-                if reply is None:
+                request = self._parse(line)
+                if request is None:
                     return
-                await connection.send(reply)
+                if isinstance(request, dict):  # answered without dispatching
+                    await connection.send(request)
+                    continue
+                if len(answering) >= MAX_REQUESTS_IN_FLIGHT:
+                    await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
+                task = asyncio.get_running_loop().create_task(self._answer(request, connection))
+                answering.add(task)
+                task.add_done_callback(answering.discard)
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         except Exception:
             log.exception("client connection failed")
         finally:
+            for task in answering:  # nobody is left to read these answers
+                task.cancel()
             self.connections.discard(connection)
             connection.closed()
             writer.close()
 
-    async def _answer(self, line: bytes, connection: ClientConnection) -> dict | None:
-        """The response to one frame, or None to close the connection."""
+    def _parse(self, line: bytes) -> ClientRequest | dict | None:
+        """The request in one frame, a `rejected` response to it, or None to close."""
         try:
             message = decode_frame(line)
         except FrameError as error:
             log.warning("closed a connection: %s", error)
             return None
         try:
-            request = parse_request(message, self.operations.known)
+            return parse_request(message, self.operations.known)
         except FrameError as error:
             request_id = message.get("requestId")
             if not valid_id(request_id):
                 log.warning("closed a connection: %s", error)
                 return None
             return response(request_id, "rejected", error=str(error))
+
+    async def _answer(self, request: ClientRequest, connection: ClientConnection) -> None:
         try:
-            return await self.operations.dispatch(request, connection)
+            reply = await self.operations.dispatch(request, connection)
         except Exception as error:  # the client hears why; the connection stays usable
             log.exception("%s failed", request.operation)
-            return response(
+            reply = response(
                 request.request_id,
                 "unavailable",
                 error=one_line_error(self._failure(request.operation, error)),
             )
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await connection.send(reply)
 
     def _failure(self, operation: str, error: Exception) -> str:
         location = self.host.store.location

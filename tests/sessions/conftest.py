@@ -65,6 +65,16 @@ class Sessions:
         )
         return result.stdout.strip()
 
+    def first_step(
+        self, workflow: str, source: str, session_id: str
+    ) -> tuple[str, SessionClient, dict]:
+        """Start `source` from `session_id`; the run, its session and the step delivered."""
+        self.harness.write_workflow(workflow, source)
+        run_id = self.start(workflow, session_id)
+        session = self.open(session_id)
+        session.report_branch()
+        return run_id, session, session.deliver_next()
+
     def close(self) -> None:
         for client in self.opened:
             client.close()
