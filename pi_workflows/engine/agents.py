@@ -36,6 +36,10 @@ TRANSCRIPT_HEAD_ENTRIES = 40
 TRANSCRIPT_TAIL_ENTRIES = 160
 TRANSCRIPT_VALUE_CHARS = 2000
 TRANSCRIPT_MAX_BYTES = 256 * 1024
+# While an attempt runs, its new entries are saved in chunks — the first as soon as there
+# is one, then at most every two seconds, up to TRANSCRIPT_MAX_BYTES in all — so an attempt
+# whose worker is stopped (cancel, pause) or dies keeps what the agent did until then.
+TRANSCRIPT_SAVE_EVERY_SECONDS = 2.0
 
 
 class AgentExecutorError(PiWorkflowsError):
@@ -75,33 +79,53 @@ class AgentTranscript:
 
     def __init__(self) -> None:
         self._head: list[dict[str, Any]] = []
-        self._tail: deque[tuple[dict[str, Any], int]] = deque()
+        # (entry, encoded size, position in the order entries were added)
+        self._tail: deque[tuple[dict[str, Any], int, int]] = deque()
         self._bytes = 0
         self._omitted = 0
+        self._added = 0
+        self._saved = 0
+        self._saved_bytes = 0
+        self._saved_at: float | None = None
         self._lock = threading.Lock()
 
     def add(self, kind: str, **fields: Any) -> None:
         entry = {"kind": kind, "at": now_ms(), **{k: _bounded(v) for k, v in fields.items()}}
         size = len(json.dumps(entry, ensure_ascii=False).encode())
         with self._lock:
+            self._added += 1
             if len(self._head) < TRANSCRIPT_HEAD_ENTRIES:
                 self._head.append(entry)
                 self._bytes += size
                 return
-            self._tail.append((entry, size))
+            self._tail.append((entry, size, self._added - 1))
             self._bytes += size
             while self._tail and (
                 len(self._tail) > TRANSCRIPT_TAIL_ENTRIES or self._bytes > TRANSCRIPT_MAX_BYTES
             ):
-                _, dropped = self._tail.popleft()
+                _, dropped, _ = self._tail.popleft()
                 self._bytes -= dropped
                 self._omitted += 1
+
+    def unsaved_chunk(self, now: float) -> list[dict[str, Any]] | None:
+        """The kept entries added since the last chunk, if one is due at monotonic `now`
+        (see TRANSCRIPT_SAVE_EVERY_SECONDS); marks them saved."""
+        with self._lock:
+            if self._added == self._saved or self._saved_bytes >= TRANSCRIPT_MAX_BYTES:
+                return None
+            if self._saved_at is not None and now - self._saved_at < TRANSCRIPT_SAVE_EVERY_SECONDS:
+                return None
+            head = self._head[self._saved :] if self._saved < len(self._head) else []
+            chunk = [*head, *(entry for entry, _, index in self._tail if index >= self._saved)]
+            self._saved, self._saved_at = self._added, now
+            self._saved_bytes += len(json.dumps(chunk, ensure_ascii=False).encode())
+            return chunk or None
 
     def entries(self) -> list[dict[str, Any]]:
         """The kept entries in order, with the omission marker where entries were dropped."""
         with self._lock:
             gap = [{"kind": "omitted", "count": self._omitted}] if self._omitted else []
-            return [*self._head, *gap, *(entry for entry, _ in self._tail)]
+            return [*self._head, *gap, *(entry for entry, _, _ in self._tail)]
 
 
 def _balanced_candidates(text: str) -> list[str]:

@@ -52,6 +52,8 @@ TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 PRESENTATION_TIMEOUT_SECONDS = 30.0
 # After an attempt ends, its thread gets this long to stop (a shell kills its group).
 ABANDON_GRACE_SECONDS = 2.0
+# How often the engine thread looks for transcript entries to save while an agent runs.
+TRANSCRIPT_POLL_SECONDS = 0.25
 CURRENT_FIELDS = (
     "currentNode",
     "currentNodeType",
@@ -655,6 +657,20 @@ class Engine:
             outcome = "cancelled"
         return self._record(attempt, outcome, error=_describe(error))
 
+    def _save_transcript_chunk(self, attempt: _Attempt) -> None:
+        """Save the attempt's new transcript entries when a chunk is due (see agents.py)."""
+        assert attempt.transcript is not None
+        chunk = attempt.transcript.unsaved_chunk(time.monotonic())
+        if chunk is None:
+            return
+        transcript = {"nodeId": attempt.node_id, "attemptId": attempt.attempt_id}
+        try:
+            self.backend.record_transcript({**transcript, "entries": chunk, "partial": True})
+        except FATAL_STORE_ERRORS:
+            raise
+        except Exception:  # a chunk that could not be saved costs only itself
+            pass
+
     def _keep_transcript(self, attempt: _Attempt) -> None:
         entries = attempt.transcript.entries() if attempt.transcript is not None else []
         if entries:
@@ -692,9 +708,15 @@ class Engine:
         try:
             while done is None:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if attempt.transcript is not None:
+                    self._save_transcript_chunk(attempt)
+                    poll = TRANSCRIPT_POLL_SECONDS
+                    wait = poll if wait is None else min(wait, poll)
                 try:
                     item = self._inbox.get(timeout=wait)
                 except queue.Empty:
+                    if deadline is None or time.monotonic() < deadline:
+                        continue  # only a transcript poll
                     attempt.signal.abort("timeout")
                     done = _Done(
                         attempt,

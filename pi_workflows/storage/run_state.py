@@ -589,7 +589,9 @@ def record_transcript(
 ) -> dict[str, Any]:
     """Keep an agent attempt's transcript (a blob) and record `agent_transcript_recorded`.
 
-    Read back with `pi_workflows.storage.transcripts.attempt_transcripts`.
+    ``partial: true`` marks a chunk saved while the attempt runs (the entries added since
+    the previous chunk); the record without it, when the attempt ends, is the whole
+    transcript. Read back with `pi_workflows.storage.transcripts.attempt_transcripts`.
     """
     entries = transcript["entries"]
     if not isinstance(entries, list):
@@ -603,6 +605,7 @@ def record_transcript(
             "attemptId": transcript["attemptId"],
             "transcriptHash": transcript_hash,
             "entryCount": len(entries),
+            **({"partial": True} if transcript.get("partial") else {}),
         },
         expected_revision,
     )

@@ -147,16 +147,47 @@ def test_a_provider_error_fails_the_step_with_one_line_naming_provider_and_model
         assert str(failure.status) in status["error"]
 
 
+def _transcripts(pi_host, run_id):
+    return json.loads(pi_host.harness.cli("run", "transcript", run_id, "--json").stdout)
+
+
+def _saved(pi_host, run_id, *kinds):
+    """Wait until the running attempt's saved transcript holds entries of `kinds`, in order."""
+
+    def saved():
+        transcripts = _transcripts(pi_host, run_id)
+        found = [entry["kind"] for entry in transcripts[-1]["entries"]] if transcripts else []
+        return found[: len(kinds)] == list(kinds)
+
+    wait_until(saved, timeout=30, what=f"the running attempt's transcript to hold {kinds}")
+
+
+def _stopped_attempt(transcript, reason):
+    """The entries of an attempt whose worker was stopped first, checked for its end marker."""
+    assert transcript["complete"] is False, transcript
+    *entries, ended = transcript["entries"]
+    assert (ended["kind"], ended["reason"]) == ("ended", reason), ended
+    assert "the worker was stopped before the attempt ended" in ended["text"]
+    return entries
+
+
 def test_cancel_mid_step_ends_pi_and_the_command_its_tool_started(pi_host, model_server):
     model_server.script(ToolCalls(ToolCall("bash", {"command": "sleep 300"})))
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
     processes = _tool_command_running(pi_host, "sleep")
+    _saved(pi_host, run_id, "prompt", "tool_call")
     pi_host.harness.cli("run", "cancel", run_id)
     status = _finished(pi_host, run_id)
     assert status["status"] == "cancelled", status
     for process in processes:
         wait_until(lambda p=process: process_gone(p.pid), what=f"process {process.pid} to end")
     assert pi_host.pi_home.processes() == []
+    # The cancelled attempt keeps what the agent did until its worker was stopped.
+    (transcript,) = _transcripts(pi_host, run_id)
+    assert transcript["outcome"] == "cancelled"
+    prompt, call = _stopped_attempt(transcript, "cancel")
+    assert "Say hello" in prompt["text"]
+    assert call["name"] == "bash" and call["arguments"] == {"command": "sleep 300"}
 
 
 def test_a_node_timeout_mid_step_ends_pi(pi_host, model_server):
@@ -180,6 +211,7 @@ def test_pause_mid_step_ends_pi_and_resume_runs_the_step_again(pi_host, model_se
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
     model_server.wait_for_requests(1, timeout=60)
     processes = _pi_processes_running(pi_host)
+    _saved(pi_host, run_id, "prompt")
     pi_host.harness.cli("run", "pause", run_id)
     for process in processes:
         wait_until(lambda p=process: process_gone(p.pid), what=f"pi process {process.pid} to end")
@@ -189,6 +221,10 @@ def test_pause_mid_step_ends_pi_and_resume_runs_the_step_again(pi_host, model_se
     status = _finished(pi_host, run_id)
     assert status["status"] == "completed", status
     assert status["finalOutput"] == {"reply": "after the pause"}
+    paused_attempt, resumed_attempt = _transcripts(pi_host, run_id)
+    assert paused_attempt["outcome"] == "interrupted"
+    assert [e["kind"] for e in _stopped_attempt(paused_attempt, "stopped")] == ["prompt"]
+    assert (resumed_attempt["outcome"], resumed_attempt["complete"]) == ("completed", True)
 
 
 def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_host, model_server):
@@ -198,6 +234,7 @@ def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_
     )
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
     processes = _tool_command_running(pi_host, "sleep")
+    _saved(pi_host, run_id, "prompt", "tool_call")
     (_, _, worker_pid), *_ = pi_host.harness.workers(run_id)
     os.kill(worker_pid, signal.SIGKILL)
     for process in processes:
@@ -207,6 +244,11 @@ def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_
     assert status["finalOutput"] == {"reply": "second time lucky"}
     first, second = model_server.requests
     assert _attempt_of(first) != _attempt_of(second), "the step ran again as a new attempt"
+    # The killed worker's attempt keeps what it had saved; the new attempt has it all.
+    killed, rerun = _transcripts(pi_host, run_id)
+    assert killed["outcome"] == "interrupted"
+    assert [e["kind"] for e in _stopped_attempt(killed, "stopped")] == ["prompt", "tool_call"]
+    assert (rerun["outcome"], rerun["complete"]) == ("completed", True)
 
 
 def _attempt_of(request):
