@@ -196,7 +196,7 @@ class ClientServer:
     def _parse(self, line: bytes) -> ClientRequest | dict | None:
         """The request in one frame, a `rejected` response to it, or None to close."""
         try:
-            message = decode_frame(line)
+            message = decode_frame(line, unique_keys=True)
         except FrameError as error:
             log.warning("closed a connection: %s", error)
             return None

@@ -30,11 +30,28 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def decode_frame(line: bytes, limit: int = MAX_FRAME_BYTES) -> dict[str, Any]:
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key[:40]!r}")
+            seen.add(key)
+    return value
+
+
+def decode_frame(
+    line: bytes, limit: int = MAX_FRAME_BYTES, *, unique_keys: bool = False
+) -> dict[str, Any]:
+    """The object in one frame. Any JSON spelling is read (the host works on the canonical
+    form, SPEC §6); with `unique_keys` (client frames), a repeated key is refused, since
+    which value counts would depend on the parser."""
     if len(line) > limit:
         raise FrameError(f"Protocol message exceeds {limit // (1024 * 1024)} MiB")
+    hook = _refuse_duplicate_keys if unique_keys else None
     try:
-        value = json.loads(line, parse_constant=_refuse_constant)
+        value = json.loads(line, parse_constant=_refuse_constant, object_pairs_hook=hook)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"Protocol message is not JSON: {exc}") from None
     if not isinstance(value, dict):

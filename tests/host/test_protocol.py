@@ -106,3 +106,40 @@ def test_unknown_run_is_not_found(harness: HostHarness):
         reply = connection.request("run.status", {}, run_id="no-such-run")
     assert reply.outcome == "notFound"
     assert "does not exist" in reply.error
+
+
+def test_any_json_spelling_is_read_canonically_and_duplicate_keys_are_refused(
+    harness: HostHarness,
+):
+    """SPEC §6/§8: the host reads JSON and works on its canonical form, so a client's
+    spacing, key order or number spelling never changes a fingerprint; a duplicate key,
+    whose meaning depends on the parser, closes the connection."""
+    harness.start_host()
+    payload = _start_payload(harness)
+    loose, reader = _raw_connection(harness)
+    request = {
+        "payload": payload,
+        "idempotencyKey": "spelled-loosely",
+        "operation": "run.start",
+        "clientId": "loose-client",
+        "requestId": "loose-1",
+        "type": "request",
+        "schema": SCHEMA,
+    }
+    loose.sendall(json.dumps(request, indent=1).replace("\n", " ").encode() + b"\n")
+    first = json.loads(reader.readline())
+    assert first["outcome"] == "accepted", first
+    with HostConnection(harness.home.socket_path) as canonical:
+        canonical.client_id = "loose-client"
+        again = canonical.request(
+            "run.start", payload, request_id="canonical-2", idempotency_key="spelled-loosely"
+        )
+    assert again.outcome == "adopted" and again.receipt == first["receipt"]
+
+    frame = json.dumps(request).replace(
+        '"requestId": "loose-1"', '"requestId": "a", "requestId": "b"'
+    )
+    loose.sendall(frame.encode() + b"\n")
+    assert reader.readline() == b""  # closed
+    loose.close()
+    assert harness.query("SELECT count(*) FROM runs") == [(1,)]
