@@ -6,6 +6,7 @@ changes the layout (see `docs/terminal-messages.md`) can keep the same safety wo
 
 from __future__ import annotations
 
+from ..bounded_values import bounded_terminal_facts
 from ..canonical import canonical_json
 from ..hookspecs import hookimpl
 from ..records import MessageContent, RunRecord, TerminalFacts
@@ -34,5 +35,7 @@ def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str:
 
 @hookimpl(trylast=True)
 def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent:
-    lines = [PREAMBLE, instructions, *GUARDRAILS, "", "Workflow result:", canonical_json(facts)]
+    # Large values are quoted cut, with a pointer to `run status` for the whole value.
+    quoted_facts = canonical_json(bounded_terminal_facts(facts))
+    lines = [PREAMBLE, instructions, *GUARDRAILS, "", "Workflow result:", quoted_facts]
     return MessageContent(text="\n".join(lines), details={"terminal": facts})

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from .. import plugins
+from ..bounded_values import bounded_terminal_facts
 from ..clock import now_ms
 from ..errors import PluginError
 from ..records import MessageContent
@@ -70,12 +71,13 @@ class TerminalMessages:
             raise PluginError("piw_render_terminal_message did not return a MessageContent.")
         message_id = terminal_message_id(run_id, fingerprint)
         # The identity and the facts are the core's; a renderer chooses only the wording.
+        # The facts are kept bounded: every session view carries them.
         details = {
             **content.details,
             "workflowMessageId": message_id,
             "runId": run_id,
             "kind": "terminal",
-            "terminal": quoted,
+            "terminal": bounded_terminal_facts(quoted),
         }
         with store.transaction():
             if latest_terminal_message(run_id) is not None:

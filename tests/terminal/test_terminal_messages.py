@@ -248,3 +248,48 @@ def test_a_host_killed_before_the_message_writes_it_before_serving_again(
     # already be there, because discovery runs before the socket listens.
     assert terminal_message_count(harness, run_id) == 1
     assert int((tmp_path / "render-calls").read_text()) == 2
+
+
+BIG_RESULT = """
+from pi_workflows import compute, workflow
+
+WORKFLOW = workflow(
+    name="big-result",
+    start_at="make",
+    nodes={"make": compute(lambda ctx: {"rows": ["x" * 100] * 3000})},
+    edges=[],
+)
+"""
+
+
+def test_a_large_result_is_cut_in_the_terminal_message_and_whole_in_run_status(
+    harness: HostHarness,
+):
+    harness.write_workflow("big-result", BIG_RESULT)
+    harness.start_host()
+    run_id = start_interactive(harness, "big-result", {"note": "n" * 40_000})
+    harness.wait_for_status(run_id, "completed")
+    message = _only_terminal_message(harness, run_id)
+
+    marker = "[result truncated; inspect workflow status for the complete result]"
+    assert marker in message["content"]
+    assert "[input truncated; inspect workflow status for the complete input]" in message["content"]
+    assert len(canonical_json(message).encode()) < 64 * 1024  # the result alone is 300 KiB
+    facts = message["details"]["terminal"]
+    assert facts["status"] == "completed" and facts["finalOutput"].endswith(marker)
+    assert facts["finalOutput"].startswith('{"rows":["xxxx')
+    # The fingerprint is over the whole facts, so the message identity is unchanged.
+    whole = {
+        "workflowRef": "big-result",
+        "input": {"note": "n" * 40_000},
+        "status": "completed",
+        "finalOutput": {"rows": ["x" * 100] * 3000},
+        "error": None,
+        "reason": None,
+    }
+    assert facts["terminalFingerprint"] == digest(whole)
+    client = harness.client()
+    try:
+        assert client.run_status(run_id)["finalOutput"] == {"rows": ["x" * 100] * 3000}
+    finally:
+        client.close()
