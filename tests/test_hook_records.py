@@ -34,7 +34,10 @@ OUT = Path(os.environ["RECORDS_OUT"])
 
 
 def note(name, value):
-    (OUT / f"{name}.json").write_text(json.dumps(value, sort_keys=True, default=str))
+    # write then rename: the test reads these files while the host is still running
+    partial = OUT / f"{name}.json.partial"
+    partial.write_text(json.dumps(value, sort_keys=True, default=str))
+    os.replace(partial, OUT / f"{name}.json")
 
 
 @hookimpl

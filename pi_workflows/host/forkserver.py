@@ -194,6 +194,10 @@ class ForkServer:
             self._socket.close()
         if self._reader is not None:
             self._reader.cancel()
+        for future in self._launches.values():
+            if not future.done():
+                future.set_exception(OSError("the worker fork server was closed"))
+        self._launches.clear()
         # Nobody reports these workers' exits any more: watch them instead.
         for pid, future in list(self._exits.items()):
             asyncio.get_running_loop().create_task(_watch_orphan(pid, future))

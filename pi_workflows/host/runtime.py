@@ -233,8 +233,6 @@ class Host:
             timer.cancel()
         if self.server is not None:
             await self.server.close()
-        if self.fork_server is not None:
-            await self.fork_server.close()
         # A host whose lease was taken over is fenced out: it parks nothing.
         with contextlib.suppress(HostLeaseLostError), self.store.transaction():
             for run_id, token in list(self.pending_claims.items()):
@@ -248,6 +246,9 @@ class Host:
                 task = active.supervisor.stop("orphaned")
                 if task is not None:
                     stops.append(task)
+        # After the stops: a worker still being forked is then told not to start.
+        if self.fork_server is not None:
+            await self.fork_server.close()
         if stops:
             await asyncio.gather(*stops, return_exceptions=True)
         others = self._tasks - {asyncio.current_task()}

@@ -64,8 +64,8 @@ class WorkerSupervisor:
         """Fork the worker from the fork server when it can serve the spec, else spawn it."""
         if fork_server is not None:
             self.process = await fork_server.launch(self.spec)
-            if self.process is not None:
-                return
+            if self.process is not None or self._requested_outcome is not None:
+                return  # forked, or stopped while the fork was pending: start nothing
         env = {**os.environ, **self.spec.env}
         self.process = await asyncio.create_subprocess_exec(
             *self.spec.argv,
@@ -80,7 +80,8 @@ class WorkerSupervisor:
 
     async def run(self) -> WorkerExit:
         """Pump frames until the worker exits; returns how it ended."""
-        assert self.process is not None
+        if self.process is None:  # stopped before a process existed
+            return WorkerExit(self._requested_outcome or "crashed", None, None, None)
         stderr_task = asyncio.create_task(self._collect_stderr())
         deadline_task = asyncio.create_task(self._startup_deadline())
         try:
