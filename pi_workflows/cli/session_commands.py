@@ -48,10 +48,11 @@ def session_group() -> None:
 @json_option
 @pass_cli
 def messages_command(cli_ctx: CliContext, session_id: str, as_json: bool) -> None:
-    """List SESSION's workflow messages, in order."""
+    """List SESSION's workflow messages, in order (the newest 64 and every open one)."""
     client = _client(cli_ctx, session_id, coordinator=False)
     try:
         messages = client.view["workflowMessages"]
+        omitted = client.view.get("workflowMessagesOmitted", 0)
     finally:
         client.close()
     if as_json:
@@ -73,6 +74,8 @@ def messages_command(cli_ctx: CliContext, session_id: str, as_json: bool) -> Non
             ]
         )
         return
+    if omitted:
+        click.echo(f"({omitted} older messages not shown)")
     for m in messages:
         first_line = m["content"].splitlines()[0] if m["content"] else ""
         click.echo(f"{m['order']:>4}  {m['kind']:<12} {m['status']:<9} {first_line[:80]}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..bounded_values import quoted
+from ..canonical import canonical_json
 from ..clock import now_ms
 from ..storage import read_json
 from ..storage.models import (
@@ -27,6 +29,11 @@ from ..storage.workflow_messages import message_json
 
 SESSION_VIEW_SCHEMA = "pi-workflows.session-view.v1"
 MAX_PENDING_INTERACTIONS = 256
+# A view shows a window of the session's messages — the next one to send, the open one,
+# those of pending steps and decisions, then the newest others — so that it always fits
+# one protocol frame; `session messages` lists them all.
+MAX_VIEW_MESSAGES = 64
+VIEW_MESSAGE_BYTES = 512 * 1024
 # How long a finished run stays the view's `run` after the turn presenting its result ended.
 TERMINAL_VIEW_ENV = "PI_WORKFLOWS_TERMINAL_VIEW_MS"
 TERMINAL_VIEW_RETENTION_MS = 60_000
@@ -177,15 +184,18 @@ def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[st
         .order_by(InteractiveRequest.created_at, InteractiveRequest.request_id)
     )
     current = _current_run(session_id)
+    shown = _message_window(messages, {next_id, open_id})
     return {
         "schema": SESSION_VIEW_SCHEMA,
         "sessionId": session_id,
-        "run": run_status(current.run_id) if current is not None else None,
+        "run": _bounded_run(current.run_id) if current is not None else None,
         "pendingInteractions": [
             pending_interaction_json(r) for r in requests.limit(MAX_PENDING_INTERACTIONS)
         ],
         "pendingInteractionTotal": requests.count(),
-        "workflowMessages": [message_json(m) for m in messages],
+        "workflowMessages": shown,
+        "workflowMessageTotal": len(messages),
+        "workflowMessagesOmitted": len(messages) - len(shown),
         "nextWorkflowMessageId": next_id if may_send else None,
         "openWorkflowMessageId": open_id,
         "openWorkflowTurn": turn_json(open_turn) if open_turn is not None else None,
@@ -195,3 +205,60 @@ def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[st
             coordinator and coordinator["active"] and not coordinator["branchReported"]
         ),
     }
+
+
+def _bounded_run(run_id: str) -> dict[str, Any]:
+    """The run's status with a large result or error cut (`run status` has them whole)."""
+    status = run_status(run_id)
+    status["finalOutput"] = quoted(status["finalOutput"], "result")
+    status["error"] = quoted(status["error"], "error")
+    return status
+
+
+def _pending_sources(messages: list[WorkflowMessage]) -> set[str]:
+    """Source ids of the step and decision messages whose request still waits (2 queries)."""
+    steps = {m.source_id for m in messages if m.kind == "step"}
+    decisions = {m.source_id for m in messages if m.kind == "decision"}
+    pending = set()
+    if steps:
+        pending |= {
+            row.request_id
+            for row in InteractiveRequest.select(InteractiveRequest.request_id).where(
+                InteractiveRequest.request_id.in_(list(steps))
+                & (InteractiveRequest.status == "pending")
+            )
+        }
+    if decisions:
+        pending |= {
+            row.decision_id
+            for row in HumanDecision.select(HumanDecision.decision_id).where(
+                HumanDecision.decision_id.in_(list(decisions)) & (HumanDecision.status == "pending")
+            )
+        }
+    return pending
+
+
+def _message_window(messages: list[WorkflowMessage], wanted: set[str | None]) -> list[dict]:
+    """The messages a view shows, in order: those in `wanted` and those of pending steps
+    and decisions always, then the newest others while they fit the count and byte caps."""
+    pending = _pending_sources(messages)
+    kept: dict[int, dict[str, Any]] = {}
+    for index, message in enumerate(messages):
+        if message.workflow_message_id in wanted or message.source_id in pending:
+            kept[index] = message_json(message)
+    budget = VIEW_MESSAGE_BYTES - sum(_size(m) for m in kept.values())
+    for index in range(len(messages) - 1, -1, -1):
+        if len(kept) >= MAX_VIEW_MESSAGES:
+            break
+        if index in kept:
+            continue
+        shown = message_json(messages[index])
+        budget -= _size(shown)
+        if budget < 0:
+            break
+        kept[index] = shown
+    return [kept[index] for index in sorted(kept)]
+
+
+def _size(message: dict[str, Any]) -> int:
+    return len(canonical_json(message).encode("utf-8"))

@@ -1,0 +1,50 @@
+"""A session view stays under the 1 MiB protocol frame however much a session holds (11.13)."""
+
+from __future__ import annotations
+
+from pi_workflows.bounded_values import truncation_marker
+from pi_workflows.canonical import canonical_json
+from pi_workflows.host.session_views import MAX_VIEW_MESSAGES
+
+# 80 notifications of 16 KB each (1.3 MB of messages), then a 300 KiB result.
+CHATTY = """
+from pi_workflows import compute, edge, notify, workflow
+
+COUNT = 80
+nodes = {
+    f"tell{i}": notify(lambda ctx, i=i: f"note {i} " + "n" * 16_000) for i in range(COUNT)
+}
+nodes["finish"] = compute(lambda ctx: {"rows": ["x" * 100] * 3000})
+WORKFLOW = workflow(
+    name="chatty",
+    start_at="tell0",
+    nodes=nodes,
+    edges=[edge(f"tell{i}", f"tell{i + 1}") for i in range(COUNT - 1)]
+    + [edge(f"tell{COUNT - 1}", "finish")],
+)
+"""
+
+
+def test_a_view_shows_a_bounded_window_of_messages_and_cuts_the_result(sessions, harness):
+    harness.write_workflow("chatty", CHATTY)
+    run_id = sessions.start("chatty", "session-chatty")
+    harness.wait_for_status(run_id, "completed")
+    session = sessions.open("session-chatty", coordinator=False)
+    view = session.wait_for(lambda v: v["run"] is not None and v["run"]["runId"] == run_id)
+
+    assert len(canonical_json(view).encode()) < 1024 * 1024
+    messages = view["workflowMessages"]
+    assert view["workflowMessageTotal"] == 81  # 80 notifications and the terminal message
+    assert 0 < len(messages) <= MAX_VIEW_MESSAGES
+    assert view["workflowMessagesOmitted"] == 81 - len(messages)
+    # The newest messages are kept, in order; the next one to send is always there.
+    assert messages[-1]["kind"] == "terminal"
+    assert messages[-2]["content"].startswith("note 79 ")
+    orders = [m["order"] for m in messages]
+    assert orders == sorted(orders)
+    assert view["nextWorkflowMessageId"] in {m["workflowMessageId"] for m in messages}
+    assert view["run"]["finalOutput"].endswith(truncation_marker("result"))
+
+    listed = harness.cli("session", "messages", "session-chatty").stdout.splitlines()
+    assert listed[0] == f"({view['workflowMessagesOmitted']} older messages not shown)"
+    assert len(listed) == 1 + len(messages)
