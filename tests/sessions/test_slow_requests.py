@@ -1,12 +1,17 @@
-"""A slow request does not hold up the requests after it on the same connection (1.12)."""
+"""Slow requests: one does not hold up the requests after it on its connection (1.12),
+and one whose connection dropped is adopted when the client sends it again (4.13/4.14)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+from collections.abc import Iterator
+from typing import Any
 
 from pi_workflows.canonical import canonical_json
 from pi_workflows.protocol.client_messages import SCHEMA
+from tests.polling import wait_until
 
 # The step's validator holds the submission until the test creates <project>/release.
 SLOW_CHECK = """
@@ -45,14 +50,12 @@ def _frame(request_id: str, operation: str, payload: dict, **envelope: object) -
     return canonical_json(message).encode() + b"\n"
 
 
-def test_status_is_answered_while_a_submission_on_the_same_connection_validates(sessions, harness):
-    run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-slow")
-    session.report_turn(step, session.new_turn_id(), "started")
+def _submit_frame(session, step: dict, run_id: str) -> bytes:
     details = step["details"]
     interaction = next(
         i for i in session.view["pendingInteractions"] if i["requestId"] == details["requestId"]
     )
-    submit = _frame(
+    return _frame(
         "slow-submit",
         "interaction.submit",
         {
@@ -66,16 +69,54 @@ def test_status_is_answered_while_a_submission_on_the_same_connection_validates(
         expectedRevision=interaction["revision"],
     )
 
+
+@contextlib.contextmanager
+def _connect(harness) -> Iterator[tuple[socket.socket, Any]]:
+    """A raw client connection past the host's hello."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(15)
         sock.connect(str(harness.home.socket_path))
         reader = sock.makefile("rb")
         assert json.loads(reader.readline())["type"] == "hello"
-        sock.sendall(submit + _frame("quick-status", "host.status", {}))
+        yield sock, reader
 
+
+def test_status_is_answered_while_a_submission_on_the_same_connection_validates(sessions, harness):
+    run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-slow")
+    session.report_turn(step, session.new_turn_id(), "started")
+    submit = _submit_frame(session, step, run_id)
+
+    with _connect(harness) as (sock, reader):
+        sock.sendall(submit + _frame("quick-status", "host.status", {}))
         first = json.loads(reader.readline())  # the submission is still validating
         assert first["requestId"] == "quick-status" and first["outcome"] == "accepted"
         (harness.project / "release").touch()
         second = json.loads(reader.readline())
         assert second["requestId"] == "slow-submit" and second["outcome"] == "accepted", second
+    harness.wait_for_status(run_id, "completed")
+
+
+def test_a_submission_retried_after_its_connection_dropped_is_adopted(sessions, harness):
+    """Reference 4.13/4.14: the client resends a request whose connection dropped with the
+    same request id, idempotency key and payload; the host adopts the first submission."""
+    run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-retry")
+    session.report_turn(step, session.new_turn_id(), "started")
+    submit = _submit_frame(session, step, run_id)
+
+    with _connect(harness) as (dropped, _):
+        dropped.sendall(submit)
+        wait_until(
+            lambda: (
+                harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
+            ),
+            what="the first submission to be validating",
+        )
+    with _connect(harness) as (retry, reader):
+        retry.sendall(submit)
+        (harness.project / "release").touch()
+        answer = json.loads(reader.readline())
+    assert answer["requestId"] == "slow-submit" and answer["outcome"] == "adopted", answer
+    assert harness.query("SELECT idempotency_key, outcome FROM interactive_submissions") == [
+        ("only", "accepted")
+    ]
     harness.wait_for_status(run_id, "completed")
