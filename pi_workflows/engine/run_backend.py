@@ -46,12 +46,15 @@ class RunBackend(Protocol):
 
         Returns ``{runId, workflowName, status, revision, input, parentRunId,
         lineageKind, executionMode, originSessionId, workflowSource, definitionDigest,
-        state, acceptedInteraction, candidateInteraction, decisionAnswer}`` where ``state``
+        state, acceptedInteraction, candidateInteraction, pendingInteraction,
+        decisionAnswer}`` where ``state``
         is the last run-state snapshot (``pi-workflows.run-state.v1``) or ``None`` before the run
         started, ``acceptedInteraction`` is ``{requestId, attemptId, output}`` when the
         in-flight agent attempt has an accepted submission, and ``candidateInteraction``
         is ``{requestId, attemptId, submissionId, output}`` when it has a submission that
-        waits for the node's validator (else ``None``); ``decisionAnswer`` is
+        waits for the node's validator (else ``None``); ``pendingInteraction`` is
+        ``{requestId, attemptId, prompt}`` when the in-flight attempt's request is pending
+        but the snapshot does not wait (the wait was never recorded); ``decisionAnswer`` is
         ``{decisionId, response}``, the recorded winner of the human decision the run
         waits at (else ``None``).
         """

@@ -254,6 +254,13 @@ class Engine:
             if timed_out_attempt_id is not None and timed_out_attempt_id == current:
                 return self._drive(self._time_out_interaction)
             return self._outcome()
+        unrecorded = info.get("pendingInteraction")
+        if unrecorded and unrecorded["attemptId"] == state.get("currentAttemptId"):
+            # The attempt asked its session, then its worker or host died before the wait
+            # was recorded: record it now, on the same request, instead of asking again.
+            attempt = self._waiting_attempt()
+            attempt.prompt = unrecorded["prompt"]
+            return self._drive(lambda: self._wait_for_interaction(attempt, unrecorded["requestId"]))
         return self._drive(self._resume_running)
 
     def continue_from(

@@ -46,9 +46,21 @@ def token_hash(token: str) -> str:
 
 
 def _has_pending_interaction(run_id: str) -> bool:
+    """Does the run wait for its session's answer to an agent step (so only that answer,
+    not the claim loop, resumes it)?
+
+    A pending request whose attempt is not recorded as waiting was made just before its
+    worker or host died, ahead of the waiting snapshot: claiming that run lets the engine
+    record the wait on the same request (it never asks a second time).
+    """
     return (
         InteractiveRequest.select()
-        .where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending"))
+        .join(NodeAttempt, on=(InteractiveRequest.attempt_id == NodeAttempt.attempt_id))
+        .where(
+            (InteractiveRequest.run == run_id)
+            & (InteractiveRequest.status == "pending")
+            & (NodeAttempt.status == "waiting")
+        )
         .exists()
     )
 
@@ -386,9 +398,11 @@ def _cancel_dependents(run_id: str, now: int) -> None:
 CLAIM_WINDOW_ENV = "PI_WORKFLOWS_CLAIM_WINDOW"
 DEFAULT_CLAIM_WINDOW = 64
 
-# One branch per queue status, each walking the (status, priority DESC, available_at,
-# created_at) index in claim order and stopping after LIMIT rows: the cost does not grow
-# with the queue length. Raw SQL so the statement is compiled once and cached.
+# A run whose session owes an agent step's answer is not a candidate (see
+# `_has_pending_interaction`). One branch per queue status, each walking the (status,
+# priority DESC, available_at, created_at) index in claim order and stopping after LIMIT
+# rows: the cost does not grow with the queue length. Raw SQL so the statement is compiled
+# once and cached.
 _CANDIDATE_BRANCH = """
     SELECT * FROM (
         SELECT q.run_id, q.priority, q.available_at, q.created_at
@@ -400,7 +414,8 @@ _CANDIDATE_BRANCH = """
           AND (q.error_code IS NULL OR q.error_code NOT IN ({never}))
           AND NOT EXISTS (
               SELECT 1 FROM interactive_requests i
-              WHERE i.run_id = q.run_id AND i.status = 'pending')
+              JOIN node_attempts a ON a.attempt_id = i.attempt_id
+              WHERE i.run_id = q.run_id AND i.status = 'pending' AND a.status = 'waiting')
           {extra}
         ORDER BY q.priority DESC, q.available_at, q.created_at
         LIMIT ?

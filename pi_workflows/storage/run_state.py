@@ -91,8 +91,24 @@ def read_run_state(run_id: str) -> dict[str, Any]:
         "state": state,
         "acceptedInteraction": _accepted_interaction(state),
         "candidateInteraction": _candidate_interaction(state),
+        "pendingInteraction": _unrecorded_wait(state),
         "decisionAnswer": _decision_answer(run_id, state),
     }
+
+
+def _unrecorded_wait(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The pending request of the in-flight attempt of a run whose snapshot does not wait:
+    the request was recorded, then its worker or host died before the waiting snapshot."""
+    attempt_id = (state or {}).get("currentAttemptId")
+    if attempt_id is None or state.get("status") == "waiting":
+        return None
+    request = InteractiveRequest.get_or_none(
+        (InteractiveRequest.attempt_id == attempt_id) & (InteractiveRequest.status == "pending")
+    )
+    if request is None:
+        return None
+    contract = read_json(request.contract_hash)
+    return {"requestId": request.request_id, "attemptId": attempt_id, "prompt": contract["prompt"]}
 
 
 def _decision_answer(run_id: str, state: dict[str, Any] | None) -> dict[str, Any] | None:
