@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from timing import timed_samples
 
 from pi_workflows import discovery
 from pi_workflows.testing import WorkflowHost, short_temp_dir
@@ -45,13 +46,7 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
 
 
 def _measure(action: Callable[[], object], runs: int) -> tuple[float, float]:
-    action()  # warm up
-    samples = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        action()
-        samples.append((time.perf_counter() - began) * 1000)
-    return _percentiles(samples)
+    return _percentiles(timed_samples(action, runs))
 
 
 def _row(label: str, figures: tuple[float, float], base: tuple[float, float] | None) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import time
+
+from timing import timed_samples
 
 from pi_workflows.engine.processes import registering_with, start_registered
 
@@ -42,24 +43,14 @@ def _registered() -> None:
         start_registered(["true"], kind="shell").wait()
 
 
-def _measure(action, runs: int) -> list[float]:
-    action()  # warm up
-    samples = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        action()
-        samples.append((time.perf_counter() - began) * 1000)
-    return samples
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
     runs = parser.parse_args().runs
     results = {
-        "plain Popen": _measure(_plain, runs),
-        "gate, no registry": _measure(_gated, runs),
-        "gate + registry": _measure(_registered, runs),
+        "plain Popen": timed_samples(_plain, runs),
+        "gate, no registry": timed_samples(_gated, runs),
+        "gate + registry": timed_samples(_registered, runs),
     }
     base = statistics.median(results["plain Popen"])
     for name, samples in results.items():
