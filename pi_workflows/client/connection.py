@@ -27,6 +27,7 @@ from ..home import check_private_dir
 from ..limits import human_size
 from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
+from .content import ContentError, has_references, materialize
 
 
 @dataclass(frozen=True)
@@ -133,13 +134,22 @@ class HostConnection:
             raise HostUnavailableError(
                 f"Lost the connection to the workflow host: {error}"
             ) from None
+        receipt = reply.get("receipt")
+        if has_references(receipt):  # an answer too big for one frame
+            receipt = materialize(receipt, self._read_chunk)
         return Response(
             request_id=request_id,
             outcome=reply["outcome"],
-            receipt=reply.get("receipt"),
+            receipt=receipt,
             error=reply.get("error"),
             revision=reply.get("revision"),
         )
+
+    def _read_chunk(self, sha256: str, size: int, offset: int) -> dict[str, Any]:
+        answer = self.request("content.read", {"sha256": sha256, "bytes": size, "offset": offset})
+        if not answer.ok:
+            raise ContentError(answer.error or f"Reading content {sha256[:16]}… failed.")
+        return answer.receipt
 
     def close(self) -> None:
         # Shut the socket down first: a thread blocked reading events then wakes up and

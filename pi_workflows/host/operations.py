@@ -120,6 +120,7 @@ class Operations:
             ("host.status", self.host_status),
         ):
             self.table.register_query(name, query)
+        self.table.register_live("content.read", self.content_read)
 
     @property
     def known(self) -> frozenset[str]:
@@ -153,6 +154,12 @@ class Operations:
                 request.request_id, outcome_for_error(error), error=one_line_error(error)
             )
         return response(request.request_id, "accepted", receipt=receipt)
+
+    async def content_read(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        """One chunk of a value an earlier answer on this connection referenced."""
+        return response(
+            request.request_id, "accepted", receipt=connection.content.read(request.payload)
+        )
 
     # --- runs --------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from ..protocol.framing import (
     valid_id,
 )
 from ..storage.database import is_disk_full
+from .content_references import HeldContent, frame_within_limit
 from .operations import Operations
 
 if TYPE_CHECKING:
@@ -220,7 +221,18 @@ class ClientServer:
                 error=one_line_error(self._failure(request.operation, error)),
             )
         with contextlib.suppress(ConnectionError, RuntimeError):
-            await connection.send(reply)
+            try:
+                await connection.send(reply)
+            except FrameError as error:  # not a receipt that references could shrink
+                log.warning("%s: the answer does not fit a frame: %s", request.operation, error)
+                await connection.send(
+                    response(
+                        request.request_id,
+                        "unavailable",
+                        error=f"The answer to {request.operation} is over the 1 MiB protocol "
+                        "limit.",
+                    )
+                )
 
     def _failure(self, operation: str, error: Exception) -> str:
         location = self.host.store.location
@@ -244,10 +256,12 @@ class ClientConnection:
         self.is_open = True
         self._on_close: list[Callable[[], None]] = []
         self._lock = asyncio.Lock()
+        # Values of answers too big for a frame, until the client reads them back.
+        self.content = HeldContent()
 
     async def send(self, message: dict) -> None:
         async with self._lock:
-            self.writer.write(encode_frame(message))
+            self.writer.write(frame_within_limit(message, self.content))
             await self.writer.drain()
 
     def push(self, message: dict) -> None:

@@ -1,0 +1,122 @@
+"""Answers over the 1 MiB client frame carry content references that the client reads back
+in checked chunks (reference 3.15–3.18, SPEC §7.2/§8): real host, real socket, real CLI."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import socket
+
+from pi_workflows.canonical import canonical_json
+from pi_workflows.protocol.client_messages import SCHEMA
+from pi_workflows.protocol.framing import MAX_FRAME_BYTES
+
+from .conftest import HostHarness
+
+# About 400 KB of result: three runs make a `run.list` answer of 1.2 MB.
+BIG = """
+from pi_workflows import compute, workflow
+
+WORKFLOW = workflow(
+    name="big",
+    start_at="make",
+    nodes={"make": compute(lambda ctx: {"n": ctx.input["n"], "rows": ["x" * 100] * 4000})},
+    edges=[],
+)
+"""
+
+
+def _big_runs(harness: HostHarness, count: int) -> list[str]:
+    harness.write_workflow("big", BIG)
+    harness.start_host()
+    runs = [harness.start_run("big", {"n": n}) for n in range(count)]
+    for run_id in runs:
+        harness.wait_for_status(run_id, "completed")
+    return runs
+
+
+def _request(sock_file, request_id: str, operation: str, payload: dict) -> dict:
+    message = {
+        "schema": SCHEMA,
+        "type": "request",
+        "requestId": request_id,
+        "clientId": "content-test",
+        "operation": operation,
+        "idempotencyKey": request_id,
+        "payload": payload,
+    }
+    sock_file.write(canonical_json(message).encode() + b"\n")
+    sock_file.flush()
+    while True:
+        line = sock_file.readline()
+        assert len(line) <= MAX_FRAME_BYTES
+        reply = json.loads(line)
+        if reply.get("type") == "response":
+            return reply
+
+
+def _references(value: object) -> list[dict]:
+    """Every content reference in `value`, in order."""
+    if isinstance(value, dict):
+        if set(value) == {"$content"}:
+            return [value["$content"]]
+        return [ref for child in value.values() for ref in _references(child)]
+    if isinstance(value, list):
+        return [ref for child in value for ref in _references(child)]
+    return []
+
+
+def _raw(harness: HostHarness):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(15)
+    sock.connect(str(harness.home.socket_path))
+    stream = sock.makefile("rwb")
+    assert json.loads(stream.readline())["type"] == "hello"
+    return sock, stream
+
+
+def test_run_list_over_the_frame_limit_arrives_whole(harness: HostHarness):
+    runs = _big_runs(harness, 3)
+    listed = json.loads(harness.cli("run", "list", "--json").stdout)
+    assert sorted(r["runId"] for r in listed) == sorted(runs)
+    for status in listed:
+        assert status["finalOutput"]["rows"] == ["x" * 100] * 4000
+
+
+def test_content_references_are_read_in_checked_chunks_by_their_connection_only(
+    harness: HostHarness,
+):
+    _big_runs(harness, 3)
+    sock, stream = _raw(harness)
+    other, other_stream = _raw(harness)
+    try:
+        listed = _request(stream, "list-1", "run.list", {})
+        assert listed["outcome"] == "accepted"
+        references = _references(listed["receipt"])
+        assert references, "the answer should have carried content references"
+        reference = references[0]
+        assert set(reference) == {"sha256", "bytes"}
+
+        chunks, offset = [], 0
+        while offset < reference["bytes"]:
+            read = _request(
+                stream, f"read-{offset}", "content.read", {**reference, "offset": offset}
+            )
+            assert read["outcome"] == "accepted", read
+            chunks.append(read["receipt"]["chunk"])
+            offset = read["receipt"]["nextOffset"]
+        assert len(chunks) > 1  # a 400 KB value comes in more than one chunk
+        data = b"".join(base64.b64decode(chunk) for chunk in chunks)
+        assert hashlib.sha256(data).hexdigest() == reference["sha256"]
+        assert json.loads(data) == ["x" * 100] * 4000
+
+        past_end = _request(
+            stream, "read-past", "content.read", {**reference, "offset": reference["bytes"] + 1}
+        )
+        assert past_end["outcome"] == "rejected" and "offset is invalid" in past_end["error"]
+        stranger = _request(other_stream, "read-other", "content.read", {**reference, "offset": 0})
+        assert stranger["outcome"] == "notFound" and "unavailable" in stranger["error"]
+    finally:
+        sock.close()
+        other.close()
