@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
+from .canonical import sha256_hex
 from .errors import UnsafeHomeError
 
 APP_NAME = "pi-workflows"
@@ -42,6 +44,15 @@ class Home:
     @property
     def logs_dir(self) -> Path:
         return self.root / "logs"
+
+
+def machine_name() -> str:
+    return socket.gethostname()
+
+
+def home_key(home: Home) -> str:
+    """Names a home on this machine in a shared database without storing its path."""
+    return sha256_hex(f"{machine_name()}\0{home.root}")
 
 
 def default_home_path() -> Path:

@@ -50,6 +50,7 @@ BACKENDS = ("sqlite", "postgresql")
 BOTH_BACKEND_SUITES = (
     "tests/test_storage.py",
     "tests/test_postgres.py",
+    "tests/test_schema_upgrade.py",
     "tests/engine/",
     "tests/host/",
     "tests/sessions/",

@@ -83,4 +83,4 @@ def test_postgres_schema_version_mismatch_is_refused(home_env, postgres_url):
     result = home_env.run_cli("--database", postgres_url, "state", "status")
 
     assert result.returncode == 1
-    assert "v99" in result.stderr and "back it up" in result.stderr
+    assert "v99" in result.stderr and "upgrade pi-workflows" in result.stderr

@@ -62,7 +62,7 @@ def test_another_schema_version_is_refused_before_any_write(home_env):
 
     message = str(refused.value)
     assert f"v{SCHEMA_VERSION + 1}" in message
-    assert "state backup" in message and "moving it aside" in message
+    assert "newer than this pi-workflows" in message and "upgrade pi-workflows" in message
     assert _file_fingerprint(path) == before
     assert not wal.exists() or wal.stat().st_size == 0
 

@@ -9,13 +9,13 @@ and a host whose lease expired is taken over by the others.
 from __future__ import annotations
 
 import secrets
-import socket
 from dataclasses import dataclass
 from typing import Any
 
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..errors import HostAlreadyRunningError, HostLeaseLostError
+from ..home import machine_name
 from ..storage.models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker
 
 HOST_LEASE_MS = 15_000
@@ -31,15 +31,6 @@ class EpochLease:
     pid: int
     process_start_identity: str
     row_id: int
-
-
-def machine_name() -> str:
-    return socket.gethostname()
-
-
-def home_key(home_root: str) -> str:
-    """Names a home on a machine without storing its path."""
-    return sha256_hex(f"{machine_name()}\0{home_root}")
 
 
 def is_live(row: HostState, now: int) -> bool:

@@ -22,9 +22,9 @@ from typing import Any
 from .. import plugins
 from ..clock import now_ms
 from ..errors import HostLeaseLostError, PiWorkflowsError
-from ..home import Home, prepare_home
+from ..home import Home, home_key, machine_name, prepare_home
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
-from ..records import HostInfo, WorkerSettings
+from ..records import Claim, HostInfo, RunRecord, WorkerSettings
 from ..storage import StateStore, effects, open_state, put_json, put_text, run_claims
 from ..storage.models import Run, RunWorker
 from ..storage.runs import run_record, run_records
@@ -161,7 +161,7 @@ class Host:
         try:
             self.store = open_state(self.home, self.database_url)
             identity = start_identity(os.getpid()) or ""
-            key = epoch_lease.home_key(str(self.home.root))
+            key = home_key(self.home)
             with self.store.transaction():
                 previous = epoch_lease.previous_host(key)
             if previous is not None:
@@ -183,7 +183,7 @@ class Host:
                     os.getpid(),
                     identity,
                     key=key,
-                    socket_address=f"{epoch_lease.machine_name()}:{self.home.socket_path}",
+                    socket_address=f"{machine_name()}:{self.home.socket_path}",
                     single_host=self.store.is_sqlite,
                     lease_ms=self.timings.host_lease_ms,
                     holder_is_dead=holder_is_dead,
@@ -354,30 +354,48 @@ class Host:
             return
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
         while len(self.active_runs) + len(self.pending_claims) < self.max_workers:
-            candidate_ids = run_claims.claim_candidates(self.host_id, excluded, self.claim_window)
-            if not candidate_ids:
-                return
-            candidates = run_records(candidate_ids)
-            try:
-                chosen = plugins.select_run_to_claim(candidates, self.host_info())
-                is_allowed = plugins.may_claim(chosen, self.host_info())
-            except PiWorkflowsError as error:
-                self._report_claim_failure(str(error))
-                return
-            self.claim_pass_failure = None
-            excluded.add(chosen.run_id)
-            if not is_allowed:
-                continue
             token = run_claims.new_claim_token()
-            with self.store.transaction():
-                claim = run_claims.claim_run(
-                    chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
-                )
+            # PostgreSQL: the candidate query and the claim share one transaction, so the
+            # candidates stay locked and other hosts skip them; SQLite keeps its write
+            # lock for the claim alone.
+            scope = contextlib.nullcontext() if self.store.is_sqlite else self.store.transaction()
+            with scope:
+                picked = self._pick_and_claim(excluded, token)
+            if picked is None:
+                return
+            chosen, claim = picked
             if claim is None:
                 continue
             self.pending_claims[chosen.run_id] = token
             plugins.run_claimed(chosen, claim)
             self.spawn(self.activate(chosen.run_id, token, claim.generation))
+
+    def _pick_and_claim(
+        self, excluded: set[str], token: str
+    ) -> tuple[RunRecord, Claim | None] | None:
+        """One claim of a pass: the chosen run and its claim (None: vetoed or lost).
+
+        Returns None when the pass should stop (no candidate, or a claim hook failed).
+        """
+        candidate_ids = run_claims.claim_candidates(self.host_id, excluded, self.claim_window)
+        if not candidate_ids:
+            return None
+        candidates = run_records(candidate_ids)
+        try:
+            chosen = plugins.select_run_to_claim(candidates, self.host_info())
+            is_allowed = plugins.may_claim(chosen, self.host_info())
+        except PiWorkflowsError as error:
+            self._report_claim_failure(str(error))
+            return None
+        self.claim_pass_failure = None
+        excluded.add(chosen.run_id)
+        if not is_allowed:
+            return chosen, None
+        with self.store.transaction():
+            claim = run_claims.claim_run(
+                chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
+            )
+        return chosen, claim
 
     def _report_claim_failure(self, failure: str) -> None:
         # Every poll repeats a broken plugin's failure; the log says it once.

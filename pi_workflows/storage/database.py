@@ -19,6 +19,7 @@ from ..errors import DatabaseUrlError, SchemaMismatchError, TransactionAborted
 from ..home import Home, prepare_home
 from . import run_transitions
 from .models import ALL_MODELS, SchemaMeta, database_proxy
+from .schema_upgrade import UPGRADES, upgrade_schema
 
 # What SPEC §4 promises for every SQLite state database, whoever opened it: applied to
 # each connection (`permanent=True`), so a storage plugin cannot forget one.
@@ -30,7 +31,10 @@ SQLITE_PRAGMAS = (
 )
 
 SCHEMA_NAME = "pi-workflows-state"
-SCHEMA_VERSION = 2  # 2: run_queue.priority, runs.announced_status
+# 2: run_queue.priority, runs.announced_status; 3: host_state one row per home,
+# forwarded_commands (several hosts on PostgreSQL). Older versions that
+# schema_upgrade.UPGRADES has a step for are upgraded on open.
+SCHEMA_VERSION = 3
 
 
 class _TransactionState(threading.local):
@@ -166,22 +170,39 @@ def _refuse_foreign_sqlite(path: Path) -> None:
         ) from exc
     finally:
         conn.close()
-    check_schema_meta(meta, str(path))
+    check_schema_meta(meta, str(path), is_sqlite=True, upgradable=True)
 
 
-def check_schema_meta(meta: tuple[str, int] | None, where: str) -> None:
+def check_schema_meta(
+    meta: tuple[str, int] | None, where: str, *, is_sqlite: bool, upgradable: bool = False
+) -> None:
+    """Refuse, in one line, a database this pi-workflows cannot use as it is.
+
+    With `upgradable`, an older version that `schema_upgrade` can upgrade passes.
+    """
+    from .. import __version__
+
     if meta is None:
         raise SchemaMismatchError(
             f"{where} holds tables but no pi-workflows schema_meta row; it is not a "
             "pi-workflows state database. Point --database elsewhere or move it aside."
         )
     name, version = meta
-    if name != SCHEMA_NAME or version != SCHEMA_VERSION:
+    if name == SCHEMA_NAME and (version == SCHEMA_VERSION or (upgradable and version in UPGRADES)):
+        return
+    if name == SCHEMA_NAME and version > SCHEMA_VERSION:
         raise SchemaMismatchError(
-            f"{where} has schema {name} v{version}, this pi-workflows needs {SCHEMA_NAME} "
-            f"v{SCHEMA_VERSION}; back it up ('pi-workflows state backup DEST' or copy the "
-            "file), then reset it by moving it aside, and start again."
+            f"{where} has schema v{version}, newer than this pi-workflows {__version__} "
+            f"reads (v{SCHEMA_VERSION}); upgrade pi-workflows to open it."
         )
+    if is_sqlite:
+        reset = "back it up ('pi-workflows state backup DEST' or copy the file), then move it aside"
+    else:
+        reset = "back it up with pg_dump, then point --database at a new, empty database"
+    raise SchemaMismatchError(
+        f"{where} has schema {name} v{version}, which this pi-workflows cannot upgrade (it "
+        f"needs {SCHEMA_NAME} v{SCHEMA_VERSION}); {reset} and start again."
+    )
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -203,29 +224,38 @@ def is_disk_full(error: BaseException) -> bool:
     return False
 
 
-def _check_existing_schema(store: StateStore) -> bool:
-    """True when the database already holds a schema, after refusing a foreign one."""
+def _existing_schema_version(store: StateStore) -> int | None:
+    """The version of the schema the database holds (None: no tables yet).
+
+    Refuses a foreign database, and a version that is neither current nor upgradable.
+    """
     existing = set(store.db.get_tables())
     if not existing:
-        return False
+        return None
     meta = None
     if "schema_meta" in existing:
         row = SchemaMeta.get_or_none(SchemaMeta.id == 1)
         meta = (row.schema_name, row.schema_version) if row else None
-    check_schema_meta(meta, store.location)
-    return True
+    check_schema_meta(meta, store.location, is_sqlite=store.is_sqlite, upgradable=True)
+    assert meta is not None
+    return meta[1]
 
 
 def _initialize_schema(store: StateStore) -> None:
     from .. import __version__
 
     db = store.db
-    if _check_existing_schema(store):
+    version = _existing_schema_version(store)
+    if version == SCHEMA_VERSION:
+        return
+    if version is not None:
+        with store.transaction():
+            upgrade_schema(db, store.home, store.location, SCHEMA_VERSION)
         return
     with store.transaction():
         # Another process may have created the schema while this one waited for the
         # write lock: look again under the lock before creating anything.
-        if _check_existing_schema(store):
+        if _existing_schema_version(store) is not None:
             return
         db.create_tables(ALL_MODELS)
         stamp = now_ms()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
+from peewee import PostgresqlDatabase
+
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..records import Claim
@@ -418,17 +420,30 @@ _CANDIDATE_BRANCH = """
               WHERE i.run_id = q.run_id AND i.status = 'pending' AND a.status = 'waiting')
           {extra}
         ORDER BY q.priority DESC, q.available_at, q.created_at
+        {lock}
         LIMIT ?
     ) AS {status}_candidates
 """
-_CANDIDATE_SQL = " UNION ALL ".join(
-    _CANDIDATE_BRANCH.format(
-        status=status,
-        extra="AND r.status <> 'waiting' AND r.paused = ?" if status == "parked" else "",
-        never=", ".join(f"'{code}'" for code in NEVER_AUTO_CLAIMED),
+
+
+def _candidate_sql(lock: str) -> str:
+    return " UNION ALL ".join(
+        _CANDIDATE_BRANCH.format(
+            status=status,
+            extra="AND r.status <> 'waiting' AND r.paused = ?" if status == "parked" else "",
+            never=", ".join(f"'{code}'" for code in NEVER_AUTO_CLAIMED),
+            lock=lock,
+        )
+        for status in ("queued", "parked", "starting", "running")
     )
-    for status in ("queued", "parked", "starting", "running")
-)
+
+
+_CANDIDATE_SQL = _candidate_sql("")
+# PostgreSQL: lock the candidates' claim rows and skip rows another host's claim
+# transaction holds, so hosts claiming at once walk different candidates instead of
+# racing for the oldest one. The generation compare-and-set of `claim_run` stays the
+# fence; the lock only spares the lost races.
+_LOCKED_CANDIDATE_SQL = _candidate_sql("FOR UPDATE OF l SKIP LOCKED")
 
 
 def claim_candidates(
@@ -437,15 +452,19 @@ def claim_candidates(
     """Run ids a claim pass may take now, highest priority then oldest first (SPEC §6).
 
     Runs in `exclude` (active, pending, blocked or vetoed in this host) are skipped;
-    asking for that many more rows keeps `limit` claimable ones in view.
+    asking for that many more rows keeps `limit` claimable ones in view. On PostgreSQL,
+    call it inside the claim's transaction: the candidates stay locked until it ends and
+    candidates locked by another host's claim are left out (`SKIP LOCKED`).
     """
     now = now_ms()
     wanted = limit + len(exclude)
     params: list[Any] = []
     for status in ("queued", "parked", "starting", "running"):
         params += [now, now] + ([False] if status == "parked" else []) + [wanted]
-    database = RunQueue._meta.database
-    rows = database.execute_sql(_CANDIDATE_SQL.replace("?", database.param), params).fetchall()
+    database = RunQueue._meta.database.obj  # the open database behind the models' proxy
+    is_postgres = isinstance(database, PostgresqlDatabase)
+    sql = _LOCKED_CANDIDATE_SQL if is_postgres else _CANDIDATE_SQL
+    rows = database.execute_sql(sql.replace("?", database.param), params).fetchall()
     ordered = sorted(
         (-priority, available_at, created_at, run_id)
         for run_id, priority, available_at, created_at in rows

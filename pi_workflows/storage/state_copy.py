@@ -51,7 +51,11 @@ def _refuse_non_empty(target: peewee.Database, where: str) -> None:
     if not tables:
         return
     meta = SchemaMeta.get_or_none(SchemaMeta.id == 1) if "schema_meta" in tables else None
-    check_schema_meta((meta.schema_name, meta.schema_version) if meta else None, where)
+    check_schema_meta(
+        (meta.schema_name, meta.schema_version) if meta else None,
+        where,
+        is_sqlite=isinstance(target, peewee.SqliteDatabase),
+    )
     filled = [m._meta.table_name for m in ALL_MODELS if m is not SchemaMeta and m.select().exists()]
     if filled:
         raise InvalidInputError(

@@ -1,0 +1,158 @@
+"""A database of an older schema version: upgraded on open, or refused in one line (§15).
+
+Each test builds the older layout for real (the current schema, then the SQL that turns
+it back into the old one) on the test's backend, SQLite or PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+
+import pytest
+
+from pi_workflows.clock import now_ms
+from pi_workflows.errors import HostAlreadyRunningError, SchemaMismatchError
+from pi_workflows.home import DATABASE_ENV, home_key
+from pi_workflows.storage import SCHEMA_VERSION, open_state
+from pi_workflows.testing import WorkflowHost, short_temp_dir
+
+# host_state as schema v2 had it before several hosts shared a database: one row, id 1.
+V2_HOST_STATE = """
+    CREATE TABLE host_state (
+        id INTEGER NOT NULL PRIMARY KEY, epoch INTEGER NOT NULL, host_id TEXT,
+        token_hash VARCHAR(64), pid INTEGER, process_start_identity TEXT,
+        started_at BIGINT, heartbeat_at BIGINT, expires_at BIGINT)
+"""
+
+
+def _execute(database_url: str | None, home_env, *statements: str) -> list[tuple]:
+    """Run SQL on the test's database outside pi-workflows; returns the last statement's rows."""
+    if database_url is None:
+        with closing(sqlite3.connect(home_env.home.database_path)) as connection:
+            with connection:
+                for statement in statements:
+                    cursor = connection.execute(statement)
+            return cursor.fetchall()
+    import psycopg2
+
+    with closing(psycopg2.connect(database_url)) as connection:
+        with connection, connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+            return cursor.fetchall() if cursor.description else []
+
+
+def _make_v2(database_url: str | None, home_env, host_row: str | None) -> None:
+    """Turn a current database into schema v2 as it was before host_state per home."""
+    open_state(home_env.home, database_url).close()
+    statements = [
+        "DROP TABLE forwarded_commands",
+        "DROP TABLE host_state",
+        V2_HOST_STATE,
+        "UPDATE schema_meta SET schema_version = 2",
+    ]
+    if host_row is not None:
+        statements.append(f"INSERT INTO host_state VALUES ({host_row})")
+    if database_url is not None:
+        statements.append(
+            "ALTER TABLE human_decisions ALTER COLUMN request_digest TYPE VARCHAR(64)"
+        )
+    _execute(database_url, home_env, *statements)
+
+
+@pytest.fixture
+def home_env(database_url) -> Iterator[WorkflowHost]:
+    """A home whose host is not started yet, on the test's database."""
+    host = WorkflowHost(short_temp_dir())
+    if database_url is not None:
+        host.env[DATABASE_ENV] = database_url
+    try:
+        yield host
+    finally:
+        host.cleanup()
+
+
+def test_a_v2_database_is_upgraded_on_open_and_its_epochs_keep_growing(home_env, database_url):
+    stopped_at = now_ms() - 60_000
+    _make_v2(database_url, home_env, f"1, 7, NULL, NULL, NULL, NULL, 1, {stopped_at}, NULL")
+
+    result = home_env.run_cli("state", "status", "--json")
+
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["schemaVersion"] == SCHEMA_VERSION == 3
+    rows = _execute(
+        database_url, home_env, "SELECT epoch, home_key, host_id, released_at FROM host_state"
+    )
+    assert rows == [(7, home_key(home_env.home), None, stopped_at)]
+    assert _execute(database_url, home_env, "SELECT COUNT(*) FROM forwarded_commands") == [(0,)]
+    if database_url is not None:
+        assert _execute(
+            database_url,
+            home_env,
+            "SELECT character_maximum_length FROM information_schema.columns "
+            "WHERE table_name = 'human_decisions' AND column_name = 'request_digest'",
+        ) == [(71,)]
+
+    # The home's host takes its row over with the next epoch.
+    home_env.start()
+    hosts = json.loads(home_env.cli("host", "status", "--json").stdout)["hosts"]
+    assert [host["epoch"] for host in hosts] == [8]
+    assert _execute(database_url, home_env, "SELECT COUNT(*) FROM host_state") == [(1,)]
+
+
+def test_a_v2_database_with_the_v3_tables_is_only_restamped(home_env, database_url):
+    open_state(home_env.home, database_url).close()
+    _execute(database_url, home_env, "UPDATE schema_meta SET schema_version = 2")
+    tables_before = _execute(database_url, home_env, "SELECT COUNT(*) FROM host_state")
+
+    open_state(home_env.home, database_url).close()
+
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [(3,)]
+    assert _execute(database_url, home_env, "SELECT COUNT(*) FROM host_state") == tables_before
+
+
+def test_a_v2_database_whose_old_host_is_live_is_refused_unchanged(home_env, database_url):
+    expires = now_ms() + 60_000
+    _make_v2(database_url, home_env, f"1, 4, 'old-host', 'x', 4242, 'i', 1, 1, {expires}")
+
+    with pytest.raises(HostAlreadyRunningError) as refused:
+        open_state(home_env.home, database_url)
+
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "older pi-workflows (PID 4242, epoch 4)" in message and "host stop" in message
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [(2,)]
+    assert _execute(database_url, home_env, "SELECT id, epoch FROM host_state") == [(1, 4)]
+    result = home_env.run_cli("state", "status")
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        (SCHEMA_VERSION + 1, "newer than this pi-workflows"),
+        (1, "cannot upgrade"),
+    ],
+)
+def test_a_version_without_an_upgrade_path_is_refused_in_one_line(
+    home_env, database_url, version, says
+):
+    open_state(home_env.home, database_url).close()
+    _execute(database_url, home_env, f"UPDATE schema_meta SET schema_version = {version}")
+
+    with pytest.raises(SchemaMismatchError) as refused:
+        open_state(home_env.home, database_url)
+
+    message = str(refused.value)
+    assert "\n" not in message and f"v{version}" in message and says in message
+    if version < SCHEMA_VERSION:
+        backup = "state backup" if database_url is None else "pg_dump"
+        assert backup in message
+    else:
+        assert "upgrade pi-workflows" in message
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [
+        (version,)
+    ]
