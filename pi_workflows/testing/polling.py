@@ -10,9 +10,17 @@ import psutil
 
 
 def wait_until(
-    predicate: Callable[[], Any], *, timeout: float = 30.0, what: str = "condition"
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = 30.0,
+    what: str = "condition",
+    interval: float = 0.01,
 ) -> Any:
-    """Poll `predicate` until it returns a truthy value or the deadline passes."""
+    """Poll `predicate` until it returns a truthy value or the deadline passes.
+
+    A predicate that costs real work (a database query over many rows) takes a longer
+    `interval`, so the wait does not compete with what it waits for.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -20,7 +28,7 @@ def wait_until(
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 def process_gone(pid: int) -> bool:
