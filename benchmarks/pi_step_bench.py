@@ -8,7 +8,14 @@ exactly as a worker does: the step request carries the engine's `accept` callbac
 scripted model submits at once. Overhead of one step = from handing the prompt to the
 executor to the submit being accepted, minus the time the model server spent answering.
 
-  cold: the first step of a run — pi starts (node, Pi, the bridge extension);
+  cold: the first step of a run — pi starts (node, Pi, the bridge extension) when the
+        step asks for it;
+  early: the first step of a run as a worker runs it: the real engine (in process, on a
+        real SQLite store) starts the run, calls the executor's `prepare()` — pi starts
+        in the background — and hands over the prompt once it has recorded the run's and
+        the step's start; pi's start-up minus that window is left on the step. The window
+        (run start → prompt handed over) is printed too; in a host's worker it is a little
+        longer (its snapshot writes are worker-protocol round trips);
   warm: a later step of the same run — the idle pi gets a fresh Pi session (`new_session`).
 
 Cold minus warm is what keeping one pi per run saves on every step after the first.
@@ -31,13 +38,21 @@ sys.path.insert(0, str(REPO_ROOT))
 from piw_pi.executor import PiExecutor, PiSettings  # noqa: E402
 from piw_pi.node import DISTRIBUTION_DIR  # noqa: E402
 
+from pi_workflows import agent, workflow  # noqa: E402
+from pi_workflows.engine import Engine  # noqa: E402
 from pi_workflows.engine.agents import AgentTranscript  # noqa: E402
 from pi_workflows.engine.context import AbortSignal  # noqa: E402
+from pi_workflows.engine.local_backend import LocalRunBackend  # noqa: E402
+from pi_workflows.home import Home  # noqa: E402
+from pi_workflows.storage import StateStore, open_state  # noqa: E402
+from pi_workflows.storage.runs import create_run, new_run_id  # noqa: E402
 from tests.pi.model_server import ScriptedModelServer  # noqa: E402
 from tests.pi.offline_pi import PiHome  # noqa: E402
 from tests.pi.step_replies import submit  # noqa: E402
 
 BUNDLED_PI = DISTRIBUTION_DIR / "node_modules" / ".bin" / "pi"
+# The shape of the built-in `echo`: one agent step, the run's first node.
+ECHO = workflow("bench-echo", "reply", {"reply": agent("Say hello.")}, [])
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -76,6 +91,60 @@ def one_step(executor: PiExecutor, server: ScriptedModelServer, index: int) -> f
     return accepted_at[0] - started - model_time
 
 
+class TimedExecutor:
+    """The executor the engine is given: notes when the prompt is handed over and when
+    the step's check accepts the submitted output."""
+
+    def __init__(self, executor: PiExecutor) -> None:
+        self.executor = executor
+        self.handed_at = 0.0
+        self.accepted_at = 0.0
+
+    def prepare(self) -> None:
+        self.executor.prepare()
+
+    def run_agent_step(self, request: dict[str, Any], signal: AbortSignal) -> dict[str, Any]:
+        self.handed_at = time.monotonic()
+        accept = request["accept"]
+
+        def timed_accept(output: Any) -> dict[str, Any]:
+            verdict = accept(output)
+            self.accepted_at = time.monotonic()
+            return verdict
+
+        return self.executor.run_agent_step({**request, "accept": timed_accept}, signal)
+
+
+def early_step(
+    settings: PiSettings, server: ScriptedModelServer, store: StateStore, project: Path
+) -> tuple[float, float]:
+    """(overhead, run start → prompt handed over) of the first step of a real engine run."""
+    server.script(submit({"reply": "early"}))
+    before = len(server.requests)
+    run_id = new_run_id(ECHO.name)
+    with store.transaction():
+        create_run(
+            run_id=run_id,
+            workflow_name=ECHO.name,
+            workflow_ref=ECHO.name,
+            workflow_source={"kind": "builtin", "id": "bench", "revision": "1"},
+            definition_digest=ECHO.definition_digest,
+            project_path=str(project),
+            input=None,
+            actor="bench",
+            execution_mode="headless",
+        )
+    timed = TimedExecutor(PiExecutor(settings))
+    engine = Engine(ECHO, LocalRunBackend(store, run_id), agent_executor=timed)
+    started = time.monotonic()
+    outcome = engine.execute({"kind": "start", "input": None})
+    timed.executor.close()
+    assert outcome["status"] == "completed", outcome
+    (model,) = server.requests[before:]
+    model_time = (model.finished_at or model.received_at) - model.received_at
+    return timed.accepted_at - timed.handed_at - model_time, timed.handed_at - started
+
+
 def summary(label: str, values: list[float]) -> str:
     return (
         f"{label}: p50 {statistics.median(values) * 1000:.0f} ms, "
@@ -100,12 +169,17 @@ def main() -> None:
             executor = PiExecutor(settings)
             cold.append(one_step(executor, server, index))
             executor.close()
+        store = open_state(Home(Path(root) / "home"))
+        early = [early_step(settings, server, store, home.project) for _ in range(options.cold)]
+        store.close()
         executor = PiExecutor(settings)
         one_step(executor, server, -1)
         warm = [one_step(executor, server, index) for index in range(options.warm)]
         executor.close()
     print(f"load average: {' '.join(f'{value:.1f}' for value in os.getloadavg())}")
     print(summary("cold step overhead (new pi)", cold))
+    print(summary("cold step overhead, pi started at run start", [e[0] for e in early]))
+    print(summary("  run start -> prompt handed over (overlaps pi's start)", [e[1] for e in early]))
     print(summary("warm step overhead (same pi, new session)", warm))
     saved = statistics.median(cold) - statistics.median(warm)
     print(f"saved per later step by keeping pi: {saved:.2f} s")

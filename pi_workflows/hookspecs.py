@@ -372,7 +372,13 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
       active (cancelled, paused, deadline): poll
       ``signal.is_aborted`` or block in ``signal.wait(timeout)``, then return or raise
       promptly; an ignored signal leaves the call running but its result is refused. An exception
-      fails the attempt with its message; the node's retry policy decides what follows.
+      fails the attempt with its message; the node's retry policy decides what follows;
+    - **early start** (optional): ``executor.prepare()``, if the executor has it, is
+      called once when a headless run with agent steps starts or resumes in a worker, so
+      the executor can start its agent before the first step needs it (the ``pi``
+      executor starts its ``pi``). It must not block; processes it starts go through
+      :func:`pi_workflows.engine.processes.start_registered` like a step's. An exception
+      is ignored: the first step reports what is wrong.
 
     The call runs in the worker process, on the engine's thread; it may block for as
     long as the model works. The built-in (``pi_workflows.builtin.executors``) registers

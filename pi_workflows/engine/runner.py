@@ -480,6 +480,7 @@ class Engine:
         self._run_from(None, self._last_output(), after=(attempt.node_id, result))
 
     def _drive(self, body: Any) -> dict[str, Any]:
+        self._start_agent_early()
         try:
             body()
         except _Parked as parked:
@@ -492,6 +493,23 @@ class Engine:
         except _InteractionPending:
             pass
         return self._outcome()
+
+    def _start_agent_early(self) -> None:
+        """Let the agent executor of a headless run with agent steps start its agent now,
+        so the first step does not wait for it (the optional ``prepare()``)."""
+        if self._run_info.get("executionMode") == "interactive":
+            return
+        if not any(node.node_type == "agent" for node in self.definition.nodes.values()):
+            return
+        try:
+            prepare = getattr(self._agent_executor or headless_executor(), "prepare", None)
+            if prepare is not None:
+                with registering_with(_RunProcesses(self.backend)):
+                    prepare()
+        except FATAL_STORE_ERRORS:
+            raise
+        except Exception:  # the first agent step reports what is wrong
+            pass
 
     def _outcome(self) -> dict[str, Any]:
         outcome = {"runId": self.run_id, "status": self.state["status"]}
@@ -666,7 +684,8 @@ class Engine:
 
     def _save_transcript_chunk(self, attempt: _Attempt) -> None:
         """Save the attempt's new transcript entries when a chunk is due (see agents.py)."""
-        assert attempt.transcript is not None
+        if attempt.transcript is None:
+            return
         chunk = attempt.transcript.unsaved_chunk(time.monotonic())
         if chunk is None:
             return
@@ -715,7 +734,8 @@ class Engine:
         try:
             while done is None:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if attempt.transcript is not None:
+                # The executor's thread creates the transcript; poll from the start.
+                if attempt.node.node_type == "agent":
                     self._save_transcript_chunk(attempt)
                     poll = TRANSCRIPT_POLL_SECONDS
                     wait = poll if wait is None else min(wait, poll)
@@ -1100,6 +1120,19 @@ class _AttemptProcesses:
 
     def unregister(self, process_group: int) -> None:
         self.engine._call(self.attempt, "unregister_process", {"processGroup": process_group})
+
+
+class _RunProcesses:
+    """Registers the process groups an executor starts for the whole run (early start)."""
+
+    def __init__(self, backend: RunBackend) -> None:
+        self.backend = backend
+
+    def register(self, process_group: int, kind: str) -> None:
+        self.backend.register_process({"processGroup": process_group, "kind": kind})
+
+    def unregister(self, process_group: int) -> None:
+        self.backend.unregister_process({"processGroup": process_group})
 
 
 def _call_quietly(function: Any, argument: Any) -> Any:

@@ -47,6 +47,29 @@ WORKFLOW = workflow(
 """
 
 
+# An agent step after a compute step that waits for a file the test creates.
+AGENT_AFTER_WORK = """
+import pathlib
+import time
+
+from pi_workflows import agent, compute, edge, workflow
+
+
+def work(ctx):
+    while not pathlib.Path("go").exists():
+        time.sleep(0.05)
+    return {"worked": True}
+
+
+WORKFLOW = workflow(
+    name="agent-after-work",
+    start_at="work",
+    nodes={"work": compute(work), "reply": agent("Say hello.")},
+    edges=[edge("work", "reply")],
+)
+"""
+
+
 def _finished(pi_host, run_id, timeout=60):
     return pi_host.harness.wait_for_status(
         run_id, "completed", "failed", "timed_out", "cancelled", timeout=timeout
@@ -332,3 +355,17 @@ def test_a_failing_provider_fails_the_step_within_seconds_with_pis_default_retri
     assert (prompt["kind"], error["kind"]) == ("prompt", "error")
     # From the prompt to the failure: the provider SDK's own quick retries, not Pi's 14 s.
     assert error["at"] - prompt["at"] < FAIL_FAST_SECONDS * 1000
+
+
+def test_a_runs_pi_starts_with_the_run_so_earlier_work_overlaps_its_start_up(pi_host, model_server):
+    pi_host.harness.write_workflow("agent-after-work", AGENT_AFTER_WORK)
+    model_server.script(submit({"reply": "ready when you were"}))
+    run_id = pi_host.start_headless("agent-after-work")
+    # The compute step is still working: no agent step yet, but its pi is already up.
+    _pi_processes_running(pi_host)
+    assert model_server.requests == []
+    (pi_host.harness.project / "go").touch()
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"reply": "ready when you were"}
+    wait_until(lambda: pi_host.pi_home.processes() == [], what="the run's pi to end")

@@ -10,7 +10,9 @@ error, in the same Pi session. A turn that ends without an accepted submit gets 
 at most two; the next one fails the step with `missingSubmission`.
 
 One pi serves the agent steps of a run one after another, with a fresh Pi session per step
-(`new_session`): starting pi costs about a second, a new session a few milliseconds. A step
+(`new_session`): starting pi costs about a second, a new session a few milliseconds. The
+first pi is started when the run starts in its worker (`prepare`), so whatever the run does
+before its first agent step overlaps pi's start-up. A step
 that fails or is aborted (timeout, cancel, pause) ends its pi with SIGTERM, then SIGKILL
 after 3 s; when the worker dies, the bridge extension notices its socket closing and ends
 pi itself.
@@ -97,11 +99,12 @@ class PiSettings:
 class PiSession:
     """A started pi with its bridge socket; serves one step at a time.
 
+    Starting it only spawns pi; `ready()` waits until pi answers and knows its model.
     `signal` is the abort signal of the step being served: setting it ends any wait for pi.
     """
 
-    def __init__(self, settings: PiSettings, signal: AbortSignal) -> None:
-        self.signal = signal
+    def __init__(self, settings: PiSettings) -> None:
+        self.signal = AbortSignal()
         self.bridge = BridgeServer()
         env = {**os.environ, SOCKET_ENV: self.bridge.path}
         try:
@@ -109,6 +112,13 @@ class PiSession:
         except BaseException:
             self.bridge.close()
             raise
+        self.model_name: str | None = None
+        self.is_fresh = True
+
+    def ready(self) -> None:
+        """Wait for pi's first answer (once); a pi that cannot serve is closed."""
+        if self.model_name is not None:
+            return
         try:
             state = self._command({"type": "get_state"}, START_TIMEOUT_SECONDS)
         except BaseException:
@@ -122,7 +132,6 @@ class PiSession:
                 "defaultProvider/defaultModel in Pi's settings.json."
             )
         self.model_name = f"{model.get('provider')}/{model.get('id')}"
-        self.is_fresh = True
 
     def _command(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
@@ -340,15 +349,27 @@ class PiExecutor:
             self._idle.append(session)
         return answer
 
-    def _take_session(self, signal: AbortSignal) -> PiSession:
+    def prepare(self) -> None:
+        """Start a pi for the run's next agent step now, without waiting for it (the
+        engine calls this when a headless run with agent steps starts in a worker)."""
         with self._lock:
-            while self._idle:
-                session = self._idle.pop()
-                if session.process.is_running:
-                    session.signal = signal
-                    return session
-                session.close()
-        return PiSession(self.settings, signal)
+            if not self._idle:
+                self._idle.append(PiSession(self.settings))
+
+    def _take_session(self, signal: AbortSignal) -> PiSession:
+        session = None
+        with self._lock:
+            while self._idle and session is None:
+                candidate = self._idle.pop()
+                if candidate.process.is_running:
+                    session = candidate
+                else:
+                    candidate.close()
+        if session is None:
+            session = PiSession(self.settings)
+        session.signal = signal
+        session.ready()
+        return session
 
     def close(self) -> None:
         """End every idle pi."""
