@@ -23,6 +23,12 @@ GUARDRAILS = (
     "is required, or the same failure repeated.",
 )
 
+# A run that completed but reports itself blocked has not done its task (reference 8.7).
+BLOCKED_GUIDANCE = (
+    "The workflow completed but reports status blocked: the task is not done, and the user "
+    "must decide how to go on."
+)
+
 
 @hookimpl(trylast=True)
 def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str:
@@ -37,5 +43,10 @@ def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str:
 def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent:
     # Large values are quoted cut, with a pointer to `run status` for the whole value.
     quoted_facts = canonical_json(bounded_terminal_facts(facts))
-    lines = [PREAMBLE, instructions, *GUARDRAILS, "", "Workflow result:", quoted_facts]
+    output = facts.get("finalOutput")
+    blocked = facts.get("status") == "completed" and (
+        isinstance(output, dict) and output.get("status") == "blocked"
+    )
+    guidance = [BLOCKED_GUIDANCE] if blocked else []
+    lines = [PREAMBLE, instructions, *guidance, *GUARDRAILS, "", "Workflow result:", quoted_facts]
     return MessageContent(text="\n".join(lines), details={"terminal": facts})

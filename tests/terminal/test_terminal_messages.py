@@ -11,7 +11,12 @@ from pathlib import Path
 
 from peewee import fn
 
-from pi_workflows.builtin.terminal import DEFAULT_INSTRUCTIONS, GUARDRAILS, PREAMBLE
+from pi_workflows.builtin.terminal import (
+    BLOCKED_GUIDANCE,
+    DEFAULT_INSTRUCTIONS,
+    GUARDRAILS,
+    PREAMBLE,
+)
 from pi_workflows.canonical import canonical_json, digest
 from pi_workflows.clock import now_ms
 from pi_workflows.storage import put_json
@@ -293,3 +298,27 @@ def test_a_large_result_is_cut_in_the_terminal_message_and_whole_in_run_status(
         assert client.run_status(run_id)["finalOutput"] == {"rows": ["x" * 100] * 3000}
     finally:
         client.close()
+
+
+BLOCKED = """
+from pi_workflows import compute, workflow
+
+WORKFLOW = workflow(
+    name="blocked",
+    start_at="check",
+    nodes={"check": compute(lambda ctx: {"status": "blocked", "why": "needs a licence"})},
+    edges=[],
+)
+"""
+
+
+def test_a_completed_but_blocked_result_says_the_user_must_decide(harness: HostHarness):
+    harness.write_workflow("blocked", BLOCKED)
+    harness.start_host()
+    run_id = start_interactive(harness, "blocked", {})
+    harness.wait_for_status(run_id, "completed")
+    lines = _only_terminal_message(harness, run_id)["content"].split("\n")
+
+    assert lines[:2] == [PREAMBLE, DEFAULT_INSTRUCTIONS]
+    assert lines[2] == BLOCKED_GUIDANCE
+    assert lines[-1].startswith("{") and '"why":"needs a licence"' in lines[-1]
