@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import signal
 import socket
 
 from pi_workflows.canonical import canonical_json
@@ -120,3 +122,53 @@ def test_content_references_are_read_in_checked_chunks_by_their_connection_only(
     finally:
         sock.close()
         other.close()
+
+
+# Five ~460 KB results (2.3 MB of run state), then a node that waits to be released.
+LARGE_STATE = """
+import os
+import time
+from pathlib import Path
+
+from pi_workflows import compute, edge, workflow
+
+
+def big(i):
+    return lambda ctx: {"i": i, "rows": ["x" * 100] * 4500}
+
+
+def hold(ctx):
+    (Path.cwd() / "hold.pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 60
+    while not (Path.cwd() / "release").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("release never appeared")
+        time.sleep(0.02)
+    return {"sizes": [len(ctx.outputs[f"n{i}"]["rows"]) for i in range(5)]}
+
+
+nodes = {f"n{i}": compute(big(i)) for i in range(5)}
+nodes["hold"] = compute(hold)
+WORKFLOW = workflow(
+    name="large-state",
+    start_at="n0",
+    nodes=nodes,
+    edges=[edge(f"n{i}", f"n{i + 1}") for i in range(4)] + [edge("n4", "hold")],
+)
+"""
+
+
+def test_a_run_with_more_than_2_mib_of_state_resumes_after_its_worker_dies(
+    harness: HostHarness,
+):
+    """Reference 3.15: a resumed worker gets the whole state, however far over 1 MiB."""
+    harness.write_workflow("large-state", LARGE_STATE)
+    harness.start_host()
+    run_id = harness.start_run("large-state")
+    first = harness.wait_for_pid("hold.pid")
+    os.kill(first, signal.SIGKILL)
+    harness.wait_for_pid("hold.pid", previous=first)  # a new worker resumed at `hold`
+    (harness.project / "release").touch()
+
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["finalOutput"] == {"sizes": [4500] * 5}
