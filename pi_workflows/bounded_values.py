@@ -21,14 +21,17 @@ def truncation_marker(what: str) -> str:
     return f"[{what} truncated; inspect workflow status for the complete {what}]"
 
 
-def quoted(value: Any, what: str, limit: int = QUOTED_VALUE_BYTES) -> Any:
-    """`value`, or when its canonical JSON is over `limit` bytes, a cut text of it."""
+def quoted(
+    value: Any, what: str, limit: int = QUOTED_VALUE_BYTES, marker: str | None = None
+) -> Any:
+    """`value`, or when its canonical JSON is over `limit` bytes, a cut text of it ending
+    with `marker` (default: where the complete `what` is)."""
     text = value if isinstance(value, str) else canonical_json(value)
     data = text.encode("utf-8")
     if len(data) <= limit:
         return value
     preview = data[:limit].decode("utf-8", errors="ignore")
-    return f"{preview}… {truncation_marker(what)}"
+    return f"{preview}… {marker or truncation_marker(what)}"
 
 
 def bounded_terminal_facts(facts: TerminalFacts) -> TerminalFacts:

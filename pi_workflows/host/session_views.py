@@ -34,6 +34,8 @@ MAX_PENDING_INTERACTIONS = 256
 # one protocol frame; `session messages` lists them all.
 MAX_VIEW_MESSAGES = 64
 VIEW_MESSAGE_BYTES = 512 * 1024
+# A pending step's prompt is also its step message's text: the view lists it cut.
+PROMPT_MARKER = "[prompt truncated; the step's workflow message carries the whole prompt]"
 # How long a finished run stays the view's `run` after the turn presenting its result ended.
 TERMINAL_VIEW_ENV = "PI_WORKFLOWS_TERMINAL_VIEW_MS"
 TERMINAL_VIEW_RETENTION_MS = 60_000
@@ -62,7 +64,7 @@ def pending_interaction_json(request: InteractiveRequest) -> dict[str, Any]:
         "revision": request.revision,
         "unproductiveTurnEnds": request.unproductive_turn_ends,
         "validating": is_validating(request.request_id),
-        "prompt": contract.get("prompt"),
+        "prompt": quoted(contract.get("prompt"), "prompt", marker=PROMPT_MARKER),
         "contract": contract.get("contract"),
     }
 

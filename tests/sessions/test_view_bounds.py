@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pi_workflows.bounded_values import truncation_marker
 from pi_workflows.canonical import canonical_json
-from pi_workflows.host.session_views import MAX_VIEW_MESSAGES
+from pi_workflows.host.session_views import MAX_VIEW_MESSAGES, PROMPT_MARKER
 
 # 80 notifications of 16 KB each (1.3 MB of messages), then a 300 KiB result.
 CHATTY = """
@@ -48,3 +48,30 @@ def test_a_view_shows_a_bounded_window_of_messages_and_cuts_the_result(sessions,
     listed = harness.cli("session", "messages", "session-chatty").stdout.splitlines()
     assert listed[0] == f"({view['workflowMessagesOmitted']} older messages not shown)"
     assert len(listed) == 1 + len(messages)
+
+
+# An agent step whose prompt quotes a 470 KB earlier result.
+BIG_PROMPT = """
+from pi_workflows import agent, compute, edge, workflow
+
+WORKFLOW = workflow(
+    name="big-prompt",
+    start_at="make",
+    nodes={
+        "make": compute(lambda ctx: {"rows": ["x" * 100] * 4500}),
+        "ask": agent(lambda ctx: "Summarise these rows: " + str(ctx.outputs["make"]["rows"])),
+    },
+    edges=[edge("make", "ask")],
+)
+"""
+
+
+def test_a_step_with_a_huge_prompt_still_fits_its_view(sessions, harness):
+    run_id, session, step = sessions.first_step("big-prompt", BIG_PROMPT, "session-prompt")
+
+    assert step["content"].startswith("Summarise these rows: ['xxx")  # the whole prompt
+    assert len(step["content"]) > 450_000
+    (pending,) = session.view["pendingInteractions"]
+    assert pending["prompt"].endswith(PROMPT_MARKER)  # the step message has it whole
+    assert len(canonical_json(session.view).encode()) < 600 * 1024  # not the prompt twice
+    assert session.submit(step, {"summary": "many x"}).outcome == "accepted"
