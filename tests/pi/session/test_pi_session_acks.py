@@ -1,16 +1,18 @@
 """Lost and late acknowledgements between the extension and the host (reference 6.16, 7.12,
-7.17, 7.19, 7.20, 8.12): nothing is shown twice, no turn is reported twice or lost."""
+7.14, 7.17, 7.19, 7.20, 8.12): nothing is shown twice, no turn is reported twice or lost."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from collections import Counter
 
-from tests.pi.model_server import Text
+from tests.pi.model_server import Hold, Text
 from tests.pi.session.relay import Relay
 from tests.pi.session.workflow_pi import WorkflowPi, submit, two_turn_script
-from tests.polling import wait_until
+from tests.polling import process_gone, wait_until
 
 
 def _turn_reports(relay: Relay, **where: str) -> list[dict]:
@@ -169,3 +171,53 @@ def test_a_turn_the_host_does_not_grant_is_never_reported_as_ended(
     assert pi_session.turns(session_id) == []
     status = json.loads(pi_session.harness.cli("run", "status", run["runId"], "--json").stdout)
     assert status["paused"] is True
+
+
+def test_a_new_pi_gets_its_own_turn_accepted_instead_of_taking_over_an_open_one(
+    pi_session: WorkflowPi, relay: Relay
+):
+    """7.14: the new pi's view shows the dead pi's turn still open on the step it had sent;
+    the new pi's first model turn is a turn of its own — a new id, started and granted
+    (`active`) before it counts, ended once — and the dead pi's turn is never reported by
+    it (the host ends that one as lost)."""
+    pi_session.server.script(
+        Hold(),
+        submit("reply", {"reply": "bonjour"}),
+        Text("Replied."),
+        Text("The echo workflow completed."),
+    )
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    first = pi_session.start(session_id)  # straight to the host: the relay logs the second
+    first.prompt('/workflow start echo {"task": "Say hello"}')
+    pi_session.server.wait_for_requests(1, timeout=60)  # the first pi's model call is held
+    wait_until(
+        lambda: [t[2] for t in pi_session.turns(session_id)] == ["started"],
+        timeout=60,
+        what="the host to grant the first pi's turn",
+    )
+    ((dead_turn, *_),) = pi_session.turns(session_id)
+    os.killpg(first.pid, signal.SIGKILL)
+    wait_until(lambda: process_gone(first.pid), what="the first pi to die")
+
+    second = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    # The dead pi's turn ends lost; the new pi's step turn ends completed, or lost when the
+    # run finished first (the host settles a finished run's open turns), its last completed.
+    wait_until(
+        lambda: (
+            len(turns := pi_session.turns(session_id)) == 3
+            and all(t[2] == "ended" for t in turns)
+            and [turns[0][3], turns[2][3]] == ["lost", "completed"]
+        ),
+        what="the dead pi's turn and the new pi's two turns to end",
+    )
+    reports = [r["payload"] for r in relay.requests_for("workflowTurn.report")]
+    assert all(report["workflowTurnId"] != dead_turn for report in reports)
+    first_report = reports[0]
+    assert first_report["state"] == "started"
+    ids = [report["workflowTurnId"] for report in reports]
+    assert sorted(Counter(ids).values()) == [2, 2]  # each new turn: one start, one end
+    new_turns = {t[0] for t in pi_session.turns(session_id)} - {dead_turn}
+    assert new_turns == set(ids)
+    assert pi_session.shown_once(second)
