@@ -15,6 +15,8 @@ from .errors import InvalidInputError
 MAX_INPUT_BYTES = 512 * 1024  # a run's input or a checkpoint answer, as canonical JSON
 MAX_OUTPUT_BYTES = 512 * 1024  # one node's output (and so a run's final output)
 MAX_JSON_DEPTH = 64  # nesting of arrays and objects
+# An agent step's whole prompt: its step message must fit one 1 MiB client frame.
+MAX_PROMPT_BYTES = 512 * 1024
 
 
 def json_depth(value: Any, stop_after: int = MAX_JSON_DEPTH) -> int:
@@ -66,3 +68,15 @@ def human_size(size: int) -> str:
     if size < 1024 * 1024:
         return f"{size / 1024:.0f} KiB"
     return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def checked_prompt(prompt: str, node_id: str) -> str:
+    """`prompt`, or an `InvalidInputError` when it is over `MAX_PROMPT_BYTES`."""
+    size = len(prompt.encode("utf-8"))
+    if size > MAX_PROMPT_BYTES:
+        raise InvalidInputError(
+            f"The prompt of node {node_id!r} is {human_size(size)}; the limit is "
+            f"{human_size(MAX_PROMPT_BYTES)}. Quote less of earlier results in it, or pass "
+            "them as a file path."
+        )
+    return prompt

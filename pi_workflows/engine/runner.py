@@ -31,7 +31,7 @@ from ..errors import (
     WorkflowDefinitionError,
     WorkflowSourceChangedError,
 )
-from ..limits import MAX_OUTPUT_BYTES, checked_json
+from ..limits import MAX_OUTPUT_BYTES, checked_json, checked_prompt
 from ..records import StepContract
 from .agents import (
     AgentExecutor,
@@ -1039,7 +1039,7 @@ class Engine:
             "expectedOutput": node.expected_output,
             "completion": "submit",
         }
-        attempt.prompt = plugins.step_prompt(contract, authored)
+        attempt.prompt = checked_prompt(plugins.step_prompt(contract, authored), attempt.node_id)
         if self._run_info.get("executionMode") == "interactive":
             receipt = self._call(
                 attempt,

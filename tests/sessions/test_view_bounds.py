@@ -75,3 +75,19 @@ def test_a_step_with_a_huge_prompt_still_fits_its_view(sessions, harness):
     assert pending["prompt"].endswith(PROMPT_MARKER)  # the step message has it whole
     assert len(canonical_json(session.view).encode()) < 600 * 1024  # not the prompt twice
     assert session.submit(step, {"summary": "many x"}).outcome == "accepted"
+
+
+def test_a_prompt_over_the_limit_fails_its_step_with_the_reason(sessions, harness):
+    harness.write_workflow(
+        "huge-prompt",
+        BIG_PROMPT.replace(
+            'str(ctx.outputs["make"]["rows"])', 'str(ctx.outputs["make"]["rows"]) * 3'
+        ).replace('name="big-prompt"', 'name="huge-prompt"'),
+    )
+    run_id = sessions.start("huge-prompt", "session-huge")
+
+    status = harness.wait_for_status(run_id, "failed")
+    assert "The prompt of node 'ask' is 1.3 MiB; the limit is 512 KiB" in status["error"]
+    session = sessions.open("session-huge", coordinator=False)
+    view = session.wait_for(lambda v: v["workflowMessages"], what="the terminal message")
+    assert [m["kind"] for m in view["workflowMessages"]] == ["terminal"]
