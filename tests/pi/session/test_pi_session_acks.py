@@ -1,5 +1,5 @@
 """Lost and late acknowledgements between the extension and the host (reference 6.16, 7.12,
-7.14, 7.17, 7.19, 7.20, 8.12): nothing is shown twice, no turn is reported twice or lost."""
+7.14, 7.15, 7.17, 7.19, 7.20, 8.12): nothing is shown twice, no turn is reported twice or lost."""
 
 from __future__ import annotations
 
@@ -78,6 +78,19 @@ def test_lost_branch_acknowledgements_resend_nothing_and_keep_the_turn_order(
         "started",
         "ended",
     ]
+    # A sent message waits for its own turn (7.15): each message's one start report comes
+    # after a branch report that holds it, never before.
+    for message in hosted:
+        (start,) = _turn_reports(
+            relay, workflowMessageId=message["workflowMessageId"], state="started"
+        )
+        at = relay.requests.index(next(r for r in relay.requests if r["payload"] is start))
+        assert any(
+            message["workflowMessageId"]
+            in {e["workflowMessageId"] for e in r["payload"]["entries"]}
+            for r in relay.requests[:at]
+            if r["operation"] == "workflowMessage.reportBranch"
+        ), message["kind"]
 
 
 def test_a_lost_end_acknowledgement_is_repeated_and_a_late_start_keeps_its_reply(
