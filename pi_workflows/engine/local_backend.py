@@ -51,6 +51,9 @@ class LocalRunBackend:
             )
         return self.revision
 
+    def flush(self) -> None:
+        """Nothing is held back: every call above is its own transaction."""
+
     def publish_update(self, update: dict[str, Any]) -> dict[str, Any]:
         return self._change(run_state.publish_update, update)
 

@@ -3,8 +3,9 @@
 Two implementations exist: :class:`~pi_workflows.engine.local_backend.LocalRunBackend` (in
 process, over a real state database; tests and embedding) and the worker's host
 backend, which forwards each call as one worker-protocol message. That is why every method
-maps to exactly one protocol operation (:data:`OPERATIONS`) and takes and returns plain
-JSON values only.
+maps to exactly one protocol operation (:data:`OPERATIONS`; the worker may carry
+several in one ``store.batch`` message, see :meth:`RunBackend.flush`) and takes and
+returns plain JSON values only.
 
 Every method may raise :class:`~pi_workflows.errors.ClaimLostError` or
 :class:`~pi_workflows.errors.RevisionConflictError`; the engine lets them propagate and
@@ -63,6 +64,14 @@ class RunBackend(Protocol):
         """Commit one durable boundary: the full run state plus its trace event.
 
         Returns the run's new revision.
+        """
+
+    def flush(self) -> None:
+        """Make every snapshot written so far durable now.
+
+        A backend may hold a snapshot back to commit it with the next write (the worker
+        does: one transaction per durable boundary); the engine calls this before it
+        runs user code that may be slow outside a node.
         """
 
     def publish_update(self, update: dict[str, Any]) -> dict[str, Any]:

@@ -607,6 +607,8 @@ class Engine:
         prompt = self.definition.presentation_prompt
         if prompt is None or isinstance(prompt, str):
             return prompt.strip() or None if prompt else None
+        # The builder is user code: the finished node's result must not wait on it.
+        self.backend.flush()
         answer: list[Any] = []
         context = PresentationContext(copy.deepcopy(self.state), copy.deepcopy(final_output))
         worker = threading.Thread(

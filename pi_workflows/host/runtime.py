@@ -518,11 +518,8 @@ class Host:
             spec, gateway.handle, startup_timeout_s=self.timings.worker_startup_s
         )
         active.supervisor = supervisor
+        # The pid is recorded with worker.ready (WorkerGateway), not in a commit of its own.
         await supervisor.start(self.fork_server)
-        with self.store.transaction():
-            RunWorker.update(
-                pid=supervisor.pid, process_start_identity=start_identity(supervisor.pid or 0)
-            ).where(RunWorker.worker_epoch == active.worker_epoch).execute()
         if active.control:  # cancelled or paused while spawning
             supervisor.stop("cancelled")
         return await supervisor.run()

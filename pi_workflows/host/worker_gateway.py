@@ -22,7 +22,12 @@ from ..errors import (
     RevisionConflictError,
 )
 from ..protocol.framing import one_line_error
-from ..protocol.worker_messages import PROCESS_OPERATIONS, validate_message, worker_response
+from ..protocol.worker_messages import (
+    BATCH_OPERATION,
+    PROCESS_OPERATIONS,
+    validate_message,
+    worker_response,
+)
 from ..storage import put_json, put_text, read_json, read_text, run_claims, run_processes, run_state
 from ..storage.models import Run, RunWorker, WorkerMessage
 from ..storage.runs import run_record
@@ -34,6 +39,8 @@ if TYPE_CHECKING:
     from .runtime import Host
 
 log = logging.getLogger(__name__)
+
+READ_ONLY_OPERATIONS = frozenset({"store.readRunState", "worker.exiting"})
 
 
 class WorkerGateway:
@@ -53,6 +60,13 @@ class WorkerGateway:
             if active.supervisor is not None:
                 active.supervisor.note("Worker epoch is stale")
             return worker_response(message_id, "claimLost", error="Worker epoch is stale")
+        if message["operation"] in READ_ONLY_OPERATIONS:
+            # A read changes nothing: no transaction, no fsync, no replay record (asking
+            # again gives the same answer).
+            try:
+                return self._dispatch(message)
+            except PiWorkflowsError as error:
+                return worker_response(message_id, "rejected", error=one_line_error(error))
         fingerprint = digest(message)
         stored = WorkerMessage.get_or_none(
             (WorkerMessage.worker == active.worker_epoch) & (WorkerMessage.message_id == message_id)
@@ -122,12 +136,21 @@ class WorkerGateway:
         with self.host.store.transaction():
             if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
                 return self._claim_lost(message_id)
-            RunWorker.update(status="running", ready_at=now_ms()).where(
+            # The worker's pid rides on this commit rather than one of its own.
+            pid = active.supervisor.pid if active.supervisor is not None else None
+            RunWorker.update(
+                status="running",
+                ready_at=now_ms(),
+                pid=pid,
+                process_start_identity=start_identity(pid) if pid else None,
+            ).where(
                 (RunWorker.worker_epoch == active.worker_epoch) & (RunWorker.status == "starting")
             ).execute()
             run_claims.mark_running(active.run_id, active.claim_token)
             record = run_record(active.run_id)
             timed_out = run_state.timed_out_interaction_attempt(active.run_id)
+            # The engine's first read, answered now so that it costs no message.
+            state = run_state.read_run_state(active.run_id)
         if active.supervisor is not None:
             active.supervisor.ready.set()
         try:
@@ -139,7 +162,6 @@ class WorkerGateway:
                 active.supervisor.note(f"worker launch refused: {cause}")
             active.stop("crashed")
             return worker_response(message_id, "rejected", error=one_line_error(cause))
-        run = Run.get_by_id(active.run_id)
         return worker_response(
             message_id,
             "accepted",
@@ -147,8 +169,9 @@ class WorkerGateway:
             result={
                 "command": command.to_json(),
                 "originSessionId": record.origin_session_id,
+                "runState": state,
                 "stateDirectory": str(self.host.home.host_dir),
-                "workflowName": run.workflow_name,
+                "workflowName": state["workflowName"],
             },
         )
 
@@ -202,17 +225,35 @@ class WorkerGateway:
             )
         if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
             return self._claim_lost(message_id)
+        if operation == BATCH_OPERATION:
+            # One transaction for a durable boundary: the steps apply in order, each
+            # bumping the revision as if it had come alone.
+            results = [
+                self._apply_write(step["operation"], step["payload"]) for step in payload["steps"]
+            ]
+            result: Any = {"results": results}
+        else:
+            result = self._apply_write(operation, payload)
+        after = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
+        return worker_response(message_id, "accepted", result=result, revision=after)
+
+    def _apply_write(self, operation: str, payload: dict[str, Any]) -> Any:
+        active = self.active
+        if operation != "store.writeSnapshot":
+            result = self._apply(operation, payload)
+            self.host.features.worker_operation(operation, active.run_id, payload, result)
+            return result
+        old_status = Run.select(Run.status).where(Run.run_id == active.run_id).scalar()
         result = self._apply(operation, payload)
         self.host.features.worker_operation(operation, active.run_id, payload, result)
-        after = Run.get_by_id(active.run_id)
-        if operation == "store.writeSnapshot" and after.status != "running":
-            run_claims.project_lifecycle(active.run_id, active.generation, after.status)
-            old_status, new_status = current.status, after.status
+        new_status = payload["snapshot"]["status"]
+        if new_status != "running":
+            run_claims.project_lifecycle(active.run_id, active.generation, new_status)
             self.host.store.after_commit(lambda: setattr(active, "released", True))
             self.host.store.after_commit(
                 lambda: self.host.after_run_stopped(active.run_id, old_status, new_status)
             )
-        return worker_response(message_id, "accepted", result=result, revision=after.revision)
+        return result
 
     def _apply(self, operation: str, payload: dict[str, Any]) -> Any:
         """Forward to the state-store function the engine's local store also uses."""

@@ -31,7 +31,11 @@ STORE_OPERATIONS = frozenset(
 # Registration of the process groups a worker starts (SPEC §7.4a): fenced by the claim,
 # but not run state, so they neither check nor bump the run revision.
 PROCESS_OPERATIONS = frozenset({"process.register", "process.unregister"})
-OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS | PROCESS_OPERATIONS
+# Several store writes committed as one transaction, in order, each checked as if sent
+# alone: payload {"steps": [{"operation", "payload", "kind"}, ...]}.
+BATCH_OPERATION = "store.batch"
+MAX_BATCH_STEPS = 16
+OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS | PROCESS_OPERATIONS | {BATCH_OPERATION}
 
 
 def validate_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +56,21 @@ def validate_message(message: dict[str, Any]) -> dict[str, Any]:
         raise FrameError("Worker message attemptId must be non-empty text")
     if not isinstance(message.get("payload"), dict):
         raise FrameError("Worker message payload must be a JSON object")
+    if message["operation"] == BATCH_OPERATION:
+        _validate_batch(message["payload"].get("steps"))
     return message
+
+
+def _validate_batch(steps: Any) -> None:
+    if not isinstance(steps, list) or not 0 < len(steps) <= MAX_BATCH_STEPS:
+        raise FrameError(f"A store.batch needs 1 to {MAX_BATCH_STEPS} steps")
+    for step in steps:
+        if (
+            not isinstance(step, dict)
+            or step.get("operation") not in STORE_OPERATIONS - {"store.readRunState"}
+            or not isinstance(step.get("payload"), dict)
+        ):
+            raise FrameError("Each store.batch step needs a store write operation and a payload")
 
 
 def worker_response(

@@ -88,7 +88,8 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
         )
         return EXIT_FAILED
     ready = pipe.call("worker.ready", {}, control=True)
-    backend = HostRunBackend(pipe)
+    backend = HostRunBackend(pipe, ready.get("runState"))
     outcome = execute_command(definition, backend, ready["command"])
+    backend.flush()
     pipe.call("worker.exiting", {"status": outcome["status"]}, control=True)
     return EXIT_OK
