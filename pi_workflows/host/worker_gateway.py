@@ -28,8 +28,17 @@ from ..protocol.worker_messages import (
     validate_message,
     worker_response,
 )
-from ..storage import put_json, put_text, read_json, read_text, run_claims, run_processes, run_state
-from ..storage.models import Run, RunWorker, WorkerMessage
+from ..storage import (
+    put_json,
+    put_text,
+    read_json,
+    read_text,
+    run_claims,
+    run_processes,
+    run_state,
+    statements,
+)
+from ..storage.models import Run, RunWorker
 from ..storage.runs import run_record
 from .active_run import ActiveRun
 from .process_groups import this_machine
@@ -68,11 +77,10 @@ class WorkerGateway:
             except PiWorkflowsError as error:
                 return worker_response(message_id, "rejected", error=one_line_error(error))
         fingerprint = digest(message)
-        stored = WorkerMessage.get_or_none(
-            (WorkerMessage.worker == active.worker_epoch) & (WorkerMessage.message_id == message_id)
-        )
+        stored = statements.worker_message(active.worker_epoch, message_id)
         if stored is not None:
-            if stored.request_fingerprint != fingerprint:
+            stored_fingerprint, _, revision, result_hash, error_hash = stored
+            if stored_fingerprint != fingerprint:
                 return worker_response(
                     message_id,
                     "rejected",
@@ -81,9 +89,9 @@ class WorkerGateway:
             return worker_response(
                 message_id,
                 "adopted",
-                result=read_json(stored.result_hash),
-                error=read_text(stored.error_hash),
-                revision=stored.accepted_revision,
+                result=read_json(result_hash),
+                error=read_text(error_hash),
+                revision=revision,
             )
         # The operation and its stored response commit together (one fsync, and a
         # replay can never see an applied operation without its response).
@@ -113,16 +121,16 @@ class WorkerGateway:
 
     def _record(self, message: dict[str, Any], fingerprint: str, reply: dict[str, Any]) -> None:
         with self.host.store.transaction():
-            WorkerMessage.insert(
-                worker=self.active.worker_epoch,
-                message_id=message["messageId"],
-                request_fingerprint=fingerprint,
-                outcome=reply["outcome"],
-                accepted_revision=reply.get("revision"),
-                result_hash=put_json(reply["result"]) if "result" in reply else None,
-                error_hash=put_text(reply["error"]) if "error" in reply else None,
-                completed_at=now_ms(),
-            ).on_conflict_ignore().execute()
+            statements.insert_worker_message(
+                self.active.worker_epoch,
+                message["messageId"],
+                fingerprint,
+                reply["outcome"],
+                reply.get("revision"),
+                put_json(reply["result"]) if "result" in reply else None,
+                put_text(reply["error"]) if "error" in reply else None,
+                now_ms(),
+            )
 
     def _claim_lost(self, message_id: str) -> dict[str, Any]:
         if self.active.supervisor is not None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..clock import now_ms
 from ..errors import NotFoundError, RevisionConflictError
-from . import run_transitions
+from . import run_transitions, statements
 from .blobs import put_json
 from .models import Event, Run
 
@@ -43,13 +43,8 @@ def record_run_change(
     raises :class:`RevisionConflictError` and nothing changes. Returns the new revision.
     """
     stamp = now_ms()
-    query = Run.update(revision=Run.revision + 1, updated_at=stamp, **updates).where(
-        Run.run_id == run_id
-    )
-    if expected_revision is not None:
-        query = query.where(Run.revision == expected_revision)
-    changed = list(query.returning(Run.revision).tuples().execute())
-    if len(changed) != 1:
+    revision = statements.bump_revision(run_id, stamp, updates, expected_revision)
+    if revision is None:
         current = Run.get_or_none(Run.run_id == run_id)
         if current is None:
             raise NotFoundError(f"Workflow run {run_id} does not exist.")
@@ -57,15 +52,14 @@ def record_run_change(
             f"Workflow run {run_id} is at revision {current.revision}, not "
             f"{expected_revision}; read it again and retry."
         )
-    ((revision,),) = changed
-    Event.create(
-        run=run_id,
-        revision=revision,
-        event_type=event_type,
-        actor=actor,
-        lease_generation=lease_generation,
-        payload_hash=put_json(payload if payload is not None else {}),
-        recorded_at=stamp,
+    statements.insert_event(
+        run_id,
+        revision,
+        event_type,
+        actor,
+        lease_generation,
+        put_json(payload if payload is not None else {}),
+        stamp,
     )
     run_transitions.note(run_id, event_type)
     return revision

@@ -16,7 +16,7 @@ from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import MessageContent
-from . import decision_records
+from . import decision_records, statements
 from .blobs import put_json, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -284,18 +284,24 @@ def write_snapshot(
 
 def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
     existing = {
-        row.attempt_id: row for row in NodeAttempt.select().where(NodeAttempt.run == run_id)
+        attempt_id: (node_id, number, status)
+        for attempt_id, node_id, number, status in statements.run_attempts(run_id)
     }
     numbers: dict[str, int] = {}
-    for row in existing.values():
-        numbers[row.node_id] = max(numbers.get(row.node_id, 0), row.attempt_number)
+    for node_id, number, _ in existing.values():
+        numbers[node_id] = max(numbers.get(node_id, 0), number)
     wanted: dict[str, dict[str, Any]] = {}
     # Steps carried over from a continuation's parent stay attempts of the parent.
     for step in snapshot.get("steps", [])[snapshot.get("carriedStepCount", 0) :]:
+        status = OUTCOME_TO_ATTEMPT_STATUS[step["outcome"]]
+        known = existing.get(step["attemptId"])
+        if known is not None and known[2] == status:
+            wanted[step["attemptId"]] = {"status": status}  # recorded already: no blobs
+            continue
         wanted[step["attemptId"]] = {
             "node_id": step["nodeId"],
             "node_type": step["nodeType"],
-            "status": OUTCOME_TO_ATTEMPT_STATUS[step["outcome"]],
+            "status": status,
             "started_at": step["startedAt"],
             "finished_at": step["finishedAt"],
             "output_hash": put_json(step["output"]) if step["outcome"] == "ok" else None,
@@ -310,22 +316,22 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
             "started_at": snapshot["currentNodeStartedAt"],
         }
     # Interrupt first: the one-active-attempt index must allow the new attempt.
-    for attempt_id, row in existing.items():
-        if row.status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
+    for attempt_id, (_, _, status) in existing.items():
+        if status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
             NodeAttempt.update(status="interrupted", finished_at=now_ms()).where(
                 NodeAttempt.attempt_id == attempt_id
             ).execute()
     for attempt_id, fields in wanted.items():
-        row = existing.get(attempt_id)
-        if row is None:
+        known = existing.get(attempt_id)
+        if known is None:
             numbers[fields["node_id"]] = numbers.get(fields["node_id"], 0) + 1
-            NodeAttempt.create(
+            NodeAttempt.insert(
                 attempt_id=attempt_id,
                 run=run_id,
                 attempt_number=numbers[fields["node_id"]],
                 **fields,
-            )
-        elif row.status != fields["status"]:
+            ).execute()
+        elif known[2] != fields["status"]:
             NodeAttempt.update(**fields).where(NodeAttempt.attempt_id == attempt_id).execute()
 
 

@@ -1,0 +1,150 @@
+"""Hand-written SQL for the statements every durable boundary runs.
+
+peewee stays the schema and model layer and builds every other query; for these few,
+building the query object and its SQL text each time cost more than the write itself
+(more than half of the host's time under load). They are written once here in SQLite
+and PostgreSQL alike (``INSERT … ON CONFLICT``, ``RETURNING``), with ``?`` placeholders
+turned into the open database's own.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from .models import Run, database_proxy
+
+
+def execute(sql: str, params: Sequence[Any] = ()) -> Any:
+    """Run one statement on the open state database; returns its cursor."""
+    db = database_proxy.obj
+    return db.execute_sql(_in_style(db.param, sql), params)
+
+
+def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    return execute(sql, params).fetchall()
+
+
+@functools.lru_cache(maxsize=256)
+def _in_style(placeholder: str, sql: str) -> str:
+    return sql if placeholder == "?" else sql.replace("?", placeholder)
+
+
+# --- blobs -----------------------------------------------------------------------------
+
+INSERT_BLOB = (
+    "INSERT INTO blobs (blob_hash, media_type, byte_length, content, created_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (blob_hash) DO NOTHING"
+)
+SELECT_BLOB = "SELECT media_type, byte_length, content FROM blobs WHERE blob_hash = ?"
+
+
+def insert_blob(blob_hash: str, media_type: str, content: bytes, stamp: int) -> bool:
+    """True when the row is new; False when a row with this hash already existed."""
+    cursor = execute(INSERT_BLOB, (blob_hash, media_type, len(content), content, stamp))
+    return cursor.rowcount == 1
+
+
+def select_blob(blob_hash: str) -> tuple[str, int, bytes] | None:
+    found = rows(SELECT_BLOB, (blob_hash,))
+    if not found:
+        return None
+    media_type, byte_length, content = found[0]
+    return media_type, byte_length, bytes(content)
+
+
+# --- run revisions ---------------------------------------------------------------------
+
+INSERT_EVENT = (
+    "INSERT INTO events (run_id, revision, event_type, actor, lease_generation, "
+    "payload_hash, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _bump_sql(columns: tuple[str, ...], checked: bool) -> str:
+    assignments = "".join(f", {column} = ?" for column in columns)
+    check = " AND revision = ?" if checked else ""
+    return (
+        f"UPDATE runs SET revision = revision + 1, updated_at = ?{assignments} "
+        f"WHERE run_id = ?{check} RETURNING revision"
+    )
+
+
+def bump_revision(
+    run_id: str, stamp: int, updates: dict[str, Any], expected_revision: int | None
+) -> int | None:
+    """Apply `updates` (model field names) and bump the revision; None when no row matched."""
+    fields = Run._meta.fields
+    columns = tuple(fields[name].column_name for name in updates)
+    params: list[Any] = [stamp]
+    # Callers pass plain values here, never expressions such as `Run.revision + 1`.
+    params.extend(fields[name].db_value(value) for name, value in updates.items())
+    params.append(run_id)
+    if expected_revision is not None:
+        params.append(expected_revision)
+    found = rows(_bump_sql(columns, expected_revision is not None), params)
+    return found[0][0] if found else None
+
+
+def insert_event(
+    run_id: str,
+    revision: int,
+    event_type: str,
+    actor: str,
+    lease_generation: int | None,
+    payload_hash: str,
+    stamp: int,
+) -> None:
+    execute(
+        INSERT_EVENT,
+        (run_id, revision, event_type, actor, lease_generation, payload_hash, stamp),
+    )
+
+
+# --- node attempts ---------------------------------------------------------------------
+
+SELECT_ATTEMPTS = (
+    "SELECT attempt_id, node_id, attempt_number, status FROM node_attempts WHERE run_id = ?"
+)
+
+
+def run_attempts(run_id: str) -> list[tuple[str, str, int, str]]:
+    """``(attempt_id, node_id, attempt_number, status)`` of every attempt of the run."""
+    return rows(SELECT_ATTEMPTS, (run_id,))
+
+
+# --- worker messages -------------------------------------------------------------------
+
+INSERT_WORKER_MESSAGE = (
+    "INSERT INTO worker_messages (worker_epoch, message_id, request_fingerprint, outcome, "
+    "accepted_revision, result_hash, error_hash, completed_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (worker_epoch, message_id) DO NOTHING"
+)
+SELECT_WORKER_MESSAGE = (
+    "SELECT request_fingerprint, outcome, accepted_revision, result_hash, error_hash "
+    "FROM worker_messages WHERE worker_epoch = ? AND message_id = ?"
+)
+
+
+def insert_worker_message(
+    worker_epoch: str,
+    message_id: str,
+    fingerprint: str,
+    outcome: str,
+    revision: int | None,
+    result_hash: str | None,
+    error_hash: str | None,
+    stamp: int,
+) -> None:
+    execute(
+        INSERT_WORKER_MESSAGE,
+        (worker_epoch, message_id, fingerprint, outcome, revision, result_hash, error_hash, stamp),
+    )
+
+
+def worker_message(worker_epoch: str, message_id: str) -> tuple[Any, ...] | None:
+    """``(fingerprint, outcome, revision, result_hash, error_hash)`` of a stored message."""
+    found = rows(SELECT_WORKER_MESSAGE, (worker_epoch, message_id))
+    return found[0] if found else None
