@@ -28,7 +28,7 @@ def _finish_two_turn(pi_session: WorkflowPi, pi, session_id: str) -> list[dict]:
     assert run["status"] == "completed", run
     wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
     wait_until(
-        lambda: [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4,
+        lambda: pi_session.turns_ended_as(session_id, ["completed"] * 4),
         what="four completed turns",
     )
     hosted = pi_session.host_messages(session_id)

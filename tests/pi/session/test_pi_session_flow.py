@@ -53,7 +53,7 @@ def test_two_turn_runs_in_the_session_and_ends_with_one_explained_result(pi_sess
     assert (
         last["content"][0]["text"] == "The two-turn workflow completed: a plan to add a changelog."
     )
-    assert [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4
+    assert pi_session.turns_ended_as(session_id, ["completed"] * 4)
 
     # The settled terminal turn is closed: an ordinary chat turn afterwards binds to nothing
     # (reference 7.13, 7.18).
@@ -92,7 +92,7 @@ def test_a_model_that_never_submits_gets_two_reminders_then_the_run_fails(pi_ses
     assert hosted[-1]["details"]["terminal"]["status"] == "failed"
     assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
     wait_until(
-        lambda: [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4,
+        lambda: pi_session.turns_ended_as(session_id, ["completed"] * 4),
         what="four completed turns",
     )
 
@@ -159,7 +159,7 @@ def test_a_step_that_arrives_during_a_chat_turn_is_delivered_once_after_it(pi_se
     assert run["status"] == "completed", run
     wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
     wait_until(
-        lambda: [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4,
+        lambda: pi_session.turns_ended_as(session_id, ["completed"] * 4),
         what="four completed turns",
     )
     hosted = pi_session.host_messages(session_id)

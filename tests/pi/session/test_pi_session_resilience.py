@@ -62,7 +62,7 @@ def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplic
     assert [m["kind"] for m in hosted] == ["step", "step", "step", "terminal"]
     assert pi_session.shown_once(pi) == Counter(m["workflowMessageId"] for m in hosted)
     # The turn the outage interrupted ended once, as the model ended it: nothing was lost.
-    assert [t[3] for t in pi_session.turns(session_id)] == ["completed"] * 4
+    assert pi_session.turns_ended_as(session_id, ["completed"] * 4)
     assert not any("unreachable" in n for n in pi_session.notices(pi)[1:])
 
 
@@ -110,7 +110,7 @@ def test_a_killed_pi_is_replaced_by_a_new_pi_on_the_same_session(pi_session: Wor
         what="five ended turns",
     )
     # The dead pi's turn ended lost exactly once; the new pi's four turns completed.
-    assert [t[3] for t in pi_session.turns(session_id)] == ["lost"] + ["completed"] * 4
+    assert pi_session.turns_ended_as(session_id, ["lost"] + ["completed"] * 4)
     (counted,) = pi_session.harness.query(
         "SELECT unproductive_turn_ends FROM interactive_requests WHERE node_id = 'inspect'"
     )

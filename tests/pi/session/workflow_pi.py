@@ -133,3 +133,21 @@ class WorkflowPi:
             "FROM workflow_turns WHERE target_session_id = ? ORDER BY started_at",
             session_id,
         )
+
+    def turns_ended_as(self, session_id: str, expected: list[str]) -> bool:
+        """The session's turns all ended, with the stop reasons `expected`, oldest first.
+
+        One exception, the one SPEC makes: the run can end before the turn of its last
+        step (the turn before the terminal message's) reports its end. The host then ends
+        that open turn `lost` (§7.5) and adopts the late `ended` report with the saved
+        turn (§9.4), so where `completed` is expected that turn may read `lost`.
+        """
+        turns = self.turns(session_id)
+        if len(turns) != len(expected) or any(t[2] != "ended" for t in turns):
+            return False
+        last_step = len(expected) - 2
+        return all(
+            turn[3] == wanted
+            or (index == last_step and wanted == "completed" and turn[3] == "lost")
+            for index, (turn, wanted) in enumerate(zip(turns, expected, strict=True))
+        )
