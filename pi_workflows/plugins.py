@@ -299,17 +299,25 @@ def describe_plugins() -> list[dict[str, Any]]:
 
 
 def plugin_set_digest() -> str:
-    """A short digest of the plugins this process loaded (names, versions, broken ones).
+    """A short digest of the plugin set this process's environment installs.
 
-    Two processes with the same installed plugins and plugin variables get the same
-    digest; the host sends its digest to every client so a client can tell it differs.
+    Made from metadata and the plugin variables alone, without importing any plugin, so
+    a command that only talks to the host pays nothing for it: this package's version
+    (the built-ins), each entry point's name, distribution and version, the modules of
+    `PI_WORKFLOWS_PLUGINS`, minus `PI_WORKFLOWS_DISABLE_PLUGINS`. The host sends its
+    digest to every client, so a client can tell that a plugin was installed, removed,
+    upgraded or configured differently since the host started.
     """
-    entries = sorted(
-        f"{entry['name']} {entry['version']} {entry['kind']}"
-        for entry in describe_plugins()
-        if entry["kind"] != "runtime"
-    )
-    return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
+    disabled = set(_names_from_env(DISABLE_ENV)) - set(ESSENTIAL_PLUGINS)
+    entries = [f"builtin {_own_version()}", *(f"disabled {name}" for name in sorted(disabled))]
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name in disabled:
+            continue
+        dist = entry_point.dist
+        name = dist.metadata["Name"] if dist else None
+        entries.append(f"entrypoint {entry_point.name} {name} {dist.version if dist else None}")
+    entries.extend(f"env {name}" for name in _names_from_env(PLUGINS_ENV) if name not in disabled)
+    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
 
 
 def describe_hooks() -> list[dict[str, Any]]:
