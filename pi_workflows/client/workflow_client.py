@@ -94,6 +94,13 @@ class WorkflowClient:
     def start_run(self, payload: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self.call("run.start", payload, **kwargs)
 
+    def start_runs(self, payloads: list[dict[str, Any]], **kwargs: Any) -> list[dict[str, Any]]:
+        """Start several runs in one request and one commit (all or none, at most 1000).
+
+        Returns ``[{runId, status}, ...]`` in the order of `payloads`.
+        """
+        return self.call("run.startBatch", {"runs": payloads}, **kwargs)["runs"]
+
     def run_status(self, run_id: str) -> dict[str, Any]:
         return self.call("run.status", {}, run_id=run_id)
 

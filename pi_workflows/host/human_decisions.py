@@ -142,7 +142,7 @@ class HumanDecisions:
             channel=channel,
             actor=actor,
         )
-        self.services.store.after_commit(self.services.schedule_claim_pass)
+        self.services.claim_now()
         self.services.store.after_commit(self.channel_runner.pump)
         receipt = {
             "decisionId": decision_id,
@@ -248,7 +248,7 @@ class HumanDecisions:
             launch_options={},
             actor=f"client:{request.client_id}",
         )
-        self.services.store.after_commit(self.services.schedule_claim_pass)
+        self.services.claim_now()
         return OperationResult(
             "accepted",
             receipt={**receipt, "status": "queued"},

@@ -34,6 +34,9 @@ from .profile import host_profile
 from .receipts import OperationResult, execute_durable, outcome_for_error
 from .session_views import unfinished_session_run
 
+# `run.startBatch`: at most this many runs per request (and one frame, at most 1 MiB).
+MAX_BATCH_RUNS = 1000
+
 if TYPE_CHECKING:
     from .runtime import Host
 
@@ -108,6 +111,7 @@ class Operations:
         self.table = OperationTable()
         for name, durable in (
             ("run.start", self.run_start),
+            ("run.startBatch", self.run_start_batch),
             ("run.pause", self.run_pause),
             ("run.resume", self.run_resume),
             ("run.cancel", self.run_cancel),
@@ -164,7 +168,40 @@ class Operations:
     # --- runs --------------------------------------------------------------------------
 
     def run_start(self, request: ClientRequest) -> OperationResult:
-        payload = request.payload
+        created = self._create_run(request.payload, request.client_id)
+        if isinstance(created, OperationResult):
+            return created
+        self.host.claim_free_slots()  # claimed by this commit when a worker slot is free
+        return OperationResult(
+            "accepted", receipt={"runId": created, "status": "queued"}, revision=1, run_id=created
+        )
+
+    def run_start_batch(self, request: ClientRequest) -> OperationResult:
+        """`run.startBatch {runs: [run.start payload, ...]}`: all of them in one commit, or
+        none (the first refused one names its index)."""
+        runs = request.payload.get("runs")
+        if not isinstance(runs, list) or not 0 < len(runs) <= MAX_BATCH_RUNS:
+            raise InvalidInputError(
+                f"runs must be a list of 1 to {MAX_BATCH_RUNS} run.start payloads"
+            )
+        run_ids = []
+        for index, payload in enumerate(runs):
+            try:
+                if not isinstance(payload, dict):
+                    raise InvalidInputError("each run must be a JSON object")
+                created = self._create_run(payload, request.client_id)
+            except PiWorkflowsError as error:
+                raise InvalidInputError(f"runs[{index}]: {error}") from error
+            if isinstance(created, OperationResult):
+                raise InvalidInputError(f"runs[{index}]: {created.error}")
+            run_ids.append(created)
+        self.host.claim_free_slots()
+        return OperationResult(
+            "accepted", receipt={"runs": [{"runId": r, "status": "queued"} for r in run_ids]}
+        )
+
+    def _create_run(self, payload: dict[str, Any], client_id: str) -> str | OperationResult:
+        """Check one `run.start` payload and create its run; its id, or the refusal."""
         name = _text(payload, "workflowName")
         project = _text(payload, "projectPath")
         if not os.path.isabs(project):
@@ -203,16 +240,13 @@ class Operations:
             definition_digest=_text(payload, "definitionDigest"),
             project_path=project,
             input=run_input,
-            actor=f"client:{request.client_id}",
+            actor=f"client:{client_id}",
             execution_mode=mode,
             origin_session_id=session if mode == "interactive" else None,
             presentation_prompt=prompt if isinstance(prompt, str) else None,
             priority=priority,
         )
-        self.host.store.after_commit(self.host.schedule_claim_pass)
-        return OperationResult(
-            "accepted", receipt={"runId": run_id, "status": "queued"}, revision=1, run_id=run_id
-        )
+        return run_id
 
     def run_status(self, request: ClientRequest) -> dict[str, Any]:
         return run_status(request.target_run_id())

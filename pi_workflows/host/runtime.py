@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -87,6 +88,15 @@ class HostTimings:
             host_lease_ms=int(number("PI_WORKFLOWS_HOST_LEASE_MS", epoch_lease.HOST_LEASE_MS)),
             worker_startup_s=number("PI_WORKFLOWS_WORKER_STARTUP_S", 15.0),
         )
+
+
+@dataclass(frozen=True)
+class PreparedWorker:
+    """A worker recorded with its run's claim, launched once that commits."""
+
+    worker_epoch: str
+    envelope: dict[str, Any]
+    progress: run_progress.ProgressMark
 
 
 def positive_int_setting(variable: str, default: int) -> int:
@@ -350,10 +360,21 @@ class Host:
         A `piw_may_claim` veto skips that run for this pass only; the pass goes on.
         """
         self._claim_pass_scheduled = False
+        self.claim_free_slots()
+
+    def claim_free_slots(self) -> None:
+        """The claim pass; inside a transaction its claims join that transaction.
+
+        `run.start` and the answers that reserve a continuation call it from their own
+        transaction, so a run on a host with a free worker slot is claimed by the commit
+        that created it (one fsync, no wait for the next pass). Each claim also records
+        its worker (``RunWorker``); the workers launch after commit.
+        """
         if self.stopping or self.epoch_lease is None:
             return
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
-        while len(self.active_runs) + len(self.pending_claims) < self.max_workers:
+        claimed: set[str] = set()
+        while len(self.active_runs) + len(self.pending_claims) + len(claimed) < self.max_workers:
             token = run_claims.new_claim_token()
             # PostgreSQL: the candidate query and the claim share one transaction, so the
             # candidates stay locked and other hosts skip them; SQLite keeps its write
@@ -363,17 +384,23 @@ class Host:
                 picked = self._pick_and_claim(excluded, token)
             if picked is None:
                 return
-            chosen, claim = picked
-            if claim is None:
+            chosen, claim, worker = picked
+            if claim is None or worker is None:
                 continue
-            self.pending_claims[chosen.run_id] = token
-            plugins.run_claimed(chosen, claim)
-            self.spawn(self.activate(chosen.run_id, token, claim.generation))
+            claimed.add(chosen.run_id)
+            self.store.after_commit(functools.partial(self._launch, chosen, token, claim, worker))
+
+    def _launch(self, run: RunRecord, token: str, claim: Claim, worker: PreparedWorker) -> None:
+        """After the claim committed: the worker starts."""
+        self.pending_claims[run.run_id] = token
+        plugins.run_claimed(run, claim)
+        self.spawn(self.activate(run.run_id, token, claim.generation, worker))
 
     def _pick_and_claim(
         self, excluded: set[str], token: str
-    ) -> tuple[RunRecord, Claim | None] | None:
-        """One claim of a pass: the chosen run and its claim (None: vetoed or lost).
+    ) -> tuple[RunRecord, Claim | None, PreparedWorker | None] | None:
+        """One claim of a pass: the chosen run, its claim and the worker recorded with it
+        (claim None: vetoed or lost).
 
         Returns None when the pass should stop (no candidate, or a claim hook failed).
         """
@@ -390,12 +417,13 @@ class Host:
         self.claim_pass_failure = None
         excluded.add(chosen.run_id)
         if not is_allowed:
-            return chosen, None
+            return chosen, None, None
         with self.store.transaction():
             claim = run_claims.claim_run(
                 chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
             )
-        return chosen, claim
+            worker = None if claim is None else self._record_worker(chosen.run_id, claim)
+        return chosen, claim, worker
 
     def _report_claim_failure(self, failure: str) -> None:
         # Every poll repeats a broken plugin's failure; the log says it once.
@@ -423,30 +451,28 @@ class Host:
             return None
         self.blocked_runs.discard(run_id)
         self.pending_claims[run_id] = token
+        worker = self._record_worker(run_id, claim)
 
         def launch() -> None:
             plugins.run_claimed(run_record(run_id), claim)
-            self.spawn(self.activate(run_id, token, claim.generation))
+            self.spawn(self.activate(run_id, token, claim.generation, worker))
 
         self.store.after_commit(launch)
         return claim.generation
 
     # --- workers -----------------------------------------------------------------------
 
-    async def activate(self, run_id: str, token: str, generation: int) -> None:
-        if self.pending_claims.get(run_id) != token:
-            return  # cancelled or paused before activation: nothing to launch
-        if self.stopping or run_id in self.active_runs:
-            self.pending_claims.pop(run_id, None)
-            with self.store.transaction():
-                run_claims.park_run(run_id, token)
-            return
+    def _record_worker(self, run_id: str, claim: Claim) -> PreparedWorker:
+        """The worker a claim launches: its launch envelope and ``RunWorker`` row.
+
+        Called in the claim's transaction, so the claim and its worker commit together.
+        """
         run = Run.get_by_id(run_id)
         worker_epoch = secrets.token_hex(16)
         envelope = {
             "schema": LAUNCH_SCHEMA,
             "runId": run_id,
-            "generation": generation,
+            "generation": claim.generation,
             "workerEpoch": worker_epoch,
             "projectPath": run.project_path,
             "workflowSource": json.loads(run.workflow_source),
@@ -456,19 +482,40 @@ class Host:
             "databaseUrl": self.database_url,
             "home": str(self.home.root),
         }
-        with self.store.transaction():
-            revision = Run.get_by_id(run_id).revision
-            progress = run_progress.progress_mark(run_id)
-            RunWorker.create(
-                worker_epoch=worker_epoch,
-                run=run_id,
-                generation=generation,
-                host_epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
-                launch_envelope_hash=put_json(envelope),
-                launch_progress_revision=revision,
-                status="starting",
-                started_at=now_ms(),
-            )
+        progress = run_progress.progress_mark(run_id)
+        RunWorker.create(
+            worker_epoch=worker_epoch,
+            run=run_id,
+            generation=claim.generation,
+            host_epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
+            launch_envelope_hash=put_json(envelope),
+            launch_progress_revision=run.revision,
+            status="starting",
+            started_at=now_ms(),
+        )
+        return PreparedWorker(worker_epoch, envelope, progress)
+
+    def _drop_worker(self, worker: PreparedWorker) -> None:
+        """A recorded worker that will never launch (its claim was let go first)."""
+        RunWorker.update(status="cancelled", finished_at=now_ms()).where(
+            (RunWorker.worker_epoch == worker.worker_epoch) & (RunWorker.status == "starting")
+        ).execute()
+
+    async def activate(
+        self, run_id: str, token: str, generation: int, worker: PreparedWorker
+    ) -> None:
+        if self.pending_claims.get(run_id) != token:
+            # Cancelled or paused before activation: nothing to launch.
+            with self.store.transaction():
+                self._drop_worker(worker)
+            return
+        if self.stopping or run_id in self.active_runs:
+            self.pending_claims.pop(run_id, None)
+            with self.store.transaction():
+                self._drop_worker(worker)
+                run_claims.park_run(run_id, token)
+            return
+        worker_epoch, envelope, progress = worker.worker_epoch, worker.envelope, worker.progress
         active = ActiveRun(run_id, token, generation, worker_epoch, None, progress)
         self.active_runs[run_id] = active
         self.pending_claims.pop(run_id, None)

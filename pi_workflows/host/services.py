@@ -67,6 +67,11 @@ class HostServices:
         """A run became claimable: look for work soon (never inside the claim pass)."""
         self._host.schedule_claim_pass()
 
+    def claim_now(self) -> None:
+        """A run became claimable in this transaction: claim it (and any other) for the
+        free worker slots in the same commit; the workers launch after commit."""
+        self._host.claim_free_slots()
+
     def unblock_run(self, run_id: str) -> None:
         """An operator cleared what held the run (inside a transaction): after commit it
         may be claimed again, by this host's next claim pass."""

@@ -6,6 +6,8 @@ import json
 import os
 import signal
 
+from pi_workflows.client.start_request import start_payload
+
 from .conftest import HostHarness, wait_until
 from .workflows import CRASHY, STEPS
 
@@ -103,3 +105,24 @@ def test_worker_dying_before_progress_is_parked_and_not_relaunched(harness: Host
     status = harness.wait_for_status(run_id, "completed")
     assert status["finalOutput"] == {"survived": True}
     assert status["errorCode"] is None
+
+
+def test_run_start_batch_starts_every_run_in_one_request_or_none(harness: HostHarness):
+    harness.start_host()
+    client = harness.client()
+    try:
+        payload = start_payload("hello", harness.project, {"name": "Ada"})
+        started = client.start_runs([payload] * 3)
+        assert len({run["runId"] for run in started}) == 3
+        for run in started:
+            status = harness.wait_for_status(run["runId"], "completed")
+            assert status["finalOutput"] == {"greeting": "Hello, Ada!"}
+
+        broken = {**payload, "projectPath": "relative/path"}
+        refused = client.send("run.startBatch", {"runs": [payload, broken]})
+        assert refused.outcome == "rejected"
+        assert refused.error.startswith("runs[1]: projectPath must be absolute")
+        # All or none: the valid first run of the refused batch was not created either.
+        assert len(client.list_runs()) == 3
+    finally:
+        client.close()

@@ -30,7 +30,11 @@ def test_two_agent_steps_complete_through_the_session_client(sessions, harness):
     answered = harness.cli("session", "respond", "session-a", "--output-json", '{"draft": "do it"}')
     result = json.loads(answered.stdout)
     assert result["workflowMessageId"] == shown["workflowMessageId"]
-    assert [result[k]["outcome"] for k in ("start", "submission", "end")] == ["accepted"] * 3
+    assert [result[k]["outcome"] for k in ("start", "submission")] == ["accepted"] * 2
+    # The run can end before the end of its last step's turn is reported: the host then
+    # ended the open turn lost (SPEC 7.5) and adopts the late report as settled (9.4).
+    assert result["end"]["outcome"] in ("accepted", "adopted")
+    assert result["end"]["receipt"]["ownership"] == "settled"
     status = harness.wait_for_status(run_id, "completed")
     assert status["finalOutput"] == {
         "plan": {"draft": "do it"},
