@@ -273,8 +273,9 @@ class Operations:
             return forwarded_commands.forward(request, run_id)
         active = host.active_runs.get(run_id)
         token = active.claim_token if active else host.pending_claims.get(run_id)
-        if active is not None and active.control in ("pause", "handoff"):
-            token = None  # parked already, its claim released: the stopping worker owns nothing
+        if active is not None and (active.control in ("pause", "handoff") or active.released):
+            # Parked or waiting already, its claim released: the exiting worker owns nothing.
+            token = None
         if not run_claims.terminate_run(
             run_id, token, status="cancelled", code="cancelled", error="Workflow run cancelled"
         ):
