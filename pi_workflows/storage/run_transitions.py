@@ -76,13 +76,19 @@ def collect() -> list[RunTransition]:
     transitions = []
     for row in rows:
         status = lifecycle_status(row["status"], row["queue_status"], bool(row["paused"]))
-        if status == row["announced_status"]:
+        announced = row["announced_status"]
+        if status == announced:
             continue
         Run.update(announced_status=status).where(Run.run_id == row["run_id"]).execute()
+        if announced is None and status != "queued":
+            # Created and claimed by one commit (run.start on a host with a free worker):
+            # the creation is a change of its own.
+            transitions.append(RunTransition(row["run_id"], None, "queued", "run.created"))
+            announced = "queued"
         transitions.append(
             RunTransition(
                 row["run_id"],
-                row["announced_status"],
+                announced,
                 status,
                 row["status_detail"] or noted[row["run_id"]],
             )
