@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pi_workflows import agent, workflow
 from pi_workflows.engine import Engine
-from pi_workflows.engine.agents import TRANSCRIPT_HEAD_ENTRIES, TRANSCRIPT_VALUE_CHARS
+from pi_workflows.engine.agents import (
+    TRANSCRIPT_HEAD_ENTRIES,
+    TRANSCRIPT_MAX_BYTES,
+    TRANSCRIPT_SAVE_EVERY_SECONDS,
+    TRANSCRIPT_VALUE_CHARS,
+    AgentTranscript,
+)
 from pi_workflows.engine.context import AbortSignal
 from pi_workflows.engine.local_backend import LocalRunBackend
 from pi_workflows.storage.transcripts import attempt_transcripts
@@ -87,3 +94,23 @@ def test_a_failed_attempt_keeps_a_bounded_transcript(runs) -> None:
     assert len(entries) - 1 + gap["count"] == 500
     assert all(len(entry["text"]) < TRANSCRIPT_VALUE_CHARS + 40 for entry in head)
     assert head[0]["text"].endswith("[3002 more characters]")
+
+
+def test_a_running_transcript_is_saved_in_chunks_of_new_entries_bounded_in_size() -> None:
+    transcript = AgentTranscript()
+    assert transcript.unsaved_chunk(0.0) is None  # nothing to save yet
+    transcript.add("prompt", text="Count.")
+    assert [e["kind"] for e in transcript.unsaved_chunk(0.0)] == ["prompt"]  # the first at once
+    transcript.add("tool_call", name="bash")
+    later = TRANSCRIPT_SAVE_EVERY_SECONDS
+    assert transcript.unsaved_chunk(later - 0.1) is None  # not due yet
+    assert [e["kind"] for e in transcript.unsaved_chunk(later)] == ["tool_call"]  # only the new
+    assert transcript.unsaved_chunk(later * 5) is None  # nothing new
+    # Past the size bound, no more chunks: an attempt's chunks stay as small as its transcript.
+    saved = 0
+    for index in range(600):
+        transcript.add("assistant", text=f"{index}:" + "x" * 5000)
+        chunk = transcript.unsaved_chunk(later * (index + 10))
+        saved += len(json.dumps(chunk)) if chunk else 0
+    assert TRANSCRIPT_MAX_BYTES <= saved < TRANSCRIPT_MAX_BYTES + 2 * TRANSCRIPT_VALUE_CHARS + 200
+    assert transcript.unsaved_chunk(later * 10_000) is None
