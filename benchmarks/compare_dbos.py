@@ -422,11 +422,11 @@ def dbos_cli(python: Path) -> dict[str, float]:
 ROWS = (
     ("3-node workflow start->result p50", "seq.p50_ms", "ms", False),
     ("3-node workflow start->result p95", "seq.p95_ms", "ms", False),
-    ("300 queued runs, runs/s (4 workers)", "queue4.runs_per_s", "/s", True),
-    ("300 queued runs, runs/s (8 workers)", "queue8.runs_per_s", "/s", True),
+    ("{queued} queued runs, runs/s (4 workers)", "queue4.runs_per_s", "/s", True),
+    ("{queued} queued runs, runs/s (8 workers)", "queue8.runs_per_s", "/s", True),
     ("enqueue, starts/s (one request per run)", "queue4.starts_per_s", "/s", True),
-    ("enqueue, starts/s (run.startBatch of 300)", "batch.starts_per_s", "/s", True),
-    ("CPU of the process tree, 300 runs", "queue4.cpu_s", "s", False),
+    ("enqueue, starts/s (run.startBatch of {queued})", "batch.starts_per_s", "/s", True),
+    ("CPU of the process tree, {queued} runs", "queue4.cpu_s", "s", False),
     ("CPU per run", "queue4.cpu_per_run_ms", "ms", False),
     ("checkpoint answer -> continuation done p50", "ask.p50_ms", "ms", False),
     ("decision answer -> continuation done p50", "decide.p50_ms", "ms", False),
@@ -528,6 +528,7 @@ def main() -> None:
         if dbos:
             ratio = f"{(dbos / pi if higher_is_better else pi / dbos):.2f}x"
         shown = f"{dbos:.1f}{unit}" if dbos is not None else "-"
+        label = label.format(queued=args.queued)
         print(f"{label:46} {shown:>10} {pi:>11.1f}{unit:2} {ratio:>7}")
     print("ratio > 1: pi-workflows is slower (or uses more); < 1: faster")
     print(f"after: {load()}")
