@@ -308,6 +308,8 @@ class Host:
                 log.exception("forwarded commands failed")
         self.schedule_claim_pass()
         self.features.poll()
+        with contextlib.suppress(HostLeaseLostError):  # fenced out: the next owner decides
+            self.store.flush_deferred()
 
     def _lease_lost(self, error: PiWorkflowsError) -> None:
         """Stop once: the host's lease is gone, so it may write nothing more."""
@@ -572,10 +574,12 @@ class Host:
         return await supervisor.run()
 
     def _finish_worker(self, active: ActiveRun, result: WorkerExit) -> None:
-        with self.store.transaction():
+        stamp = now_ms()
+
+        def record() -> None:
             RunWorker.update(
                 status=result.outcome,
-                finished_at=now_ms(),
+                finished_at=stamp,
                 exit_code=result.exit_code,
                 signal=result.signal,
                 diagnostic_hash=put_text(result.diagnostic) if result.diagnostic else None,
@@ -583,6 +587,14 @@ class Host:
                 (RunWorker.worker_epoch == active.worker_epoch)
                 & RunWorker.status.in_(("starting", "ready", "running"))
             ).execute()
+
+        if result.outcome == "exited" and result.exit_code == 0:
+            # A clean exit is bookkeeping only: it rides on the next commit (a claim, the
+            # next run's start) or the poll timer's, instead of costing one of its own.
+            self.store.defer_write(record)
+            return
+        with self.store.transaction():
+            record()
 
     def _recover_worker_exit(self, active: ActiveRun, outcome: str) -> None:
         """Exit recovery in the order of SPEC §7.4."""

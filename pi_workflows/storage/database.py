@@ -60,6 +60,7 @@ class StateStore:
         # Run first in every outermost transaction when set: a host on a shared database
         # refuses to write once its lease has expired (SPEC §14).
         self.fence: Callable[[], None] | None = None
+        self._deferred: list[Callable[[], None]] = []
 
     @property
     def is_sqlite(self) -> bool:
@@ -97,7 +98,14 @@ class StateStore:
             with begin:
                 if self.fence is not None:
                     self.fence()
-                yield
+                deferred, self._deferred = self._deferred, []
+                try:
+                    for write in deferred:
+                        write()
+                    yield
+                except BaseException:
+                    self._deferred[:0] = deferred  # rolled back: they wait for the next one
+                    raise
                 if tx.doomed:
                     raise TransactionAborted(
                         "An inner step of this change failed, so nothing was written; "
@@ -114,6 +122,17 @@ class StateStore:
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()
+
+    def defer_write(self, write: Callable[[], None]) -> None:
+        """A bookkeeping write that may wait: it runs first in the next outermost
+        transaction (see `flush_deferred`), sparing a commit of its own."""
+        self._deferred.append(write)
+
+    def flush_deferred(self) -> None:
+        """Commit the writes `defer_write` holds, if any."""
+        if self._deferred:
+            with self.transaction():
+                pass
 
     @property
     def in_transaction(self) -> bool:
