@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import hashlib
 import importlib
 import importlib.metadata
 import logging
@@ -27,11 +26,15 @@ import pluggy
 from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from .errors import PiWorkflowsError, PluginError, PluginLoadError, UnansweredHookError
+from .plugin_set import (  # noqa: F401  (plugin_set_digest: the façade's name for it)
+    DISABLE_ENV,
+    ENTRY_POINT_GROUP,
+    PLUGINS_ENV,
+    names_from_env,
+    plugin_set_digest,
+)
 from .records import TerminalFacts, WorkerLaunchEnvelope
 
-ENTRY_POINT_GROUP = "pi_workflows"
-PLUGINS_ENV = "PI_WORKFLOWS_PLUGINS"
-DISABLE_ENV = "PI_WORKFLOWS_DISABLE_PLUGINS"
 DEBUG_HOOKS_ENV = "PI_WORKFLOWS_DEBUG_HOOKS"
 
 log = logging.getLogger(__name__)
@@ -57,10 +60,6 @@ class PluginRegistry:
     tracing: bool = False  # PI_WORKFLOWS_DEBUG_HOOKS
 
 
-def _names_from_env(variable: str) -> list[str]:
-    return [name.strip() for name in os.environ.get(variable, "").split(",") if name.strip()]
-
-
 def load_plugins() -> PluginRegistry:
     """Build a plugin manager: built-ins, then entry points, then `PI_WORKFLOWS_PLUGINS`.
 
@@ -70,7 +69,7 @@ def load_plugins() -> PluginRegistry:
     manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     registry = PluginRegistry(manager)
-    disabled = set(_names_from_env(DISABLE_ENV)) - set(ESSENTIAL_PLUGINS)
+    disabled = set(names_from_env(DISABLE_ENV)) - set(ESSENTIAL_PLUGINS)
     registry.disabled = sorted(disabled)
     for name in disabled:
         manager.set_blocked(name)
@@ -97,7 +96,7 @@ def load_plugins() -> PluginRegistry:
             hint=f"entry point {entry_point.value!r}",
         )
 
-    for module_name in _names_from_env(PLUGINS_ENV):
+    for module_name in names_from_env(PLUGINS_ENV):
         if module_name in disabled or manager.has_plugin(module_name):
             continue
         _register_guarded(
@@ -296,28 +295,6 @@ def describe_plugins() -> list[dict[str, Any]]:
             }
         )
     return described
-
-
-def plugin_set_digest() -> str:
-    """A short digest of the plugin set this process's environment installs.
-
-    Made from metadata and the plugin variables alone, without importing any plugin, so
-    a command that only talks to the host pays nothing for it: this package's version
-    (the built-ins), each entry point's name, distribution and version, the modules of
-    `PI_WORKFLOWS_PLUGINS`, minus `PI_WORKFLOWS_DISABLE_PLUGINS`. The host sends its
-    digest to every client, so a client can tell that a plugin was installed, removed,
-    upgraded or configured differently since the host started.
-    """
-    disabled = set(_names_from_env(DISABLE_ENV)) - set(ESSENTIAL_PLUGINS)
-    entries = [f"builtin {_own_version()}", *(f"disabled {name}" for name in sorted(disabled))]
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry_point.name in disabled:
-            continue
-        dist = entry_point.dist
-        name = dist.metadata["Name"] if dist else None
-        entries.append(f"entrypoint {entry_point.name} {name} {dist.version if dist else None}")
-    entries.extend(f"env {name}" for name in _names_from_env(PLUGINS_ENV) if name not in disabled)
-    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
 
 
 def describe_hooks() -> list[dict[str, Any]]:

@@ -59,9 +59,9 @@ class CliContext:
         hello = client.hello
         if hello is None or hello.get("pluginSet") is None:
             return
-        from .. import plugins
+        from ..plugin_set import plugin_set_digest
 
-        if hello["pluginSet"] == plugins.plugin_set_digest():
+        if hello["pluginSet"] == plugin_set_digest():
             return
         click.echo(
             "pi-workflows: warning: the running host loaded a different set of plugins than "
