@@ -406,7 +406,7 @@ class Sessions:
             submission = InteractiveSubmission.get_by_id(submission.submission_id)
         receipt = {
             "requestId": interaction.request_id,
-            "submissionId": key,
+            "submissionId": submission.idempotency_key,
             "runId": interaction.run_id,
             **read_json(submission.receipt_hash),
         }
@@ -422,21 +422,29 @@ class Sessions:
     def _begin_validation(
         self, request: ClientRequest, interaction: InteractiveRequest, key: str
     ) -> tuple[InteractiveSubmission, bool]:
-        """Record a `validating` submission, or adopt the one with the same key."""
+        """Record a `validating` submission, or adopt the one with the same submissionId or
+        sent under the same idempotency key (a retry that chose a new submissionId)."""
         payload_hash = put_json(request.payload["value"])
+        # The row id is keyed by the envelope's idempotency key, per client.
+        row_id = "submission-" + digest(
+            [interaction.request_id, request.client_id, request.idempotency_key]
+        )[:40]
         existing = InteractiveSubmission.get_or_none(
             (InteractiveSubmission.request == interaction.request_id)
             & (InteractiveSubmission.idempotency_key == key)
-        )
+        ) or InteractiveSubmission.get_or_none(InteractiveSubmission.submission_id == row_id)
         if existing is not None:
             if existing.payload_hash != payload_hash:
-                raise ConflictError("This submissionId was already used with another value")
+                raise ConflictError(
+                    "This submission was already sent with another value; "
+                    "use a new submissionId and idempotency key for a new value"
+                )
             return existing, False
         self._check_current(request, interaction)
         if is_validating(interaction.request_id):
             raise ConflictError("Another submission of this step is still being validated")
         submission = InteractiveSubmission.create(
-            submission_id="submission-" + digest([interaction.request_id, key])[:40],
+            submission_id=row_id,
             request=interaction.request_id,
             idempotency_key=key,
             request_revision=interaction.revision,

@@ -50,23 +50,31 @@ def _frame(request_id: str, operation: str, payload: dict, **envelope: object) -
     return canonical_json(message).encode() + b"\n"
 
 
-def _submit_frame(session, step: dict, run_id: str) -> bytes:
+def _submit_frame(
+    session,
+    step: dict,
+    run_id: str,
+    request_id: str = "slow-submit",
+    submission_id: str = "only",
+    key: str | None = None,
+) -> bytes:
     details = step["details"]
     interaction = next(
         i for i in session.view["pendingInteractions"] if i["requestId"] == details["requestId"]
     )
     return _frame(
-        "slow-submit",
+        request_id,
         "interaction.submit",
         {
             "requestId": details["requestId"],
             "attempt": details["attempt"],
             "step": details["step"],
-            "submissionId": "only",
+            "submissionId": submission_id,
             "value": {"answer": 42},
         },
         runId=run_id,
         expectedRevision=interaction["revision"],
+        idempotencyKey=key or request_id,
     )
 
 
@@ -118,5 +126,34 @@ def test_a_submission_retried_after_its_connection_dropped_is_adopted(sessions, 
     assert answer["requestId"] == "slow-submit" and answer["outcome"] == "adopted", answer
     assert harness.query("SELECT idempotency_key, outcome FROM interactive_submissions") == [
         ("only", "accepted")
+    ]
+    harness.wait_for_status(run_id, "completed")
+
+
+def test_a_retry_with_new_ids_under_the_same_idempotency_key_is_adopted(sessions, harness):
+    """Reference 4.14: another request id and another submission id, the same idempotency key:
+    adopted, and only the first submission is stored."""
+    run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-key")
+    session.report_turn(step, session.new_turn_id(), "started")
+    first = _submit_frame(session, step, run_id, "first", "first-submission", "same-durable")
+    retry = _submit_frame(session, step, run_id, "retry", "retry-submission", "same-durable")
+
+    with _connect(harness) as (sock, reader):
+        sock.sendall(first)
+        wait_until(
+            lambda: (
+                harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
+            ),
+            what="the first submission to be validating",
+        )
+        sock.sendall(retry)
+        (harness.project / "release").touch()
+        answers = [json.loads(reader.readline()) for _ in range(2)]
+    answers = {answer["requestId"]: answer for answer in answers}
+    assert answers["first"]["outcome"] == "accepted", answers
+    assert answers["retry"]["outcome"] == "adopted", answers
+    assert answers["retry"]["receipt"]["submissionId"] == "first-submission"
+    assert harness.query("SELECT idempotency_key, outcome FROM interactive_submissions") == [
+        ("first-submission", "accepted")
     ]
     harness.wait_for_status(run_id, "completed")
