@@ -426,9 +426,10 @@ class Sessions:
         sent under the same idempotency key (a retry that chose a new submissionId)."""
         payload_hash = put_json(request.payload["value"])
         # The row id is keyed by the envelope's idempotency key, per client.
-        row_id = "submission-" + digest(
-            [interaction.request_id, request.client_id, request.idempotency_key]
-        )[:40]
+        row_id = (
+            "submission-"
+            + digest([interaction.request_id, request.client_id, request.idempotency_key])[:40]
+        )
         existing = InteractiveSubmission.get_or_none(
             (InteractiveSubmission.request == interaction.request_id)
             & (InteractiveSubmission.idempotency_key == key)
