@@ -13,7 +13,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from .models import TERMINAL_RUN_STATUSES, Run, RunQueue
+from . import statements
+from .models import TERMINAL_RUN_STATUSES
 
 _QUEUE_LIFECYCLE = {"queued": "queued", "starting": "claimed", "running": "running"}
 
@@ -60,37 +61,18 @@ def collect() -> list[RunTransition]:
     noted, _noted.runs = _noted.runs, {}
     if not noted:
         return []
-    rows = (
-        Run.select(
-            Run.run_id,
-            Run.status,
-            Run.paused,
-            Run.status_detail,
-            Run.announced_status,
-            RunQueue.status.alias("queue_status"),
-        )
-        .join(RunQueue, on=(RunQueue.run == Run.run_id))
-        .where(Run.run_id.in_(list(noted)))
-        .dicts()
-    )
     transitions = []
-    for row in rows:
-        status = lifecycle_status(row["status"], row["queue_status"], bool(row["paused"]))
-        announced = row["announced_status"]
+    for run_id, run_status, paused, detail, announced, queue_status in statements.lifecycle_rows(
+        list(noted)
+    ):
+        status = lifecycle_status(run_status, queue_status, bool(paused))
         if status == announced:
             continue
-        Run.update(announced_status=status).where(Run.run_id == row["run_id"]).execute()
+        statements.set_announced_status(run_id, status)
         if announced is None and status != "queued":
             # Created and claimed by one commit (run.start on a host with a free worker):
             # the creation is a change of its own.
-            transitions.append(RunTransition(row["run_id"], None, "queued", "run.created"))
+            transitions.append(RunTransition(run_id, None, "queued", "run.created"))
             announced = "queued"
-        transitions.append(
-            RunTransition(
-                row["run_id"],
-                announced,
-                status,
-                row["status_detail"] or noted[row["run_id"]],
-            )
-        )
+        transitions.append(RunTransition(run_id, announced, status, detail or noted[run_id]))
     return transitions

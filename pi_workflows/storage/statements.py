@@ -148,3 +148,20 @@ def worker_message(worker_epoch: str, message_id: str) -> tuple[Any, ...] | None
     """``(fingerprint, outcome, revision, result_hash, error_hash)`` of a stored message."""
     found = rows(SELECT_WORKER_MESSAGE, (worker_epoch, message_id))
     return found[0] if found else None
+
+
+# --- lifecycle announcements -----------------------------------------------------------
+
+
+def lifecycle_rows(run_ids: list[str]) -> list[tuple[Any, ...]]:
+    """``(run_id, status, paused, status_detail, announced_status, queue_status)`` per run."""
+    marks = ", ".join("?" for _ in run_ids)
+    return rows(
+        "SELECT r.run_id, r.status, r.paused, r.status_detail, r.announced_status, q.status "
+        f"FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE r.run_id IN ({marks})",
+        run_ids,
+    )
+
+
+def set_announced_status(run_id: str, status: str) -> None:
+    execute("UPDATE runs SET announced_status = ? WHERE run_id = ?", (status, run_id))
