@@ -16,7 +16,7 @@ from ..errors import (
 )
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error
-from ..storage import StateStore, put_json, put_text, read_json, read_text
+from ..storage import StateStore, put_json, put_text, read_json, read_text, statements
 from ..storage.models import HostCommand
 
 
@@ -29,31 +29,29 @@ class OperationResult:
     run_id: str | None = None
 
 
-def _stored_response(row: HostCommand, request_id: str) -> dict[str, Any]:
-    outcome = "adopted" if row.outcome in ("accepted", "adopted") else row.outcome
+def _stored_response(row: tuple[Any, ...], request_id: str) -> dict[str, Any]:
+    _, stored_outcome, revision, receipt_hash, error_hash = row
+    outcome = "adopted" if stored_outcome in ("accepted", "adopted") else stored_outcome
     return response(
         request_id,
         outcome,
-        receipt=read_json(row.receipt_hash),
-        error=read_text(row.error_hash),
-        revision=row.accepted_revision,
+        receipt=read_json(receipt_hash),
+        error=read_text(error_hash),
+        revision=revision,
     )
 
 
 def _adopt(request: ClientRequest) -> dict[str, Any] | None:
-    by_id = HostCommand.get_or_none(HostCommand.request_id == request.request_id)
+    by_id = statements.command_by_request(request.request_id)
     if by_id is not None:
-        if by_id.request_fingerprint != request.fingerprint:
+        if by_id[0] != request.fingerprint:
             return response(
                 request.request_id, "conflict", error="Request ID was reused with another payload"
             )
         return _stored_response(by_id, request.request_id)
-    by_key = HostCommand.get_or_none(
-        (HostCommand.client_id == request.client_id)
-        & (HostCommand.idempotency_key == request.idempotency_key)
-    )
+    by_key = statements.command_by_key(request.client_id, request.idempotency_key)
     if by_key is not None:
-        if by_key.request_fingerprint != request.fingerprint:
+        if by_key[0] != request.fingerprint:
             return response(
                 request.request_id,
                 "conflict",

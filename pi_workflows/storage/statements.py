@@ -165,3 +165,25 @@ def lifecycle_rows(run_ids: list[str]) -> list[tuple[Any, ...]]:
 
 def set_announced_status(run_id: str, status: str) -> None:
     execute("UPDATE runs SET announced_status = ? WHERE run_id = ?", (status, run_id))
+
+
+# --- durable command receipts ----------------------------------------------------------
+
+_COMMAND_COLUMNS = "request_fingerprint, outcome, accepted_revision, receipt_hash, error_hash"
+
+
+def command_by_request(request_id: str) -> tuple[Any, ...] | None:
+    """``(fingerprint, outcome, revision, receipt_hash, error_hash)`` of a stored command."""
+    found = rows(
+        f"SELECT {_COMMAND_COLUMNS} FROM host_commands WHERE request_id = ?", (request_id,)
+    )
+    return found[0] if found else None
+
+
+def command_by_key(client_id: str, idempotency_key: str) -> tuple[Any, ...] | None:
+    """As `command_by_request`, found by the client's idempotency key."""
+    found = rows(
+        f"SELECT {_COMMAND_COLUMNS} FROM host_commands WHERE client_id = ? AND idempotency_key = ?",
+        (client_id, idempotency_key),
+    )
+    return found[0] if found else None
