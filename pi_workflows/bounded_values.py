@@ -35,19 +35,19 @@ def quoted(
 
 
 def bounded_terminal_facts(facts: TerminalFacts) -> TerminalFacts:
-    """The facts with the input, results and errors (earlier outcomes' too) cut."""
-    earlier = [
-        {
-            **outcome,
-            "finalOutput": quoted(outcome.get("finalOutput"), "result"),
-            "error": quoted(outcome.get("error"), "error"),
-        }
-        for outcome in facts.get("earlierOutcomes", [])
-    ]
-    return {
-        **facts,
-        "input": quoted(facts.get("input"), "input"),
-        "finalOutput": quoted(facts.get("finalOutput"), "result"),
-        "error": quoted(facts.get("error"), "error"),
-        "earlierOutcomes": earlier,
-    }
+    """The facts with the input, results and errors (earlier outcomes' too) cut; keys that
+    the facts do not have stay absent."""
+    bounded: dict[str, Any] = dict(facts)
+    for key, what in (("input", "input"), ("finalOutput", "result"), ("error", "error")):
+        if key in facts:
+            bounded[key] = quoted(facts[key], what)
+    if "earlierOutcomes" in facts:
+        bounded["earlierOutcomes"] = [
+            {
+                **outcome,
+                "finalOutput": quoted(outcome.get("finalOutput"), "result"),
+                "error": quoted(outcome.get("error"), "error"),
+            }
+            for outcome in facts["earlierOutcomes"]
+        ]
+    return bounded  # type: ignore[return-value]
