@@ -131,7 +131,10 @@ def hook_page(hook: str, implemented_by: dict[str, list[str]]) -> str:
             "Test it with the test kit (`pi_workflows.testing`): register it with the "
             "`workflow_plugins` fixture and call the hook's façade in `pi_workflows.plugins`, "
             "or load it into a real host with `workflow_host.add_plugin(...)`; see "
-            "[Writing plugins](../../plugins.md#testing-a-plugin).",
+            "[Writing plugins](../../plugins.md#testing-a-plugin), whose "
+            "[recipes](../../plugins.md#recipes) show how to give the host settings "
+            '(`workflow_host.start(PI_WORKFLOWS_MAX_WORKERS="1")`), start runs with options '
+            "and write configuration files.",
             "",
         ]
     )

@@ -73,7 +73,19 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database | None:
     before any query. ``firstresult``. The built-in (``pi_workflows.builtin.storage``)
     opens ``<home>/state.sqlite`` when ``url`` is ``None``, a ``sqlite:///path`` URL or a
     plain path, and ``postgresql://…`` URLs through ``playhouse.db_url``. Schema checks
-    and pragmas are applied by the core afterwards, whatever the plugin returns.
+    and pragmas are applied by the core afterwards, whatever the plugin returns: it
+    creates the schema in an empty database (upgrades or refuses an older one), and for
+    any ``peewee.SqliteDatabase`` refuses a file that holds something other than
+    pi-workflows state, creates a missing file with mode 0600 and sets ``journal_mode=wal``,
+    ``synchronous=full``, ``foreign_keys=1`` and ``busy_timeout=5000`` — so return a plain
+    ``peewee.SqliteDatabase(path)``.
+
+    Every process that opens state must resolve the same URL to the same database: the
+    plugin must be installed, and ``--database`` / ``PI_WORKFLOWS_DATABASE`` plus any
+    setting the plugin reads must be set, wherever the CLI and the host run (workers
+    inherit the host's environment and get its URL). ``host status`` shows the URL as
+    given. Raise a ``pi_workflows.errors.PiWorkflowsError`` subclass with a sentence for
+    a URL that is yours but cannot be opened; the CLI prints it on one line.
     """
 
 

@@ -355,8 +355,11 @@ class AgentStepRequest(TypedDict):
     #: receipt ``{updateId, sequence, ...}``.
     publish_update: Callable[[str, str, dict[str, Any]], dict[str, Any]]
     #: a `pi_workflows.engine.agents.AgentTranscript`: ``add(kind, **fields)`` what the
-    #: agent did; the engine keeps it (bounded) with the attempt when the attempt ends in
-    #: the worker, and ``pi-workflows run transcript`` shows it.
+    #: agent did — ``kind`` a short word of your choosing (the pi executor writes
+    #: ``prompt``, ``assistant``, ``error``, …), ``fields`` JSON values, each cut to 2,000
+    #: characters; thread-safe. The engine keeps it (bounded) with the attempt when the
+    #: attempt ends in the worker, and ``pi-workflows run transcript`` prints each entry's
+    #: kind and fields.
     transcript: Any
 
 

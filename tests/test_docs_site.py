@@ -93,3 +93,28 @@ def test_the_tutorials_run_on_a_real_host(workflow_host: WorkflowHost):
     assert "In two sentences: say what failed" in message["content"]
     listed = json.loads(workflow_host.cli("workflows", "--json").stdout)
     assert "count-words" in json.dumps(listed)
+
+
+def test_the_human_decision_example_runs_on_a_real_host(workflow_host: WorkflowHost):
+    (example,) = [b for b in _code_blocks(DOCS / "decisions.md") if "human_decision(" in b]
+    workflow_host.write_workflow(
+        "ship",
+        example.replace("\nhuman_decision(", "\nASK = human_decision(", 1)
+        + "from pi_workflows import compute, switch, workflow\n"
+        "WORKFLOW = workflow(name='ship', start_at='ask', nodes={'ask': ASK,"
+        " 'held': compute(lambda ctx: ctx.outputs['ask'])},"
+        " edges=[switch('ask', on='$.choice', cases={'hold': 'held', 'ship': 'held'})])\n",
+    )
+    workflow_host.start()
+
+    run_id = workflow_host.start_run("ship", {"release": "1.2"})
+    workflow_host.wait_for_status(run_id, "waiting")
+    (decision,) = json.loads(workflow_host.cli("decision", "list", "--json").stdout)
+    workflow_host.cli("decision", "answer", decision["decisionId"], "hold", "--input", "QA first")
+
+    assert decision["title"] == "Ship 1.2?"
+    continuation = "continuation-" + decision["decisionId"].removeprefix("decision-")
+    assert workflow_host.wait_for_run(continuation)["finalOutput"] == {
+        "choice": "hold",
+        "input": {"why": "QA first"},
+    }
