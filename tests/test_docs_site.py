@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sqlite3
 from pathlib import Path
 
 import pluggy
@@ -118,3 +119,27 @@ def test_the_human_decision_example_runs_on_a_real_host(workflow_host: WorkflowH
         "choice": "hold",
         "input": {"why": "QA first"},
     }
+
+
+def test_the_storage_example_keeps_a_hosts_state_where_it_says(
+    workflow_host: WorkflowHost, tmp_path: Path
+):
+    example = (DOCS / "reference" / "hook-examples" / "piw_open_database.py").read_text()
+    workflow_host.add_plugin("shared_storage", example)
+    workflow_host.env.update(PI_WORKFLOWS_DATABASE="shared:team", PIW_SHARED_DIR=str(tmp_path))
+    workflow_host.start()
+
+    run_id = workflow_host.start_run("hello", {"name": "Ada"})
+    assert workflow_host.wait_for_run(run_id)["status"] == "completed"
+
+    database = tmp_path / "team.sqlite"
+    with sqlite3.connect(database) as connection:
+        runs = connection.execute("SELECT run_id, status FROM runs").fetchall()
+        journal_mode = connection.execute("PRAGMA journal_mode").fetchone()[0]
+    assert runs == [(run_id, "completed")]
+    assert journal_mode == "wal"  # the core's pragmas, though the plugin set none
+    assert database.stat().st_mode & 0o777 == 0o600
+    assert not (workflow_host.home.root / "state.sqlite").exists()
+    unset = workflow_host.cli("state", "status", check=False, PIW_SHARED_DIR="")
+    assert unset.returncode == 1
+    assert unset.stderr.strip().endswith("shared: URLs need PIW_SHARED_DIR set to a directory.")
