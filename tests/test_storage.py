@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 
 import pytest
@@ -20,6 +21,7 @@ from pi_workflows.storage import (
     SCHEMA_VERSION,
     open_state,
     put_json,
+    put_json_in_parts,
     put_text,
     read_json,
     read_text,
@@ -127,6 +129,25 @@ def test_json_and_text_blobs_round_trip_by_content_address(store):
     assert read_text(text_hash) == "a prompt\nwith lines"
     assert read_json(None) is None and read_text(None) is None
     assert Blob.select().count() == 2
+
+
+def test_large_members_of_split_values_are_stored_once_and_read_back_whole(store):
+    big = {"rows": ["x" * 100] * 200}
+    first = {"schema": "s", "outputs": {"a": big}, "steps": [{"output": big}]}
+    second = {**first, "outputs": {"a": big, "b": {"small": 1}}}
+    # A value shaped like the split form itself must still read back as itself.
+    lookalike = {"$piw-skeleton": None, "$piw-parts": [[[], "0" * 64]]}
+    with store.transaction():
+        hashes = [put_json_in_parts(value) for value in (first, second)]
+        assert [read_json(h) for h in hashes] == [first, second]
+        assert read_json(put_json(lookalike)) == lookalike
+        assert read_json(put_json_in_parts({"quoted": lookalike, "big": big})) == {
+            "quoted": lookalike,
+            "big": big,
+        }
+    ((stored,),) = store.db.execute_sql("SELECT SUM(byte_length) FROM blobs").fetchall()
+    one_copy = len(json.dumps(big, separators=(",", ":")))
+    assert stored < 2 * one_copy  # the large list once, plus small skeletons
 
 
 def test_a_corrupted_blob_is_detected_when_the_value_is_stored_again(store):

@@ -29,7 +29,7 @@ from ..protocol.worker_messages import (
     worker_response,
 )
 from ..storage import (
-    put_json,
+    put_json_in_parts,
     put_text,
     read_json,
     read_text,
@@ -127,7 +127,7 @@ class WorkerGateway:
                 fingerprint,
                 reply["outcome"],
                 reply.get("revision"),
-                put_json(reply["result"]) if "result" in reply else None,
+                put_json_in_parts(reply["result"]) if "result" in reply else None,
                 put_text(reply["error"]) if "error" in reply else None,
                 now_ms(),
             )

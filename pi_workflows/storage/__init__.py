@@ -1,6 +1,6 @@
 """The state store: peewee models, transactions, blobs and run revisions (SPEC §4)."""
 
-from .blobs import put_json, put_text, read_json, read_text
+from .blobs import put_json, put_json_in_parts, put_text, read_json, read_text
 from .database import SCHEMA_NAME, SCHEMA_VERSION, StateStore, open_state
 from .events import EventRecord, event_counts, run_events, run_exists
 from .maintenance import state_status
@@ -15,6 +15,7 @@ __all__ = [
     "event_counts",
     "open_state",
     "put_json",
+    "put_json_in_parts",
     "put_text",
     "read_json",
     "read_text",

@@ -13,6 +13,13 @@ from . import statements
 JSON = "application/json"
 TEXT = "text/plain"
 
+#: A member of a split value at least this large is stored as a blob of its own.
+PART_MIN_BYTES = 4 * 1024
+#: How many levels of a split value are looked into for large members.
+SPLIT_DEPTH = 4
+_SKELETON = "$piw-skeleton"
+_PARTS = "$piw-parts"
+
 
 def _put(content: bytes, media_type: str) -> str:
     blob_hash = sha256_hex(content)
@@ -31,7 +38,70 @@ def _put(content: bytes, media_type: str) -> str:
 
 def put_json(value: Any) -> str:
     """Store a JSON value by the sha256 of its canonical bytes; returns the hash."""
+    if _is_split_form(value):  # would read back as a split value: store it as one part
+        return _put(canonical_bytes({_SKELETON: None, _PARTS: [[[], _put_part(value)]]}), JSON)
     return _put(canonical_bytes(value), JSON)
+
+
+def put_json_in_parts(value: Any) -> str:
+    """Store a JSON object with each large member in a blob of its own; `read_json` reads
+    it back whole.
+
+    A run's snapshots repeat every earlier result, and its events and worker replies
+    quote them: stored whole, a run with megabytes of results would store them again at
+    every step. Split, each large member is stored once by its address however many
+    values carry it. Small values are stored whole, exactly as `put_json` does.
+    """
+    if _is_split_form(value):
+        return put_json(value)
+    whole = canonical_bytes(value)
+    if len(whole) < PART_MIN_BYTES or not isinstance(value, dict):
+        return _put(whole, JSON)  # encoded once: this is every durable boundary's path
+    parts: list[list[Any]] = []
+    skeleton = _split(value, [], SPLIT_DEPTH, parts)
+    return _put(canonical_bytes({_SKELETON: skeleton, _PARTS: parts}), JSON)
+
+
+def _split(value: dict | list, path: list, depth: int, parts: list[list[Any]]) -> Any:
+    if isinstance(value, dict):
+        return {key: _member(item, [*path, key], depth, parts) for key, item in value.items()}
+    return [_member(item, [*path, index], depth, parts) for index, item in enumerate(value)]
+
+
+def _member(item: Any, path: list, depth: int, parts: list[list[Any]]) -> Any:
+    if not _is_large(item):
+        return item
+    children = item.values() if isinstance(item, dict) else item
+    if depth > 1 and isinstance(item, dict | list) and any(map(_is_large, children)):
+        return _split(item, path, depth - 1, parts)
+    parts.append([path, _put_part(item)])
+    return None
+
+
+def _is_large(value: Any) -> bool:
+    return isinstance(value, dict | list | str) and len(canonical_bytes(value)) >= PART_MIN_BYTES
+
+
+def _put_part(value: Any) -> str:
+    """A part is stored as plain canonical JSON and read back as is, never joined."""
+    return _put(canonical_bytes(value), JSON)
+
+
+def _is_split_form(value: Any) -> bool:
+    return isinstance(value, dict) and value.keys() == {_SKELETON, _PARTS}
+
+
+def _joined(split: dict[str, Any]) -> Any:
+    whole = split[_SKELETON]
+    for path, part_hash in split[_PARTS]:
+        part = json.loads(_read(part_hash, JSON))
+        if not path:
+            return part
+        parent = whole
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = part
+    return whole
 
 
 def put_text(text: str) -> str:
@@ -48,9 +118,11 @@ def _read(blob_hash: str, media_type: str) -> bytes:
 
 
 def read_json(blob_hash: str | None) -> Any:
+    """The value stored by `put_json` or `put_json_in_parts`."""
     if blob_hash is None:
         return None
-    return json.loads(_read(blob_hash, JSON))
+    value = json.loads(_read(blob_hash, JSON))
+    return _joined(value) if _is_split_form(value) else value
 
 
 def read_text(blob_hash: str | None) -> str | None:

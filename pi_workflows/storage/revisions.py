@@ -7,7 +7,7 @@ from typing import Any
 from ..clock import now_ms
 from ..errors import NotFoundError, RevisionConflictError
 from . import run_transitions, statements
-from .blobs import put_json
+from .blobs import put_json, put_json_in_parts
 from .models import Event, Run
 
 
@@ -58,7 +58,7 @@ def record_run_change(
         event_type,
         actor,
         lease_generation,
-        put_json(payload if payload is not None else {}),
+        put_json_in_parts(payload if payload is not None else {}),
         stamp,
     )
     run_transitions.note(run_id, event_type)

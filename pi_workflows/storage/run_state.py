@@ -17,7 +17,7 @@ from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import MessageContent
 from . import decision_records, statements
-from .blobs import put_json, put_text, read_json
+from .blobs import put_json, put_json_in_parts, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
@@ -264,7 +264,7 @@ def write_snapshot(
     updates: dict[str, Any] = {
         "status": status,
         "status_detail": snapshot.get("statusDetail"),
-        "state_hash": put_json(snapshot),
+        "state_hash": put_json_in_parts(snapshot),
         "final_output_hash": (
             put_json(snapshot["finalOutput"]) if "finalOutput" in snapshot else None
         ),

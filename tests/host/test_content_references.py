@@ -172,3 +172,7 @@ def test_a_run_with_more_than_2_mib_of_state_resumes_after_its_worker_dies(
 
     status = harness.wait_for_status(run_id, "completed")
     assert status["finalOutput"] == {"sizes": [4500] * 5}
+    # Each large result is stored once, not again in every later snapshot of the run.
+    history = 5 * len(json.dumps({"i": 0, "rows": ["x" * 100] * 4500}))
+    ((stored,),) = harness.query("SELECT SUM(byte_length) FROM blobs")
+    assert stored < 4 * history, f"{stored} bytes of blobs for {history} bytes of results"
