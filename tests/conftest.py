@@ -5,6 +5,7 @@ Fixtures here are generic on purpose; every test package of the project may use 
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import os
 import shutil
@@ -128,27 +129,29 @@ def _ensure_plugin_installed(distribution: str, directory: Path) -> None:
     """Pip-install a plugin distribution of `plugins/` (editable) unless it is installed.
 
     The install is real (pip, entry point metadata), so subprocesses load it exactly as a
-    user's installation would.
+    user's installation would. Parallel test workers take turns (a lock in site-packages).
     """
-    if _is_installed(distribution):
-        return
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "-e",
-            str(directory),
-        ],
-        check=True,
-        timeout=300,
-    )
+    purelib = sysconfig.get_paths()["purelib"]
+    with open(Path(purelib) / ".piw-test-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _is_installed(distribution):
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "-e",
+                    str(directory),
+                ],
+                check=True,
+                timeout=300,
+            )
     # Process the new editable-install .pth here too, as a fresh interpreter would.
-    site.addsitedir(sysconfig.get_paths()["purelib"])
+    site.addsitedir(purelib)
     importlib.invalidate_caches()
     plugins.reload()
 
