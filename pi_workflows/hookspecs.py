@@ -316,7 +316,8 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
     Factories and the other methods run on the channel's own thread, never on the host's event
     loop. Raise ``pi_workflows.errors.ChannelDeliveryError`` when a call definitely did
     not happen (the host retries it, 3 attempts in all, then gives that delivery up:
-    the effect stays ``rejected``, see docs/decisions.md); any other exception, or no
+    the effect stays ``rejected`` until an operator runs ``pi-workflows effects retry``,
+    see docs/decisions.md); any other exception, or no
     return within the call timeout, makes the effect ambiguous until an operator runs
     ``pi-workflows effects confirm|retry``. Answers are reported through ``report_answer``;
     the host accepts them only from channels of the decision's audience and actors the

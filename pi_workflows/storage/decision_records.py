@@ -692,15 +692,24 @@ def deliveries_to_settle() -> list[tuple[HumanDecision, str]]:
     return pairs
 
 
+def delivery_gave_up(effect: Effect) -> bool:
+    """A channel effect whose automatic attempts all failed: only an operator retries it."""
+    return (
+        effect.scope == "channel"
+        and effect.status == "rejected"
+        and effect.attempt_count >= MAX_AUTOMATIC_ATTEMPTS
+    )
+
+
 def recover_channel_effect(effect_id: str, action: str) -> dict[str, Any]:
     """An operator's verdict on an ambiguous effect: `confirm` it happened, or `retry` it."""
     effect = Effect.get_or_none((Effect.effect_id == effect_id) & (Effect.scope == "channel"))
     if effect is None:
         raise NotFoundError(f"Channel effect {effect_id} does not exist.")
-    if effect.status != "ambiguous":
+    if effect.status != "ambiguous" and not (action == "retry" and delivery_gave_up(effect)):
         raise ConflictError(
-            f"Channel effect {effect_id} is {effect.status}; only an ambiguous effect needs "
-            "recovery."
+            f"Channel effect {effect_id} is {effect.status}; only an ambiguous effect or a "
+            "delivery that gave up needs recovery."
         )
     now = now_ms()
     if action == "confirm":

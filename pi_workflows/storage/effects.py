@@ -130,16 +130,17 @@ def list_effects(*, status: str | None = None, run_id: str | None = None) -> lis
     return [describe(effect) for effect in query]
 
 
-def _effect_in_doubt(effect_id: str) -> Effect:
+def _recoverable_effect(effect_id: str, action: str) -> Effect:
     effect = Effect.get_or_none(Effect.effect_id == effect_id)
     if effect is None:
         raise NotFoundError(
             f"Effect {effect_id} does not exist; list them with 'pi-workflows effects list'."
         )
-    if effect.status != "ambiguous":
+    retryable = action == "retry" and decision_records.delivery_gave_up(effect)
+    if effect.status != "ambiguous" and not retryable:
         raise ConflictError(
             f"Effect {effect_id} is {effect.status}; only an effect in doubt (ambiguous) can be "
-            "confirmed or retried."
+            "confirmed or retried, and a channel delivery that gave up can be retried."
         )
     return effect
 
@@ -152,7 +153,7 @@ def resolve(effect_id: str, action: str, result: Any, actor: str) -> dict[str, A
     """
     if action not in ("confirm", "retry"):
         raise InvalidInputError("An effect is resolved by 'confirm' or 'retry'.")
-    effect = _effect_in_doubt(effect_id)
+    effect = _recoverable_effect(effect_id, action)
     if effect.scope == "channel":
         decision_records.recover_channel_effect(effect_id, action)
         return {"effectId": effect_id, "action": action, "runId": None, "runReleased": False}

@@ -5,11 +5,13 @@ The webhook channel is tested with its distribution, plugins/pi-workflows-webhoo
 
 from __future__ import annotations
 
+import json
 import time
 
 from .conftest import HostHarness, decision_workflow, pending_decision, wait_until, write_channels
 
 STUCK_CHANNEL = """
+import json
 import time
 from pathlib import Path
 
@@ -169,3 +171,63 @@ def test_a_channel_kind_decides_who_answers_through_decision_answer(harness: Hos
         decision_id,
     )
     assert winner == [("desk", "front-desk")]
+
+
+FLAKY_CHANNEL = """
+from pathlib import Path
+
+from pi_workflows import hookimpl
+from pi_workflows.errors import ChannelDeliveryError
+
+
+class Flaky:
+    def __init__(self, context):
+        self.fixed = Path(context.options["fixed"])
+        self.delivered = Path(context.options["delivered"])
+
+    def deliver(self, request):
+        if not self.fixed.exists():
+            raise ChannelDeliveryError("the chat service answered 503")
+        self.delivered.write_text(request["decisionId"])
+        return {"shown": True}
+
+    def settle(self, request, resolution, delivery):
+        return {}
+
+    def close(self):
+        return None
+
+
+@hookimpl
+def piw_register_decision_channels(register):
+    register("flaky", Flaky)
+"""
+
+
+def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHarness):
+    """An audience whose only channel failed every automatic attempt is not stuck: the
+    operator retries the delivery once the channel works again."""
+    fixed, delivered = harness.root / "fixed", harness.root / "delivered"
+    harness.add_plugin("flaky_channel", FLAKY_CHANNEL)
+    options = {"kind": "flaky", "fixed": str(fixed), "delivered": str(delivered)}
+    write_channels(harness, {"audiences": {"operator": ["flaky"]}, "channels": {"flaky": options}})
+    harness.write_workflow("decide", decision_workflow(None))
+    harness.start_host()
+    run_id = harness.start_run("decide")
+    pending_decision(harness, run_id)
+
+    def delivery() -> dict | None:
+        listed = json.loads(harness.cli("effects", "list", "--json").stdout)
+        return next((e for e in listed if e["scope"] == "channel"), None)
+
+    gave_up = wait_until(
+        lambda: (
+            (effect := delivery())["attempts"] >= 3 and effect["status"] == "rejected" and effect
+        ),
+        timeout=20,
+        what="the delivery to give up after three attempts",
+    )
+    fixed.touch()
+    harness.cli("effects", "retry", gave_up["effectId"])
+    wait_until(delivered.exists, timeout=30, what="the retried delivery")
+    assert wait_until(lambda: delivery()["status"] == "applied", what="the delivery applied")
