@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_ONLY_OPERATIONS = frozenset({"store.readRunState", "worker.exiting"})
+READ_ONLY_OPERATIONS = frozenset({"store.readRunState", "worker.ready", "worker.exiting"})
 
 
 class WorkerGateway:
@@ -71,7 +71,11 @@ class WorkerGateway:
             return worker_response(message_id, "claimLost", error="Worker epoch is stale")
         if message["operation"] in READ_ONLY_OPERATIONS:
             # A read changes nothing: no transaction, no fsync, no replay record (asking
-            # again gives the same answer).
+            # again gives the same answer). worker.ready's bookkeeping waits for the next
+            # commit (`_record_ready`), unless a store read comes first: that read must
+            # see the revision worker.ready promised.
+            if message["operation"] != "worker.ready" and self._ready_unrecorded():
+                self.host.store.flush_deferred()
             try:
                 return self._dispatch(message)
             except PiWorkflowsError as error:
@@ -141,24 +145,20 @@ class WorkerGateway:
 
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
-        with self.host.store.transaction():
-            if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
-                return self._claim_lost(message_id)
-            # The worker's pid rides on this commit rather than one of its own.
-            pid = active.supervisor.pid if active.supervisor is not None else None
-            RunWorker.update(
-                status="running",
-                ready_at=now_ms(),
-                pid=pid,
-                process_start_identity=start_identity(pid) if pid else None,
-            ).where(
-                (RunWorker.worker_epoch == active.worker_epoch) & (RunWorker.status == "starting")
-            ).execute()
-            run_claims.mark_running(active.run_id, active.claim_token)
-            record = run_record(active.run_id)
-            timed_out = run_state.timed_out_interaction_attempt(active.run_id)
-            # The engine's first read, answered now so that it costs no message.
-            state = run_state.read_run_state(active.run_id)
+        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
+            return self._claim_lost(message_id)
+        record = run_record(active.run_id)
+        timed_out = run_state.timed_out_interaction_attempt(active.run_id)
+        # The engine's first read, answered now so that it costs no message.
+        state = run_state.read_run_state(active.run_id)
+        # The worker's pid and the queue's `running` are bookkeeping: they ride on the
+        # next commit, at the latest the worker's first write, which comes before any
+        # node code runs (and before any process group it could start). The worker is
+        # told the revision that write finds: `mark_running` bumps it once.
+        revision = record.revision
+        if self._ready_unrecorded():
+            self.host.store.defer_write(self._record_ready)
+            revision += 1
         if active.supervisor is not None:
             active.supervisor.ready.set()
         try:
@@ -173,7 +173,7 @@ class WorkerGateway:
         return worker_response(
             message_id,
             "accepted",
-            revision=record.revision,
+            revision=revision,
             result={
                 "command": command.to_json(),
                 "originSessionId": record.origin_session_id,
@@ -182,6 +182,34 @@ class WorkerGateway:
                 "workflowName": state["workflowName"],
             },
         )
+
+    def _ready_unrecorded(self) -> bool:
+        return (
+            RunWorker.select()
+            .where(
+                (RunWorker.worker_epoch == self.active.worker_epoch)
+                & (RunWorker.status == "starting")
+            )
+            .exists()
+        )
+
+    def _record_ready(self) -> None:
+        active = self.active
+        pid = active.supervisor.pid if active.supervisor is not None else None
+        marked = (
+            RunWorker.update(
+                status="running",
+                ready_at=now_ms(),
+                pid=pid,
+                process_start_identity=start_identity(pid) if pid else None,
+            )
+            .where(
+                (RunWorker.worker_epoch == active.worker_epoch) & (RunWorker.status == "starting")
+            )
+            .execute()
+        )
+        if marked:  # once per worker, even if it said ready twice
+            run_claims.mark_running(active.run_id, active.claim_token)
 
     def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:
         payload = message["payload"]
@@ -225,14 +253,15 @@ class WorkerGateway:
     def _store_operation(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
         operation, payload = message["operation"], message["payload"]
+        # The claim first: a lost claim also leaves worker.ready's revision bump unmade.
+        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
+            return self._claim_lost(message_id)
         current = Run.select(Run.revision, Run.status).where(Run.run_id == active.run_id).get()
         if message["expectedRevision"] != current.revision:
             raise RevisionConflictError(
                 f"Workflow run revision conflict: expected {message['expectedRevision']}, "
                 f"got {current.revision}"
             )
-        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
-            return self._claim_lost(message_id)
         if operation == BATCH_OPERATION:
             # One transaction for a durable boundary: the steps apply in order, each
             # bumping the revision as if it had come alone.

@@ -9,28 +9,45 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows.storage import read_json
-from pi_workflows.storage.models import Run, RunWorker, WorkerMessage
+from pi_workflows.storage.models import Run
 from pi_workflows.storage.runs import create_run
 
 from .conftest import HostHarness, wait_until
 from .workflows import CHECKPOINTED, STALE_LAUNCH_PLUGIN, STEPS
 
+# worker.ready keeps no replay record (it is a read), so the commands the host answered
+# are logged by a plugin wrapping the built-in launch hook.
+COMMAND_LOG_PLUGIN = """
+import json
+import os
 
-def _ready_commands(harness: HostHarness, run_id: str) -> list[dict]:
+from pi_workflows import hookimpl
+
+
+@hookimpl(wrapper=True)
+def piw_worker_run_command(record, resume_interaction_attempt_id):
+    command = yield
+    with open(os.environ["COMMAND_LOG"], "a") as log:
+        log.write(json.dumps({"runId": record.run_id, "command": command.to_json()}) + "\\n")
+    return command
+"""
+
+
+def _start_logging_host(harness: HostHarness, tmp_path: Path) -> None:
+    (tmp_path / "command_log.py").write_text(COMMAND_LOG_PLUGIN)
+    harness.start_host(
+        PI_WORKFLOWS_PLUGINS="command_log",
+        COMMAND_LOG=str(tmp_path / "commands.jsonl"),
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+
+
+def _ready_commands(tmp_path: Path, run_id: str) -> list[dict]:
     """The `command` the host answered to each worker.ready of the run, oldest first."""
-    store = harness.open_store()
-    try:
-        commands = []
-        workers = RunWorker.select().where(RunWorker.run == run_id).order_by(RunWorker.generation)
-        for worker in workers:
-            for message in WorkerMessage.select().where(WorkerMessage.worker == worker):
-                result = read_json(message.result_hash)
-                if isinstance(result, dict) and "command" in result:
-                    commands.append(result["command"])
-        return commands
-    finally:
-        store.close()
+    log = tmp_path / "commands.jsonl"
+    lines = log.read_text().splitlines() if log.exists() else []
+    entries = [json.loads(line) for line in lines]
+    return [entry["command"] for entry in entries if entry["runId"] == run_id]
 
 
 def _diagnostics(harness: HostHarness, run_id: str) -> str:
@@ -81,16 +98,16 @@ def test_a_stale_worker_gets_claim_lost_and_writes_nothing(harness: HostHarness,
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
 
 
-def test_start_and_resume_commands(harness: HostHarness):
+def test_start_and_resume_commands(harness: HostHarness, tmp_path: Path):
     harness.write_workflow("steps", STEPS)
-    harness.start_host()
+    _start_logging_host(harness, tmp_path)
     run_id = harness.start_run("steps")
     first = harness.wait_for_pid("b.pid")
     os.kill(first, signal.SIGKILL)
     harness.wait_for_pid("b.pid", previous=first)
     (harness.project / "release-b").touch()
     harness.wait_for_status(run_id, "completed")
-    commands = _ready_commands(harness, run_id)
+    commands = _ready_commands(tmp_path, run_id)
     assert [c["kind"] for c in commands] == ["start", "resume"]
     assert commands[0]["input"] == {}
 
@@ -120,8 +137,8 @@ def _derived_run(harness: HostHarness, parent_id: str | None, **lineage) -> str:
         store.close()
 
 
-def test_restart_command_starts_the_same_definition_again(harness: HostHarness):
-    harness.start_host()
+def test_restart_command_starts_the_same_definition_again(harness: HostHarness, tmp_path: Path):
+    _start_logging_host(harness, tmp_path)
     parent = harness.start_run("hello", {"name": "Ada"})
     harness.wait_for_status(parent, "completed")
     child = _derived_run(
@@ -134,18 +151,18 @@ def test_restart_command_starts_the_same_definition_again(harness: HostHarness):
     )
     status = harness.wait_for_status(child, "completed")
     assert status["finalOutput"] == {"greeting": "Hello, Ada!"}
-    assert [c["kind"] for c in _ready_commands(harness, child)] == ["restart"]
+    assert [c["kind"] for c in _ready_commands(tmp_path, child)] == ["restart"]
 
 
-def test_continue_command_carries_the_parent_and_input(harness: HostHarness):
+def test_continue_command_carries_the_parent_and_input(harness: HostHarness, tmp_path: Path):
     harness.write_workflow("checkpointed", CHECKPOINTED)
-    harness.start_host()
+    _start_logging_host(harness, tmp_path)
     parent = harness.start_run("checkpointed")
     harness.wait_for_status(parent, "waiting")
     child = _derived_run(harness, parent, lineage_kind="continuation", input={"ok": True})
     status = harness.wait_for_status(child, "completed")
     assert status["finalOutput"] == {"answer": {"ok": True}}
-    (command,) = _ready_commands(harness, child)
+    (command,) = _ready_commands(tmp_path, child)
     assert command == {"kind": "continue", "parentRunId": parent, "input": {"ok": True}}
 
 
