@@ -216,11 +216,14 @@ def test_a_host_outage_during_an_open_turn_is_not_charged_to_the_step(sessions, 
     down_until = time.time() * 1000 + 400
     wait_until(lambda: time.time() * 1000 > down_until, what="the outage")
     harness.start_host()
+    ready_at = time.time() * 1000
     restarted_at = harness.query("SELECT started_at FROM host_state WHERE id = 1")[0][0]
     after = _deadline(harness, run_id)[0]
     assert restarted_at - last_heartbeat >= 400
-    # Given back: the time from the last heartbeat to the new host's start (± scheduling).
-    assert abs((after - before) - (restarted_at - last_heartbeat)) <= 100
+    # Given back: the time from the last heartbeat to the new host's recovery, which runs
+    # after the host's start and before it answers (a loaded machine stretches that window).
+    given_back = after - before
+    assert restarted_at - last_heartbeat - 50 <= given_back <= ready_at - last_heartbeat + 50
     assert harness.client().run_status(run_id)["status"] == "waiting"
 
     # The new host stopped the step's clock when it started; the next coordinator's report
