@@ -56,7 +56,10 @@ from pi_workflows import agent, compute, edge, workflow
 
 
 def work(ctx):
+    deadline = time.monotonic() + 60
     while not pathlib.Path("go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("go never appeared")
         time.sleep(0.05)
     return {"worked": True}
 
