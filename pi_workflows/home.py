@@ -8,8 +8,6 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from .canonical import sha256_hex
 from .errors import UnsafeHomeError
 
@@ -56,6 +54,8 @@ def home_key(home: Home) -> str:
 
 
 def default_home_path() -> Path:
+    import platformdirs  # imported here: a command given --home or the variable skips it
+
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
@@ -64,6 +64,8 @@ def config_dir() -> Path:
     override = os.environ.get(CONFIG_ENV)
     if override:
         return Path(override).expanduser().resolve()
+    import platformdirs
+
     return Path(platformdirs.user_config_dir(APP_NAME))
 
 
