@@ -95,6 +95,31 @@ class HostConnection:
         return json.loads(line)
 
     def request(
+        self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any
+    ) -> Response:
+        """Send a request (`envelope`: the keyword arguments of `post`), wait for its response."""
+        request_id = self.post(operation, payload, **envelope)
+        try:
+            while True:
+                reply = self._read_message()
+                if reply.get("type") == "response" and reply.get("requestId") == request_id:
+                    break
+        except (OSError, ValueError) as error:
+            raise HostUnavailableError(
+                f"Lost the connection to the workflow host: {error}"
+            ) from None
+        receipt = reply.get("receipt")
+        if has_references(receipt):  # an answer too big for one frame
+            receipt = materialize(receipt, self._read_chunk)
+        return Response(
+            request_id=request_id,
+            outcome=reply["outcome"],
+            receipt=receipt,
+            error=reply.get("error"),
+            revision=reply.get("revision"),
+        )
+
+    def post(
         self,
         operation: str,
         payload: dict[str, Any] | None = None,
@@ -103,7 +128,11 @@ class HostConnection:
         request_id: str | None = None,
         idempotency_key: str | None = None,
         expected_revision: int | None = None,
-    ) -> Response:
+    ) -> str:
+        """Send a request without waiting for its response; returns its request id.
+
+        A later `request` skips the response when it comes.
+        """
         request_id = request_id or f"request-{secrets.token_hex(12)}"
         message: dict[str, Any] = {
             "schema": SCHEMA,
@@ -126,24 +155,11 @@ class HostConnection:
             )
         try:
             self._sock.sendall(frame)
-            while True:
-                reply = self._read_message()
-                if reply.get("type") == "response" and reply.get("requestId") == request_id:
-                    break
-        except (OSError, ValueError) as error:
+        except OSError as error:
             raise HostUnavailableError(
                 f"Lost the connection to the workflow host: {error}"
             ) from None
-        receipt = reply.get("receipt")
-        if has_references(receipt):  # an answer too big for one frame
-            receipt = materialize(receipt, self._read_chunk)
-        return Response(
-            request_id=request_id,
-            outcome=reply["outcome"],
-            receipt=receipt,
-            error=reply.get("error"),
-            revision=reply.get("revision"),
-        )
+        return request_id
 
     def _read_chunk(self, sha256: str, size: int, offset: int) -> dict[str, Any]:
         answer = self.request("content.read", {"sha256": sha256, "bytes": size, "offset": offset})

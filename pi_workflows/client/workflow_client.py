@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from ..errors import HostUnavailableError, RunWaitTimedOut
+from ..errors import HostBusyError, HostUnavailableError, RunWaitTimedOut
 from ..home import Home
 from .autostart import connect
 from .connection import HostConnection, RequestFailed, Response
+from .session_client import SessionConnection
 
 TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
+WATCH_TICK_S = 1.0
 
 
 def run_is_held(status: dict[str, Any]) -> bool:
@@ -48,6 +51,8 @@ class WorkflowClient:
         # request from the same client, which the host adopts.
         self.client_id = f"client-{secrets.token_hex(8)}"
         self._connection: HostConnection | None = None
+        # A second connection for the run status the host pushes (`wait_for_run`).
+        self._watch: SessionConnection | None = None
 
     @property
     def connection(self) -> HostConnection:
@@ -63,6 +68,7 @@ class WorkflowClient:
         return self._connection.hello if self._connection is not None else None
 
     def close(self) -> None:
+        self._close_watch()
         if self._connection is not None:
             self._connection.close()
             self._connection = None
@@ -179,20 +185,76 @@ class WorkflowClient:
         on_progress: Callable[[dict[str, Any]], None] | None = None,
         poll_s: float = 0.05,
     ) -> dict[str, Any]:
-        """Poll `run.status` until the run is terminal, waiting or held (or `until` says so)."""
+        """Wait until the run is terminal, waiting or held (or `until` says so); return
+        its `run.status` object.
+
+        The host pushes the status each time it changes (`view.run.watch` with
+        `statusOnly`), so the wait costs neither a poll interval nor a request per poll;
+        `run.status` is polled every `poll_s` only when that watch cannot be had.
+        `on_progress` sees every status the wait does not end on whose `status` moved.
+        """
         until = until or run_has_settled
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        status: dict[str, Any] | None = None
         last_status = None
+        with contextlib.closing(self._statuses(run_id, deadline, poll_s)) as statuses:
+            for status in statuses:
+                if until(status):
+                    return status
+                if on_progress is not None and status["status"] != last_status:
+                    on_progress(status)
+                last_status = status["status"]
+        assert status is not None
+        raise RunWaitTimedOut(
+            f"Run {run_id} is still {status['status']} after waiting {timeout_s:g} s; "
+            f"it goes on in the host: check it with 'pi-workflows run status {run_id}'."
+        )
+
+    def _statuses(
+        self, run_id: str, deadline: float | None, poll_s: float
+    ) -> Iterator[dict[str, Any]]:
+        """The run's status objects as they change, at least one, until `deadline`."""
+        try:
+            if (yield from self._pushed_statuses(run_id, deadline)):
+                return
+        except (HostUnavailableError, HostBusyError):
+            self._close_watch()  # the host went away or is full: poll instead
         while True:
-            status = self.run_status(run_id)
-            if until(status):
-                return status
-            if on_progress is not None and status["status"] != last_status:
-                on_progress(status)
-            last_status = status["status"]
+            yield self.run_status(run_id)
             if deadline is not None and time.monotonic() >= deadline:
-                raise RunWaitTimedOut(
-                    f"Run {run_id} is still {status['status']} after waiting {timeout_s:g} s; "
-                    f"it goes on in the host: check it with 'pi-workflows run status {run_id}'."
-                )
+                return
             time.sleep(poll_s)
+
+    def _pushed_statuses(
+        self, run_id: str, deadline: float | None
+    ) -> Generator[dict[str, Any], None, bool]:
+        """Statuses pushed until `deadline`; returns whether any came."""
+        if self._watch is None:
+            _ = self.connection  # connect first: that starts the host when allowed
+            self._watch = SessionConnection(self.home.socket_path)
+        watch = self._watch
+        subscription = f"run-wait-{secrets.token_hex(6)}"
+        reply = watch.request(
+            "view.run.watch", {"subscriptionId": subscription, "statusOnly": True}, run_id=run_id
+        )
+        if not reply.ok:
+            raise RequestFailed(reply)
+        pushed = False
+        try:
+            while True:
+                wait_s = WATCH_TICK_S if deadline is None else deadline - time.monotonic()
+                event = watch.next_event(max(wait_s, 0))
+                if event is not None and event.get("subscriptionId") == subscription:
+                    pushed = True
+                    yield event["payload"]
+                if deadline is not None and time.monotonic() >= deadline:
+                    return pushed
+        finally:
+            # Not waited for: the run's status is the caller's already.
+            with contextlib.suppress(HostUnavailableError):
+                watch.post("view.unwatch", {"subscriptionId": subscription})
+
+    def _close_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None

@@ -3,9 +3,12 @@
 A run watch pushes `run_progress` events: the run's new progress entries (node attempts,
 published updates, run transitions; `storage.run_progress`), its compact status and
 what holds it now (`run.why`), with `settled: true` once the run is terminal, waiting,
-or held until someone acts. A runs watch pushes `runs_changed` with the status of every
-run (newest 100) whose revision moved. Both are published after worker writes, when a
-run stops, and on the poll timer; `view.unwatch` ends either kind.
+or held until someone acts. With `statusOnly: true` it pushes `run_status` events
+instead: the whole `run.status` object each time it changes, and nothing else (what
+`WorkflowClient.wait_for_run` waits on: one query per publish instead of a run.why).
+A runs watch pushes `runs_changed` with the status of every run (newest 100) whose
+revision moved. Both are published after worker writes, when a run stops, and on the
+poll timer; `view.unwatch` ends either kind.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class RunWatch:
     revision: int = 0
     last_sent: Any = None
     revisions: dict[str, int] = field(default_factory=dict)
+    status_only: bool = False
 
 
 class RunWatches:
@@ -83,7 +87,11 @@ class RunWatches:
         after = payload.get("afterRevision", 0)
         if type(after) is not int or after < 0:
             raise InvalidInputError("afterRevision must be a non-negative integer.")
-        self._add(request, connection, RunWatch(connection, "", run_id, revision=after))
+        status_only = payload.get("statusOnly", False)
+        if type(status_only) is not bool:
+            raise InvalidInputError("statusOnly must be true or false.")
+        watch = RunWatch(connection, "", run_id, revision=after, status_only=status_only)
+        self._add(request, connection, watch)
         return response(request.request_id, "accepted", receipt={"subscribed": True})
 
     async def watch_runs(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
@@ -131,6 +139,8 @@ class RunWatches:
             try:
                 if watch.run_id is None:
                     self._publish_runs(watch)
+                elif watch.status_only:
+                    self._publish_status(watch)
                 else:
                     self._publish_run(watch)
             except Exception:  # one broken view must not stop the others
@@ -170,6 +180,14 @@ class RunWatches:
                 "settled": settled,
             },
         )
+
+    def _publish_status(self, watch: RunWatch) -> None:
+        assert watch.run_id is not None
+        status = run_status(watch.run_id)
+        if status != watch.last_sent:
+            watch.last_sent = status
+            watch.revision = status["revision"]
+            self._push(watch, "run_status", status)
 
     def _publish_runs(self, watch: RunWatch) -> None:
         changed = []

@@ -10,8 +10,12 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from pi_workflows.cli.progress_display import CLEAR_LINE, SPINNER
 from pi_workflows.client.session_client import SessionConnection
+from pi_workflows.client.start_request import start_payload
+from pi_workflows.errors import RunWaitTimedOut
 
 from .conftest import HostHarness, wait_until
 from .workflows import WATCHED
@@ -180,3 +184,96 @@ def test_run_watch_follows_the_run_across_a_host_restart(harness: HostHarness):
     # Every ended attempt is shown once: b's interrupted attempt never ended.
     assert ended == [["a", "attempt 1", "ok"], ["b", "attempt 2", "ok"], ["c", "attempt 1", "ok"]]
     assert lines[-1].startswith(f"{run_id}: completed at ")
+
+
+def test_a_status_watch_pushes_the_run_status_object_each_time_it_changes(harness: HostHarness):
+    run_id = _watched_run(harness)
+    connection = SessionConnection(harness.home.socket_path)
+    try:
+        bad = connection.request(
+            "view.run.watch", {"subscriptionId": "s", "statusOnly": "yes"}, run_id=run_id
+        )
+        assert bad.outcome == "rejected" and "statusOnly" in bad.error
+        reply = connection.request(
+            "view.run.watch", {"subscriptionId": "s", "statusOnly": True}, run_id=run_id
+        )
+        assert reply.outcome == "accepted"
+        pushed: list[dict] = []
+
+        def pushed_until(status: str) -> bool:
+            event = connection.next_event(0.5)
+            if event is not None:
+                assert (event["event"], event["subscriptionId"]) == ("run_status", "s")
+                pushed.append(event["payload"])
+            return bool(pushed) and pushed[-1]["status"] == status
+
+        wait_until(lambda: pushed_until("running"), what="the running status pushed")
+        (harness.project / "release-b").touch()
+        wait_until(lambda: pushed_until("completed"), what="the completed status pushed")
+        client = harness.client()
+        try:
+            # The whole run.status object, each one different from the one before.
+            assert pushed[-1] == client.run_status(run_id)
+        finally:
+            client.close()
+        assert all(a != b for a, b in zip(pushed, pushed[1:], strict=False))
+        assert [p["revision"] for p in pushed] == sorted(p["revision"] for p in pushed)
+    finally:
+        connection.close()
+
+
+def _watched_run(harness: HostHarness) -> str:
+    """A run of WATCHED on a started host; its node b runs until release-b exists."""
+    harness.write_workflow("watched", WATCHED)
+    harness.start_host()
+    return harness.start_run("watched")
+
+
+def test_wait_for_run_returns_on_the_pushed_status_not_on_a_poll(harness: HostHarness):
+    run_id = _watched_run(harness)
+    client = harness.client()
+    seen: list[str] = []
+    waited: list[dict] = []
+    # A poll interval of an hour: only a pushed status can end this wait in time.
+    waiter = threading.Thread(
+        target=lambda: waited.append(
+            client.wait_for_run(run_id, on_progress=lambda s: seen.append(s["status"]), poll_s=3600)
+        ),
+        daemon=True,
+    )
+    try:
+        waiter.start()
+        wait_until(lambda: "running" in seen, what="the wait to see the run running")
+        (harness.project / "release-b").touch()
+        waiter.join(timeout=60)
+        assert not waiter.is_alive(), "wait_for_run did not return on the pushed status"
+        assert waited[0]["status"] == "completed" and waited[0]["finalOutput"] == {"sum": 3}
+        assert waited[0] == client.run_status(run_id)
+        # Its subscription ended: the host pushes nothing more on the watch connection.
+        assert client._watch is not None and client._watch.next_event(0.3) is None
+    finally:
+        client.close()
+
+
+def test_wait_for_run_times_out_with_the_last_status(harness: HostHarness):
+    run_id = _watched_run(harness)
+    client = harness.client()
+    try:
+        with pytest.raises(RunWaitTimedOut, match=f"Run {run_id} is still running after"):
+            client.wait_for_run(run_id, until=lambda s: False, timeout_s=0.5)
+        (harness.project / "release-b").touch()
+        assert client.wait_for_run(run_id)["status"] == "completed"
+    finally:
+        client.close()
+
+
+def test_wait_for_run_polls_when_the_host_has_no_room_for_a_watch(harness: HostHarness):
+    harness.start_host(PI_WORKFLOWS_MAX_CONNECTIONS="1")
+    client = harness.client()
+    try:
+        run_id = client.start_run(start_payload("hello", harness.project, None))["runId"]
+        # The client's one connection is the host's only one: the watch is refused.
+        assert client.wait_for_run(run_id, poll_s=0.01)["status"] == "completed"
+        assert client._watch is None
+    finally:
+        client.close()
