@@ -15,7 +15,7 @@ import pytest
 from pi_workflows.cli.progress_display import CLEAR_LINE, SPINNER
 from pi_workflows.client.session_client import SessionConnection
 from pi_workflows.client.start_request import start_payload
-from pi_workflows.errors import RunWaitTimedOut
+from pi_workflows.errors import HostBusyError, RunWaitTimedOut
 
 from .conftest import HostHarness, wait_until
 from .workflows import WATCHED
@@ -270,8 +270,16 @@ def test_wait_for_run_times_out_with_the_last_status(harness: HostHarness):
 def test_wait_for_run_polls_when_the_host_has_no_room_for_a_watch(harness: HostHarness):
     harness.start_host(PI_WORKFLOWS_MAX_CONNECTIONS="1")
     client = harness.client()
+
+    def started() -> str | None:
+        try:
+            return client.start_run(start_payload("hello", harness.project, None))["runId"]
+        except HostBusyError:  # the harness's probe has not let go of the one slot yet
+            client.close()
+            return None
+
     try:
-        run_id = client.start_run(start_payload("hello", harness.project, None))["runId"]
+        run_id = wait_until(started, what="the one connection the host takes")
         # The client's one connection is the host's only one: the watch is refused.
         assert client.wait_for_run(run_id, poll_s=0.01)["status"] == "completed"
         assert client._watch is None
