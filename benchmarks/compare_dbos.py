@@ -15,6 +15,8 @@ Workloads (every round runs both systems, one after the other):
   queue    300 queued 3-node runs: enqueue rate (starts/s) and end-to-end runs/s; the
            CPU of the whole process tree for them (pi-workflows: host, fork server and
            workers; DBOS: its process); pi-workflows at PI_WORKFLOWS_MAX_WORKERS 4 and 8;
+           pi-workflows' starts also pipelined (one request per run, up to 32 sent ahead
+           of their answers) and as one run.startBatch;
   answer   a run waits (checkpoint / human decision; DBOS: recv) and the answer is
            timed until the continuation is done, p50;
   syncs    fsync/fdatasync calls per 3-node run under strace (pi-workflows: the host
@@ -315,6 +317,20 @@ def pi_batch_start(count: int) -> dict[str, Any]:
         host.close()
 
 
+def pi_pipelined_start(count: int) -> dict[str, Any]:
+    """Starts per second when one client sends `count` `run.start` requests, one per run,
+    up to 32 ahead of their answers (the host group-commits the ones that arrive
+    together; each is answered after its commit). Workers run the runs meanwhile."""
+    host = PiHost()
+    try:
+        began = time.perf_counter()
+        responses = host.client.start_runs_pipelined([host.payloads["three"]] * count)
+        assert all(response.ok for response in responses), responses[:3]
+        return {"starts_per_s": count / (time.perf_counter() - began)}
+    finally:
+        host.close()
+
+
 def pi_queue(count: int, max_workers: int) -> dict[str, Any]:
     host = PiHost(max_workers)
     try:
@@ -425,6 +441,7 @@ ROWS = (
     ("{queued} queued runs, runs/s (4 workers)", "queue4.runs_per_s", "/s", True),
     ("{queued} queued runs, runs/s (8 workers)", "queue8.runs_per_s", "/s", True),
     ("enqueue, starts/s (one request per run)", "queue4.starts_per_s", "/s", True),
+    ("enqueue, starts/s (one request per run, pipelined)", "pipelined.starts_per_s", "/s", True),
     ("enqueue, starts/s (run.startBatch of {queued})", "batch.starts_per_s", "/s", True),
     ("CPU of the process tree, {queued} runs", "queue4.cpu_s", "s", False),
     ("CPU per run", "queue4.cpu_per_run_ms", "ms", False),
@@ -469,6 +486,7 @@ def main() -> None:
             )
         )
         steps.append(("queue8", lambda: {}, lambda: pi_queue(args.queued, 8)))
+        steps.append(("pipelined", lambda: {}, lambda: pi_pipelined_start(args.queued)))
         steps.append(("batch", lambda: {}, lambda: pi_batch_start(args.queued)))
     if "answer" in only:
         steps.append(
@@ -506,11 +524,13 @@ def main() -> None:
             queue = side.get("queue4")
             if queue and "cpu_s" in queue:
                 queue["cpu_per_run_ms"] = queue["cpu_s"] * 1000 / args.queued
-        # DBOS has no worker count or batch start: its one queue figure stands for all.
+        # DBOS has no worker count, batch or pipelined start: its one queue figure (its
+        # enqueue calls, in-process, one after the other) stands for all.
         dbos_queue = figures["dbos"].get("queue4")
         if dbos_queue:
             figures["dbos"]["queue8"] = {"runs_per_s": dbos_queue.get("runs_per_s")}
             figures["dbos"]["batch"] = {"starts_per_s": dbos_queue.get("starts_per_s")}
+            figures["dbos"]["pipelined"] = {"starts_per_s": dbos_queue.get("starts_per_s")}
         rounds["dbos"].append(figures["dbos"])
         rounds["pi"].append(figures["pi"])
         print(f"round {number + 1} done: {load()}", file=sys.stderr)

@@ -29,6 +29,10 @@ from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
 from .content import ContentError, has_references, materialize
 
+# Requests a pipelining client keeps unanswered; the host reads at most 32 ahead per
+# connection (host/server.py MAX_REQUESTS_IN_FLIGHT).
+PIPELINE_WINDOW = 32
+
 
 @dataclass(frozen=True)
 class Response:
@@ -108,16 +112,7 @@ class HostConnection:
             raise HostUnavailableError(
                 f"Lost the connection to the workflow host: {error}"
             ) from None
-        receipt = reply.get("receipt")
-        if has_references(receipt):  # an answer too big for one frame
-            receipt = materialize(receipt, self._read_chunk)
-        return Response(
-            request_id=request_id,
-            outcome=reply["outcome"],
-            receipt=receipt,
-            error=reply.get("error"),
-            revision=reply.get("revision"),
-        )
+        return self._response(request_id, reply)
 
     def post(
         self,
@@ -134,6 +129,63 @@ class HostConnection:
         A later `request` skips the response when it comes.
         """
         request_id = request_id or f"request-{secrets.token_hex(12)}"
+        frame = self._frame(
+            operation, payload, request_id, idempotency_key, run_id, expected_revision
+        )
+        try:
+            self._sock.sendall(frame)
+        except OSError as error:
+            raise HostUnavailableError(
+                f"Lost the connection to the workflow host: {error}"
+            ) from None
+        return request_id
+
+    def request_pipelined(
+        self,
+        operation: str,
+        payloads: list[dict[str, Any]],
+        request_ids: list[str],
+        *,
+        window: int = PIPELINE_WINDOW,
+    ) -> list[Response]:
+        """One request per payload, up to `window` of them sent before the first answer
+        is read (the host reads them in one burst and commits them together); the
+        answers, in the order of `payloads`. Each request is its own command with its
+        own receipt, answered only after its commit."""
+        wanted = set(request_ids)
+        if len(wanted) != len(payloads):
+            raise ValueError("one distinct request id per payload")
+        frames = [
+            self._frame(operation, payload, request_id, None, None, None)
+            for payload, request_id in zip(payloads, request_ids, strict=True)
+        ]
+        replies: dict[str, dict[str, Any]] = {}
+        sent = 0
+        try:
+            while len(replies) < len(frames):
+                if sent < len(frames) and sent - len(replies) < window:
+                    end = min(len(frames), len(replies) + window)
+                    self._sock.sendall(b"".join(frames[sent:end]))
+                    sent = end
+                reply = self._read_message()
+                if reply.get("type") == "response" and reply.get("requestId") in wanted:
+                    replies[reply["requestId"]] = reply
+        except (OSError, ValueError) as error:
+            raise HostUnavailableError(
+                f"Lost the connection to the workflow host: {error}"
+            ) from None
+        # Read back values too big for a frame only now, with no request outstanding.
+        return [self._response(request_id, replies[request_id]) for request_id in request_ids]
+
+    def _frame(
+        self,
+        operation: str,
+        payload: dict[str, Any] | None,
+        request_id: str,
+        idempotency_key: str | None,
+        run_id: str | None,
+        expected_revision: int | None,
+    ) -> bytes:
         message: dict[str, Any] = {
             "schema": SCHEMA,
             "type": "request",
@@ -153,13 +205,19 @@ class HostConnection:
                 f"The {operation} request is {human_size(len(frame))}, over the 1 MiB protocol "
                 "limit; nothing was sent. See the limits in docs/operations.md."
             )
-        try:
-            self._sock.sendall(frame)
-        except OSError as error:
-            raise HostUnavailableError(
-                f"Lost the connection to the workflow host: {error}"
-            ) from None
-        return request_id
+        return frame
+
+    def _response(self, request_id: str, reply: dict[str, Any]) -> Response:
+        receipt = reply.get("receipt")
+        if has_references(receipt):  # an answer too big for one frame
+            receipt = materialize(receipt, self._read_chunk)
+        return Response(
+            request_id=request_id,
+            outcome=reply["outcome"],
+            receipt=receipt,
+            error=reply.get("error"),
+            revision=reply.get("revision"),
+        )
 
     def _read_chunk(self, sha256: str, size: int, offset: int) -> dict[str, Any]:
         answer = self.request("content.read", {"sha256": sha256, "bytes": size, "offset": offset})

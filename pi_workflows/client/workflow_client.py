@@ -107,6 +107,23 @@ class WorkflowClient:
         """
         return self.call("run.startBatch", {"runs": payloads}, **kwargs)["runs"]
 
+    def start_runs_pipelined(self, payloads: list[dict[str, Any]]) -> list[Response]:
+        """Start each run with its own `run.start` request, sending the next requests
+        before the answers come (the host commits the starts that arrive together in
+        one transaction; each is answered after the commit that holds it).
+
+        Returns one response per payload, in order; each is accepted or refused on its
+        own. A lost connection is retried once with the same request ids, as `send`
+        retries one request.
+        """
+        request_ids = [f"request-{secrets.token_hex(12)}" for _ in payloads]
+        connection = self.connection
+        try:
+            return connection.request_pipelined("run.start", payloads, request_ids)
+        except HostUnavailableError:
+            self.close()
+        return self.connection.request_pipelined("run.start", payloads, request_ids)
+
     def run_status(self, run_id: str) -> dict[str, Any]:
         return self.call("run.status", {}, run_id=run_id)
 

@@ -31,7 +31,12 @@ from ..storage.runs import create_run, get_run, new_run_id, run_status, run_stat
 from ..storage.transcripts import attempt_transcripts
 from . import epoch_lease, forwarded_commands
 from .profile import host_profile
-from .receipts import OperationResult, execute_durable, outcome_for_error
+from .receipts import (
+    OperationResult,
+    execute_durable,
+    execute_durable_together,
+    outcome_for_error,
+)
 from .session_views import unfinished_session_run
 
 # `run.startBatch`: at most this many runs per request (and one frame, at most 1 MiB).
@@ -125,6 +130,7 @@ class Operations:
         ):
             self.table.register_query(name, query)
         self.table.register_live("content.read", self.content_read)
+        self._claim_once = False  # inside a group: its claim pass runs once, at its end
 
     @property
     def known(self) -> frozenset[str]:
@@ -167,11 +173,45 @@ class Operations:
 
     # --- runs --------------------------------------------------------------------------
 
+    def commit_starts(self, requests: list[ClientRequest]) -> list[dict[str, Any] | Exception]:
+        """Group commit: `run.start`s that arrived together, in one transaction (one
+        fsync for all); if any of them is refused or fails, nothing of the group is
+        written and each runs alone instead. Each answer is the one `dispatch` would
+        give, or the exception that request raised."""
+        host = self.host
+        if host.stopping or host.epoch_lease is None:
+            return [
+                response(r.request_id, "unavailable", error="Workflow host is stopping")
+                for r in requests
+            ]
+        epoch = host.epoch_lease.epoch
+        handler = self.table.durable_handler("run.start")
+        if len(requests) > 1:
+            self._claim_once = True
+            try:
+                together = execute_durable_together(
+                    host.store, requests, epoch, handler, host.claim_free_slots
+                )
+            finally:
+                self._claim_once = False
+            if together is not None:
+                return list(together)
+        answers: list[dict[str, Any] | Exception] = []
+        for request in requests:
+            try:
+                answers.append(
+                    execute_durable(host.store, request, epoch, lambda r=request: handler(r))
+                )
+            except Exception as error:  # answered like any failed request
+                answers.append(error)
+        return answers
+
     def run_start(self, request: ClientRequest) -> OperationResult:
         created = self._create_run(request.payload, request.client_id)
         if isinstance(created, OperationResult):
             return created
-        self.host.claim_free_slots()  # claimed by this commit when a worker slot is free
+        if not self._claim_once:  # claimed by this commit when a worker slot is free
+            self.host.claim_free_slots()
         return OperationResult(
             "accepted", receipt={"runId": created, "status": "queued"}, revision=1, run_id=created
         )

@@ -81,24 +81,65 @@ def execute_durable(
             if adopted is not None:
                 return adopted
             result = operation()
-            stamp = now_ms()
-            HostCommand.create(
-                request_id=request.request_id,
-                client_id=request.client_id,
-                operation=request.operation,
-                idempotency_key=request.idempotency_key,
-                request_fingerprint=request.fingerprint,
-                run_id=result.run_id or request.run_id,
-                accepted_revision=result.revision,
-                outcome=result.outcome,
-                receipt_hash=put_json(result.receipt) if result.receipt is not None else None,
-                error_hash=put_text(result.error) if result.error is not None else None,
-                host_epoch=host_epoch,
-                created_at=stamp,
-                completed_at=stamp,
-            )
+            _record(request, result, host_epoch)
     except PiWorkflowsError as error:
         return response(request.request_id, outcome_for_error(error), error=one_line_error(error))
+    return _answer(request, result)
+
+
+def execute_durable_together(
+    store: StateStore,
+    requests: list[ClientRequest],
+    host_epoch: int,
+    operation: Callable[[ClientRequest], OperationResult],
+    finish: Callable[[], None],
+) -> list[dict[str, Any]] | None:
+    """Run several requests' operations, then `finish()`, and store their receipts in one
+    transaction: one commit for all of them (group commit). Each answer is the one
+    `execute_durable` would give; none is sent before the commit.
+
+    None when any step raised: nothing was written, and the caller runs each request
+    alone, so one refused request never fails the others.
+    """
+    answers = []
+    try:
+        with store.transaction():
+            for request in requests:
+                adopted = _adopt(request)  # also a repeat of an earlier request of the group
+                if adopted is None:
+                    result = operation(request)
+                    _record(request, result, host_epoch)
+                    adopted = _answer(request, result)
+                answers.append(adopted)
+            finish()
+    except Exception:
+        return None
+    return answers
+
+
+def _record(request: ClientRequest, result: OperationResult, host_epoch: int) -> None:
+    stamp = now_ms()
+    statements.insert_row(
+        HostCommand,
+        {
+            "request_id": request.request_id,
+            "client_id": request.client_id,
+            "operation": request.operation,
+            "idempotency_key": request.idempotency_key,
+            "request_fingerprint": request.fingerprint,
+            "run_id": result.run_id or request.run_id,
+            "accepted_revision": result.revision,
+            "outcome": result.outcome,
+            "receipt_hash": put_json(result.receipt) if result.receipt is not None else None,
+            "error_hash": put_text(result.error) if result.error is not None else None,
+            "host_epoch": host_epoch,
+            "created_at": stamp,
+            "completed_at": stamp,
+        },
+    )
+
+
+def _answer(request: ClientRequest, result: OperationResult) -> dict[str, Any]:
     return response(
         request.request_id,
         result.outcome,

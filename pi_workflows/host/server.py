@@ -45,6 +45,7 @@ ACCEPT_RETRY_S = 0.5
 # Requests one connection may have waiting for their answers; the next frame is read
 # when one of them is answered.
 MAX_REQUESTS_IN_FLIGHT = 32
+READ_BYTES = 64 * 1024
 
 
 def max_connections() -> int:
@@ -154,35 +155,26 @@ class ClientServer:
         answering: set[asyncio.Task] = set()
         try:
             await connection.send(hello(connection.connection_id, __version__, self.plugin_set))
-            first = True
+            frames = FrameSplitter()
             while True:
                 try:
                     # A client that never sends a request must not hold a slot forever.
-                    line = await asyncio.wait_for(
-                        reader.readline(), self.idle_timeout_s if first else None
+                    chunk = await asyncio.wait_for(
+                        reader.read(READ_BYTES), None if frames.seen_one else self.idle_timeout_s
                     )
                 except TimeoutError:
                     log.info("closed a connection that sent no request")
                     return
-                except (ValueError, asyncio.LimitOverrunError):
+                lines = frames.split(chunk)
+                if lines is None:
                     log.warning("closed a connection that sent a frame over 1 MiB")
                     return
-                first = False
-                if not line:  # a client that closed its sending side still hears its answers
+                if not await self._answer_lines(lines, connection, answering):
+                    return
+                if not chunk:  # a client that closed its sending side still hears its answers
                     if answering:
                         await asyncio.wait(answering)
                     return
-                request = self._parse(line)
-                if request is None:
-                    return
-                if isinstance(request, dict):  # answered without dispatching
-                    await connection.send(request)
-                    continue
-                if len(answering) >= MAX_REQUESTS_IN_FLIGHT:
-                    await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
-                task = asyncio.get_running_loop().create_task(self._answer(request, connection))
-                answering.add(task)
-                task.add_done_callback(answering.discard)
         except (ConnectionError, asyncio.IncompleteReadError):
             return
         except Exception:
@@ -193,6 +185,46 @@ class ClientServer:
             self.connections.discard(connection)
             connection.closed()
             writer.close()
+
+    async def _answer_lines(
+        self, lines: list[bytes], connection: ClientConnection, answering: set[asyncio.Task]
+    ) -> bool:
+        """Start answering the requests of the frames read together; False to close.
+
+        Consecutive `run.start`s among them commit together (group commit, one fsync):
+        at once when nothing read with them waits for its turn ahead of them, else as one
+        task in their place in the order.
+        """
+        loop = asyncio.get_running_loop()
+        starts: list[ClientRequest] = []
+        queued_tasks = False
+        for line in [*lines, None]:  # None ends the last group
+            request = self._parse(line) if line is not None else None
+            if isinstance(request, ClientRequest) and request.operation == "run.start":
+                starts.append(request)
+                continue
+            if starts:
+                if queued_tasks:
+                    task = loop.create_task(self._answer_starts(starts, connection))
+                    answering.add(task)
+                    task.add_done_callback(answering.discard)
+                else:
+                    await self._answer_starts(starts, connection)
+                starts = []
+            if line is None:
+                return True
+            if request is None:
+                return False
+            if isinstance(request, dict):  # answered without dispatching
+                await connection.send(request)
+                continue
+            if len(answering) >= MAX_REQUESTS_IN_FLIGHT:
+                await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
+            task = loop.create_task(self._answer(request, connection))
+            answering.add(task)
+            task.add_done_callback(answering.discard)
+            queued_tasks = True
+        return True
 
     def _parse(self, line: bytes) -> ClientRequest | dict | None:
         """The request in one frame, a `rejected` response to it, or None to close."""
@@ -212,13 +244,30 @@ class ClientServer:
 
     async def _answer(self, request: ClientRequest, connection: ClientConnection) -> None:
         try:
-            reply = await self.operations.dispatch(request, connection)
+            reply: dict | Exception = await self.operations.dispatch(request, connection)
         except Exception as error:  # the client hears why; the connection stays usable
-            log.exception("%s failed", request.operation)
+            reply = error
+        await self._send_answer(request, reply, connection)
+
+    async def _answer_starts(
+        self, requests: list[ClientRequest], connection: ClientConnection
+    ) -> None:
+        try:
+            replies = self.operations.commit_starts(requests)
+        except Exception as error:
+            replies = [error] * len(requests)
+        for request, reply in zip(requests, replies, strict=True):
+            await self._send_answer(request, reply, connection)
+
+    async def _send_answer(
+        self, request: ClientRequest, reply: dict | Exception, connection: ClientConnection
+    ) -> None:
+        if isinstance(reply, Exception):
+            log.error("%s failed", request.operation, exc_info=reply)
             reply = response(
                 request.request_id,
                 "unavailable",
-                error=one_line_error(self._failure(request.operation, error)),
+                error=one_line_error(self._failure(request.operation, reply)),
             )
         with contextlib.suppress(ConnectionError, RuntimeError):
             try:
@@ -245,6 +294,31 @@ class ClientServer:
             f"The workflow host failed to handle {operation}: {type(error).__name__}: "
             f"{error}; see its log."
         )
+
+
+class FrameSplitter:
+    """Newline-delimited frames out of the chunks a connection reads."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+        self.seen_one = False
+
+    def split(self, chunk: bytes) -> list[bytes] | None:
+        """The frames `chunk` completes (at the end of the stream, b"", the unfinished
+        one too); None for a frame over the limit."""
+        if not chunk:
+            last, self._partial = self._partial, b""
+            return [last] if last else []
+        if b"\n" not in chunk:
+            self._partial += chunk
+            return None if len(self._partial) >= MAX_FRAME_BYTES else []
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        if len(self._partial) >= MAX_FRAME_BYTES or any(
+            len(line) >= MAX_FRAME_BYTES for line in lines
+        ):
+            return None
+        self.seen_one = True
+        return lines
 
 
 class ClientConnection:

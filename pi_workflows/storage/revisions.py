@@ -8,21 +8,17 @@ from ..clock import now_ms
 from ..errors import NotFoundError, RevisionConflictError
 from . import run_transitions, statements
 from .blobs import put_json, put_json_in_parts
-from .models import Event, Run
+from .models import Run
 
 
 def create_run_row(*, actor: str, event_type: str = "run.created", **fields: Any) -> Run:
     """Insert a run at revision 1 with its creation event (call inside a transaction)."""
     stamp = fields.pop("created_at", None) or now_ms()
-    run = Run.create(revision=1, created_at=stamp, updated_at=stamp, **fields)
-    Event.create(
-        run=run.run_id,
-        revision=1,
-        event_type=event_type,
-        actor=actor,
-        payload_hash=put_json({"status": run.status}),
-        recorded_at=stamp,
-    )
+    values = {"revision": 1, "created_at": stamp, "updated_at": stamp, **fields}
+    statements.insert_row(Run, values)
+    run = Run(**values)
+    payload_hash = put_json({"status": run.status})
+    statements.insert_event(run.run_id, 1, event_type, actor, None, payload_hash, stamp)
     run_transitions.note(run.run_id, event_type)
     return run
 

@@ -12,6 +12,7 @@ from ..canonical import canonical_json
 from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
 from ..records import RunRecord
+from . import statements
 from .blobs import put_json, put_text, read_json, read_text
 from .models import Lease, Run, RunQueue
 from .revisions import create_run_row
@@ -68,16 +69,19 @@ def create_run(
         presentation_prompt_hash=put_text(presentation_prompt) if presentation_prompt else None,
         created_at=stamp,
     )
-    RunQueue.create(
-        run=run_id,
-        status="queued",
-        available_at=stamp,
-        priority=priority,
-        origin_session_id=origin_session_id,
-        created_at=stamp,
-        updated_at=stamp,
+    statements.insert_row(
+        RunQueue,
+        {
+            "run": run_id,
+            "status": "queued",
+            "available_at": stamp,
+            "priority": priority,
+            "origin_session_id": origin_session_id,
+            "created_at": stamp,
+            "updated_at": stamp,
+        },
     )
-    Lease.create(run=run_id, generation=0)
+    statements.insert_row(Lease, {"run": run_id, "generation": 0})
     return run
 
 

@@ -13,6 +13,8 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import peewee
+
 from .models import Run, database_proxy
 
 
@@ -187,3 +189,24 @@ def command_by_key(client_id: str, idempotency_key: str) -> tuple[Any, ...] | No
         (client_id, idempotency_key),
     )
     return found[0] if found else None
+
+
+# --- rows a request inserts ------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(model: type[peewee.Model], names: tuple[str, ...]) -> tuple[str, tuple]:
+    fields = tuple(model._meta.fields[name] for name in names)
+    columns = ", ".join(field.column_name for field in fields)
+    marks = ", ".join("?" for _ in fields)
+    return f"INSERT INTO {model._meta.table_name} ({columns}) VALUES ({marks})", fields
+
+
+def insert_row(model: type[peewee.Model], values: dict[str, Any]) -> None:
+    """`model.create(**values)` without building the query each time: the model's
+    defaults fill the fields `values` leaves out, each value is converted by its field."""
+    data = model._meta.get_default_dict()
+    data.update(values)
+    sql, fields = _insert_sql(model, tuple(data))
+    params = [field.db_value(value) for field, value in zip(fields, data.values(), strict=True)]
+    execute(sql, params)
