@@ -302,10 +302,11 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
       :class:`~pi_workflows.records.ChannelRequest` (presentation and choices, never the
       private subject). What it returns is kept as the
       :data:`~pi_workflows.records.ChannelDelivery` (JSON: e.g. a chat message id);
-    - ``settle(request, resolution, delivery) -> dict | None``: the decision was
-      resolved; ``resolution`` is a :class:`~pi_workflows.records.DecisionResolution`
+    - ``settle(request, resolution, delivery) -> dict | None`` (optional): the decision
+      was resolved; ``resolution`` is a :class:`~pi_workflows.records.DecisionResolution`
       naming the winner, ``delivery`` what this channel's ``deliver`` returned; e.g.
-      remove buttons;
+      remove buttons. A channel without it has nothing to take back: its settlement is
+      recorded ``applied`` in the commit that resolved the decision, with no call;
     - ``close()`` (optional): the host is stopping;
     - ``answer_actor(answer)`` (optional): who a client answering through
       ``decision.answer`` with this channel is. ``answer`` is ``{decisionId, runId,

@@ -58,18 +58,12 @@ def render_decision_text(request: dict[str, Any]) -> str:
 
 
 class _QuietSettlement:
-    """Channels with nothing to take back once a decision is resolved."""
+    """Channels with nothing to take back once a decision is resolved: they have no
+    `settle`, so the host records each settlement applied in the commit that resolved
+    the decision, without calling them."""
 
     def __init__(self, context: Any) -> None:
         self.context = context
-
-    def settle(
-        self, request: dict[str, Any], resolution: dict[str, Any], delivery: Any
-    ) -> dict[str, Any]:
-        return {"settled": True}
-
-    def close(self) -> None:
-        return None
 
 
 class SessionChannel(_QuietSettlement):

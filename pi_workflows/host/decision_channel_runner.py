@@ -309,7 +309,13 @@ class ChannelRunner:
             log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
 
     def pump(self) -> None:
-        """Start every delivery and settlement that is due (poll timer and events)."""
+        """Start every delivery and settlement that is due (poll timer and events).
+
+        Called inside a transaction (the answer that resolved a decision, the write that
+        created one), it begins the attempts in that transaction, so they cost no commit
+        of their own, and the channel calls start once it commits. A settlement on a
+        channel without `settle` is recorded applied at once, with no call.
+        """
         if self.services.is_stopping or self._loop is None:
             return
         if not self.services.is_duty_host:
@@ -335,15 +341,22 @@ class ChannelRunner:
         ]
         if not due:
             return
-        started = []
+        started: list[tuple[str, int, str, str, str]] = []
         with self.services.store.transaction():
             for decision_id, name, purpose in due:
+                if purpose == "settlement" and not hasattr(self.channels[name], "settle"):
+                    decision_records.settle_without_call(decision_id, name, now)
+                    continue
                 attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
                     effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
-                    self.in_flight.add(effect_id)
                     started.append((effect_id, attempt, decision_id, name, purpose))
+            if started:
+                self.services.store.after_commit(lambda: self._start(started))
+
+    def _start(self, started: list[tuple[str, int, str, str, str]]) -> None:
         for effect_id, attempt, decision_id, name, purpose in started:
+            self.in_flight.add(effect_id)
             self.services.spawn(self._perform(effect_id, attempt, decision_id, name, purpose))
 
     async def _perform(

@@ -74,8 +74,8 @@ class HumanDecisions:
         self, operation: str, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
         if operation == "store.createHumanDecisionRequest":
-            # Offer the new decision to its channels once it is committed.
-            self.services.store.after_commit(self.channel_runner.pump)
+            # Its deliveries begin in the same commit; the channels are called after it.
+            self.channel_runner.pump()
 
     @feature_hook
     def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
@@ -143,7 +143,7 @@ class HumanDecisions:
             actor=actor,
         )
         self.services.claim_now()
-        self.services.store.after_commit(self.channel_runner.pump)
+        self.channel_runner.pump()  # settlements begin in this commit
         receipt = {
             "decisionId": decision_id,
             "parentRunId": decision.run_id,

@@ -579,19 +579,7 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
     if not _is_due(effect, now):
         return None
     if effect is None:
-        Effect.create(
-            effect_id=effect_id,
-            run=None,
-            scope="channel",
-            effect_type=CHANNEL_EFFECT_TYPES[purpose],
-            idempotency_key=channel_effect_key(decision_id, channel),
-            policy="manual",
-            payload_hash=put_json({"decisionId": decision_id, "channel": channel}),
-            status="applying",
-            attempt_count=1,
-            created_at=now,
-            updated_at=now,
-        )
+        _create_channel_effect(effect_id, decision_id, channel, purpose, "applying", now)
         return 1
     changed = (
         Effect.update(
@@ -608,6 +596,35 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
         .execute()
     )
     return effect.attempt_count + 1 if changed == 1 else None
+
+
+def settle_without_call(decision_id: str, channel: str, now: int) -> bool:
+    """Record as applied the settlement of a channel that has nothing to take back (it
+    has no `settle`); False when that settlement is recorded already."""
+    effect_id = channel_effect_id(decision_id, channel, "settlement")
+    if Effect.get_or_none(Effect.effect_id == effect_id) is not None:
+        return False
+    _create_channel_effect(effect_id, decision_id, channel, "settlement", "applied", now)
+    return True
+
+
+def _create_channel_effect(
+    effect_id: str, decision_id: str, channel: str, purpose: str, status: str, now: int
+) -> None:
+    Effect.create(
+        effect_id=effect_id,
+        run=None,
+        scope="channel",
+        effect_type=CHANNEL_EFFECT_TYPES[purpose],
+        idempotency_key=channel_effect_key(decision_id, channel),
+        policy="manual",
+        payload_hash=put_json({"decisionId": decision_id, "channel": channel}),
+        status=status,
+        attempt_count=1,
+        created_at=now,
+        updated_at=now,
+        settled_at=now if status == "applied" else None,
+    )
 
 
 def _is_due(effect: Effect | None, now: int) -> bool:

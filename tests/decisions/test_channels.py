@@ -231,3 +231,38 @@ def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHar
     harness.cli("effects", "retry", gave_up["effectId"])
     wait_until(delivered.exists, timeout=30, what="the retried delivery")
     assert wait_until(lambda: delivery()["status"] == "applied", what="the delivery applied")
+
+
+def test_a_channel_without_settle_is_settled_by_the_answers_own_commit(harness: HostHarness):
+    harness.add_plugin("desk_channel", DESK_CHANNEL)
+    write_channels(
+        harness,
+        {"audiences": {"operator": ["cli", "desk"]}, "channels": {"desk": {"kind": "desk"}}},
+    )
+    harness.write_workflow("decide", decision_workflow(None))
+    harness.start_host()
+    run_id = harness.start_run("decide")
+    decision_id = pending_decision(harness, run_id)["decisionId"]
+
+    def effects(kind: str) -> dict[str, str]:
+        rows = harness.query(
+            "SELECT idempotency_key, status FROM effects WHERE effect_type = ?", kind
+        )
+        return {key.split("|")[1]: status for key, status in rows}
+
+    wait_until(
+        lambda: effects("channel.delivery") == {"cli": "applied", "desk": "applied"},
+        what="both deliveries",
+    )
+    client = harness.client()
+    assert client.answer_decision(decision_id, "ship", channel="desk").outcome == "accepted"
+    client.close()
+    # Read right after the answer: the built-in cli channel has no settle, so its
+    # settlement was recorded applied by the answer's commit; desk's was begun there
+    # and its settle call comes after.
+    settlements = effects("channel.settlement")
+    assert settlements["cli"] == "applied"
+    assert settlements["desk"] in ("applying", "applied")
+    wait_until(
+        lambda: effects("channel.settlement")["desk"] == "applied", what="desk's settle call"
+    )
