@@ -29,6 +29,7 @@ from pi_workflows.storage import (
     run_events,
 )
 from pi_workflows.storage.models import Blob, Event, Run, RunQueue
+from pi_workflows.storage.prepared import PreparedQuery, model_instance
 from pi_workflows.storage.runs import run_record
 
 
@@ -298,3 +299,59 @@ def test_a_stale_expected_revision_changes_nothing(store, make_run):
 def test_changing_a_missing_run_is_not_found(store):
     with pytest.raises(NotFoundError, match="ghost"), store.transaction():
         record_run_change("ghost", event_type="run.started", actor="host")
+
+
+# --- prepared queries ------------------------------------------------------------------------
+
+
+def test_a_prepared_query_is_built_once_and_runs_with_fresh_arguments(store, make_run):
+    builds = []
+
+    def build(p):
+        builds.append(p)
+        # A constant ("queued") stays in the statement; the run id is an argument.
+        return RunQueue.select(RunQueue.priority).where(
+            (RunQueue.run == p.run_id) & (RunQueue.status == "queued")
+        )
+
+    priority = PreparedQuery(build)
+    with store.transaction():
+        make_run("prepared-a", priority=3)
+        make_run("prepared-b", priority=-2)
+
+    assert priority.scalar(run_id="prepared-a") == 3
+    assert priority.rows(run_id="prepared-b") == [(-2,)]
+    assert priority.first(run_id="missing") is None
+    assert len(builds) == 1
+    placeholder = "?" if store.is_sqlite else "%s"
+    assert priority.sql().count(placeholder) == 2
+
+
+def test_a_prepared_update_reports_the_rows_it_changed(store, make_run):
+    pause = PreparedQuery(
+        lambda p: Run.update(paused=p.paused, updated_at=p.now).where(
+            Run.run_id.in_(("prepared-c", "prepared-d")) & (Run.status == p.status)
+        )
+    )
+    with store.transaction():
+        make_run("prepared-c")
+        make_run("prepared-d")
+        make_run("prepared-e")
+        assert pause.changed(paused=True, now=7, status="queued") == 2
+        assert pause.changed(paused=True, now=8, status="running") == 0
+
+    paused = {run.run_id: (run.paused, run.updated_at) for run in Run.select()}
+    assert paused["prepared-c"] == paused["prepared-d"] == (True, 7)
+    assert paused["prepared-e"][0] is False
+
+
+def test_a_prepared_read_of_a_whole_row_gives_the_model_object(store, make_run):
+    with store.transaction():
+        make_run("prepared-f", input={"name": "x"})
+    whole_run = PreparedQuery(lambda p: Run.select().where(Run.run_id == p.run_id))
+
+    run = model_instance(Run, whole_run.first(run_id="prepared-f"))
+
+    stored = Run.get_by_id("prepared-f")
+    assert run.__data__ == stored.__data__
+    assert run.paused is False and read_json(run.input_hash) == {"name": "x"}

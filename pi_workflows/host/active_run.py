@@ -25,6 +25,9 @@ class ActiveRun:
     # The worker's own write ended the run, which released the claim: nothing to renew.
     released: bool = False
     claim_lost: bool = False
+    # worker.ready's bookkeeping (its pid, the queue's `running`) rides on the next commit:
+    # None before worker.ready, "deferred" until that commit, then "recorded".
+    ready: str | None = None
     workflow_load_failure: str | None = None
     source_changed: str | None = None
     # Why the host could not launch the worker (an unanswered launch hook, say).

@@ -80,7 +80,7 @@ class HumanDecisions:
     @feature_hook
     def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         # A cancelled run cancelled its open decisions; their channels settle now.
-        if HumanDecision.select().where(HumanDecision.run == run_id).exists():
+        if decision_records.run_has_decisions(run_id):
             self.channel_runner.pump()
 
     def apply_deadlines(self) -> None:

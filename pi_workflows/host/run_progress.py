@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from peewee import SQL, fn
+
 from ..env_settings import positive_int
 from ..storage.models import NodeAttempt, Run, RunWorker
+from ..storage.prepared import PreparedQuery
 
 FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 UNFINISHED_ATTEMPT_STATUSES = ("running", "interrupted")
@@ -26,14 +29,20 @@ class ProgressMark:
     run_status: str
 
 
+_PROGRESS = PreparedQuery(
+    lambda p: Run.select(
+        Run.status,
+        NodeAttempt.select(fn.COUNT(SQL("*"))).where(
+            (NodeAttempt.run == p.run_id) & NodeAttempt.status.in_(FINISHED_ATTEMPT_STATUSES)
+        ),
+    ).where(Run.run_id == p.run_id)
+)
+
+
 def progress_mark(run_id: str) -> ProgressMark:
     """The run's progress so far; equal marks mean nothing was achieved in between."""
-    finished = (
-        NodeAttempt.select()
-        .where((NodeAttempt.run == run_id) & NodeAttempt.status.in_(FINISHED_ATTEMPT_STATUSES))
-        .count()
-    )
-    status = Run.select(Run.status).where(Run.run_id == run_id).scalar()
+    row = _PROGRESS.first(run_id=run_id)
+    status, finished = row if row is not None else (None, 0)
     return ProgressMark(finished, status)
 
 

@@ -26,9 +26,17 @@ from ..errors import HostLeaseLostError, PiWorkflowsError
 from ..home import Home, home_key, machine_name, prepare_home
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import Claim, HostInfo, RunRecord, WorkerSettings
-from ..storage import StateStore, effects, open_state, put_json, put_text, run_claims
-from ..storage.models import Run, RunWorker
-from ..storage.runs import run_record, run_records
+from ..storage import (
+    StateStore,
+    effects,
+    open_state,
+    put_json,
+    put_text,
+    run_claims,
+    run_workers,
+)
+from ..storage.models import RunWorker
+from ..storage.runs import current_status, get_run, run_record, run_records
 from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
 from .effect_recovery import EffectRecovery
@@ -469,7 +477,7 @@ class Host:
 
         Called in the claim's transaction, so the claim and its worker commit together.
         """
-        run = Run.get_by_id(run_id)
+        run = get_run(run_id)
         worker_epoch = secrets.token_hex(16)
         envelope = {
             "schema": LAUNCH_SCHEMA,
@@ -485,23 +493,19 @@ class Host:
             "home": str(self.home.root),
         }
         progress = run_progress.progress_mark(run_id)
-        RunWorker.create(
-            worker_epoch=worker_epoch,
-            run=run_id,
-            generation=claim.generation,
-            host_epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
-            launch_envelope_hash=put_json(envelope),
-            launch_progress_revision=run.revision,
-            status="starting",
-            started_at=now_ms(),
+        run_workers.record_worker(
+            worker_epoch,
+            run_id,
+            claim.generation,
+            self.epoch_lease.epoch if self.epoch_lease else 0,
+            put_json(envelope),
+            run.revision,
         )
         return PreparedWorker(worker_epoch, envelope, progress)
 
     def _drop_worker(self, worker: PreparedWorker) -> None:
         """A recorded worker that will never launch (its claim was let go first)."""
-        RunWorker.update(status="cancelled", finished_at=now_ms()).where(
-            (RunWorker.worker_epoch == worker.worker_epoch) & (RunWorker.status == "starting")
-        ).execute()
+        run_workers.drop_worker(worker.worker_epoch)
 
     async def activate(
         self, run_id: str, token: str, generation: int, worker: PreparedWorker
@@ -577,16 +581,14 @@ class Host:
         stamp = now_ms()
 
         def record() -> None:
-            RunWorker.update(
-                status=result.outcome,
-                finished_at=stamp,
-                exit_code=result.exit_code,
-                signal=result.signal,
-                diagnostic_hash=put_text(result.diagnostic) if result.diagnostic else None,
-            ).where(
-                (RunWorker.worker_epoch == active.worker_epoch)
-                & RunWorker.status.in_(("starting", "ready", "running"))
-            ).execute()
+            run_workers.finish_worker(
+                active.worker_epoch,
+                result.outcome,
+                stamp,
+                result.exit_code,
+                result.signal,
+                put_text(result.diagnostic) if result.diagnostic else None,
+            )
 
         if result.outcome == "exited" and result.exit_code == 0:
             # A clean exit is bookkeeping only: it rides on the next commit (a claim, the
@@ -615,7 +617,7 @@ class Host:
                 log.warning("run parked: its workflow source changed")
                 return
             if active.workflow_load_failure is not None:
-                old_status = Run.get_by_id(run_id).status
+                old_status = current_status(run_id)
                 if run_claims.terminate_run(
                     run_id,
                     token,

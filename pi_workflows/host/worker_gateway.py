@@ -36,10 +36,10 @@ from ..storage import (
     run_claims,
     run_processes,
     run_state,
+    run_workers,
     statements,
 )
-from ..storage.models import Run, RunWorker
-from ..storage.runs import run_record
+from ..storage.runs import current_revision, current_status, get_run, run_record
 from .active_run import ActiveRun
 from .process_groups import this_machine
 from .process_identity import start_identity
@@ -74,7 +74,7 @@ class WorkerGateway:
             # again gives the same answer). worker.ready's bookkeeping waits for the next
             # commit (`_record_ready`), unless a store read comes first: that read must
             # see the revision worker.ready promised.
-            if message["operation"] != "worker.ready" and self._ready_unrecorded():
+            if message["operation"] != "worker.ready" and active.ready == "deferred":
                 self.host.store.flush_deferred()
             try:
                 return self._dispatch(message)
@@ -106,7 +106,7 @@ class WorkerGateway:
         except HostLeaseLostError:
             return self._claim_lost(message_id)  # this host's lease is gone: no write at all
         except PiWorkflowsError as error:
-            revision = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
+            revision = current_revision(active.run_id)
             reply = worker_response(
                 message_id, "rejected", error=one_line_error(error), revision=revision
             )
@@ -156,8 +156,10 @@ class WorkerGateway:
         # node code runs (and before any process group it could start). The worker is
         # told the revision that write finds: `mark_running` bumps it once.
         revision = record.revision
-        if self._ready_unrecorded():
+        if active.ready is None:
+            active.ready = "deferred"
             self.host.store.defer_write(self._record_ready)
+        if active.ready == "deferred":
             revision += 1
         if active.supervisor is not None:
             active.supervisor.ready.set()
@@ -183,33 +185,15 @@ class WorkerGateway:
             },
         )
 
-    def _ready_unrecorded(self) -> bool:
-        return (
-            RunWorker.select()
-            .where(
-                (RunWorker.worker_epoch == self.active.worker_epoch)
-                & (RunWorker.status == "starting")
-            )
-            .exists()
-        )
-
     def _record_ready(self) -> None:
         active = self.active
         pid = active.supervisor.pid if active.supervisor is not None else None
-        marked = (
-            RunWorker.update(
-                status="running",
-                ready_at=now_ms(),
-                pid=pid,
-                process_start_identity=start_identity(pid) if pid else None,
-            )
-            .where(
-                (RunWorker.worker_epoch == active.worker_epoch) & (RunWorker.status == "starting")
-            )
-            .execute()
+        marked = run_workers.mark_running(
+            active.worker_epoch, pid, start_identity(pid) if pid else None
         )
-        if marked:  # once per worker, even if it said ready twice
+        if marked:  # once per worker
             run_claims.mark_running(active.run_id, active.claim_token)
+        self.host.store.after_commit(lambda: setattr(active, "ready", "recorded"))
 
     def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:
         payload = message["payload"]
@@ -254,13 +238,15 @@ class WorkerGateway:
         active, message_id = self.active, message["messageId"]
         operation, payload = message["operation"], message["payload"]
         # The claim first: a lost claim also leaves worker.ready's revision bump unmade.
-        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
+        revision = run_claims.claimed_run_revision(
+            active.run_id, active.claim_token, active.generation
+        )
+        if revision is None:
             return self._claim_lost(message_id)
-        current = Run.select(Run.revision, Run.status).where(Run.run_id == active.run_id).get()
-        if message["expectedRevision"] != current.revision:
+        if message["expectedRevision"] != revision:
             raise RevisionConflictError(
                 f"Workflow run revision conflict: expected {message['expectedRevision']}, "
-                f"got {current.revision}"
+                f"got {revision}"
             )
         if operation == BATCH_OPERATION:
             # One transaction for a durable boundary: the steps apply in order, each
@@ -271,8 +257,9 @@ class WorkerGateway:
             result: Any = {"results": results}
         else:
             result = self._apply_write(operation, payload)
-        after = Run.select(Run.revision).where(Run.run_id == active.run_id).scalar()
-        return worker_response(message_id, "accepted", result=result, revision=after)
+        return worker_response(
+            message_id, "accepted", result=result, revision=current_revision(active.run_id)
+        )
 
     def _apply_write(self, operation: str, payload: dict[str, Any]) -> Any:
         active = self.active
@@ -280,7 +267,7 @@ class WorkerGateway:
             result = self._apply(operation, payload)
             self.host.features.worker_operation(operation, active.run_id, payload, result)
             return result
-        old_status = Run.select(Run.status).where(Run.run_id == active.run_id).scalar()
+        old_status = current_status(active.run_id)
         result = self._apply(operation, payload)
         self.host.features.worker_operation(operation, active.run_id, payload, result)
         new_status = payload["snapshot"]["status"]
@@ -298,8 +285,7 @@ class WorkerGateway:
         if operation == "store.readRunState":
             # A continuation reads its parent; any other run id is out of bounds.
             wanted = payload.get("run_id") or self.active.run_id
-            run = Run.get_by_id(self.active.run_id)
-            if wanted not in (self.active.run_id, run.parent_run_id):
+            if wanted not in (self.active.run_id, get_run(self.active.run_id).parent_run_id):
                 raise PiWorkflowsError("A worker may read only its run and that run's parent.")
             return function(wanted)
         return function(self.active.run_id, **payload)

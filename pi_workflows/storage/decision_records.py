@@ -28,6 +28,7 @@ from .models import (
     RunQueue,
     WorkflowMessage,
 )
+from .prepared import PreparedQuery
 from .revisions import record_run_change
 from .runs import create_derived_run, get_run
 
@@ -289,6 +290,20 @@ def channel_request(decision: HumanDecision) -> ChannelRequest:
             )
         },
     }
+
+
+_RUN_HAS_DECISIONS = PreparedQuery(
+    lambda p: (
+        HumanDecision.select(HumanDecision.decision_id)
+        .where(HumanDecision.run == p.run_id)
+        .limit(1)
+    )
+)
+
+
+def run_has_decisions(run_id: str) -> bool:
+    """Did the run ever ask a human decision (open or resolved)?"""
+    return _RUN_HAS_DECISIONS.exists(run_id=run_id)
 
 
 def get_decision(decision_id: str) -> HumanDecision:

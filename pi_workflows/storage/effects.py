@@ -17,6 +17,7 @@ from ..errors import ConflictError, InvalidInputError, NotFoundError
 from . import decision_records
 from .blobs import put_json, put_text, read_json, read_text
 from .models import TERMINAL_RUN_STATUSES, Effect, Run, RunQueue
+from .prepared import PreparedQuery
 from .revisions import record_run_change
 
 AMBIGUOUS_CODE = "effectAmbiguous"
@@ -63,13 +64,18 @@ def recover_interrupted(run_id: str, generation: int | None = None) -> list[str]
     return ambiguous_effect_ids(run_id)
 
 
+_UNSETTLED = PreparedQuery(
+    lambda p: (
+        Effect.select(Effect.effect_id)
+        .where((Effect.run == p.run_id) & Effect.status.in_(("applying", "ambiguous")))
+        .limit(1)
+    )
+)
+
+
 def has_unsettled(run_id: str) -> bool:
     """Whether the run has an effect left `applying` or in doubt (a read only)."""
-    return (
-        Effect.select()
-        .where((Effect.run == run_id) & Effect.status.in_(("applying", "ambiguous")))
-        .exists()
-    )
+    return _UNSETTLED.exists(run_id=run_id)
 
 
 def ambiguous_effect_ids(run_id: str) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from peewee import PostgresqlDatabase
+from peewee import SQL, PostgresqlDatabase, fn
 
 from ..canonical import sha256_hex
 from ..clock import now_ms
@@ -31,6 +31,7 @@ from .models import (
     WorkflowMessage,
     WorkflowTurn,
 )
+from .prepared import PreparedQuery
 from .revisions import record_run_change
 
 RUN_CLAIM_LEASE_MS = 30_000
@@ -47,6 +48,20 @@ def token_hash(token: str) -> str:
     return sha256_hex(token)
 
 
+_PENDING_INTERACTION = PreparedQuery(
+    lambda p: (
+        InteractiveRequest.select(SQL("1"))
+        .join(NodeAttempt, on=(InteractiveRequest.attempt_id == NodeAttempt.attempt_id))
+        .where(
+            (InteractiveRequest.run == p.run_id)
+            & (InteractiveRequest.status == "pending")
+            & (NodeAttempt.status == "waiting")
+        )
+        .limit(1)
+    )
+)
+
+
 def _has_pending_interaction(run_id: str) -> bool:
     """Does the run wait for its session's answer to an agent step (so only that answer,
     not the claim loop, resumes it)?
@@ -55,16 +70,31 @@ def _has_pending_interaction(run_id: str) -> bool:
     worker or host died, ahead of the waiting snapshot: claiming that run lets the engine
     record the wait on the same request (it never asks a second time).
     """
-    return (
-        InteractiveRequest.select()
-        .join(NodeAttempt, on=(InteractiveRequest.attempt_id == NodeAttempt.attempt_id))
-        .where(
-            (InteractiveRequest.run == run_id)
-            & (InteractiveRequest.status == "pending")
-            & (NodeAttempt.status == "waiting")
-        )
-        .exists()
+    return _PENDING_INTERACTION.exists(run_id=run_id)
+
+
+_QUEUE_AND_LEASE = PreparedQuery(
+    lambda p: (
+        RunQueue.select(RunQueue.status, Lease.generation, Lease.owner_id, Lease.expires_at)
+        .join(Lease, on=(Lease.run == RunQueue.run))
+        .where(RunQueue.run == p.run_id)
     )
+)
+_TAKE_CLAIM = PreparedQuery(
+    lambda p: Lease.update(
+        generation=p.generation,
+        owner_id=p.owner_id,
+        token_hash=p.token_hash,
+        acquired_at=p.now,
+        heartbeat_at=p.now,
+        expires_at=p.expires_at,
+    ).where((Lease.run == p.run_id) & (Lease.generation == p.previous_generation))
+)
+_QUEUE_STARTING = PreparedQuery(
+    lambda p: RunQueue.update(
+        status="starting", error_code=None, error_hash=None, updated_at=p.now
+    ).where(RunQueue.run == p.run_id)
+)
 
 
 def claim_run(
@@ -77,33 +107,30 @@ def claim_run(
 ) -> Claim | None:
     """Take the run's claim by compare-and-set on the generation, or return None."""
     now = now_ms()
-    queue = RunQueue.get_or_none(RunQueue.run == run_id)
-    if queue is None or queue.status in TERMINAL_QUEUE_STATUSES:
+    found = _QUEUE_AND_LEASE.first(run_id=run_id)
+    if found is None:
+        return None
+    queue_status, current_generation, current_owner, expires_at = found
+    if queue_status in TERMINAL_QUEUE_STATUSES:
         return None
     if not allow_pending_interaction and _has_pending_interaction(run_id):
         return None
-    lease = Lease.get_by_id(run_id)
-    is_live = lease.owner_id is not None and lease.expires_at > now
-    if is_live and lease.owner_id != owner_id:
+    is_live = current_owner is not None and expires_at > now
+    if is_live and current_owner != owner_id:
         return None
-    generation = lease.generation + 1
-    changed = (
-        Lease.update(
-            generation=generation,
-            owner_id=owner_id,
-            token_hash=token_hash(token),
-            acquired_at=now,
-            heartbeat_at=now,
-            expires_at=now + lease_ms,
-        )
-        .where((Lease.run == run_id) & (Lease.generation == lease.generation))
-        .execute()
+    generation = current_generation + 1
+    changed = _TAKE_CLAIM.changed(
+        run_id=run_id,
+        previous_generation=current_generation,
+        generation=generation,
+        owner_id=owner_id,
+        token_hash=token_hash(token),
+        now=now,
+        expires_at=now + lease_ms,
     )
     if changed != 1:
         return None
-    RunQueue.update(status="starting", error_code=None, error_hash=None, updated_at=now).where(
-        RunQueue.run == run_id
-    ).execute()
+    _QUEUE_STARTING.changed(run_id=run_id, now=now)
     record_run_change(
         run_id,
         event_type="lease.claimed",
@@ -114,57 +141,100 @@ def claim_run(
     return Claim(run_id=run_id, owner_id=owner_id, generation=generation, expires_at=now + lease_ms)
 
 
-def _live_claim_query(run_id: str, token: str, generation: int | None = None) -> Any:
-    query = Lease.select().where(
-        (Lease.run == run_id)
-        & (Lease.token_hash == token_hash(token))
-        & (Lease.expires_at > now_ms())
+_LIVE_CLAIM = PreparedQuery(
+    lambda p: Lease.select(Lease.generation).where(
+        (Lease.run == p.run_id) & (Lease.token_hash == p.token_hash) & (Lease.expires_at > p.now)
     )
-    if generation is not None:
-        query = query.where(Lease.generation == generation)
-    return query
+)
+_LIVE_CLAIM_OF_GENERATION = PreparedQuery(
+    lambda p: Lease.select(Lease.generation).where(
+        (Lease.run == p.run_id)
+        & (Lease.token_hash == p.token_hash)
+        & (Lease.expires_at > p.now)
+        & (Lease.generation == p.generation)
+    )
+)
+
+
+def live_claim_generation(run_id: str, token: str, generation: int | None = None) -> int | None:
+    """The generation of the token's claim while it is the run's live claim, else None."""
+    if generation is None:
+        return _LIVE_CLAIM.scalar(run_id=run_id, token_hash=token_hash(token), now=now_ms())
+    return _LIVE_CLAIM_OF_GENERATION.scalar(
+        run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
+    )
+
+
+_CLAIMED_RUN_REVISION = PreparedQuery(
+    lambda p: (
+        Run.select(Run.revision)
+        .join(Lease, on=(Lease.run == Run.run_id))
+        .where(
+            (Run.run_id == p.run_id)
+            & (Lease.token_hash == p.token_hash)
+            & (Lease.expires_at > p.now)
+            & (Lease.generation == p.generation)
+        )
+    )
+)
+
+
+def claimed_run_revision(run_id: str, token: str, generation: int) -> int | None:
+    """The run's revision while the token's claim of `generation` is live, else None."""
+    return _CLAIMED_RUN_REVISION.scalar(
+        run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
+    )
 
 
 def verify_claim(run_id: str, token: str, generation: int | None = None) -> bool:
     """True while the token's claim is the run's live claim."""
-    return _live_claim_query(run_id, token, generation).exists()
+    return live_claim_generation(run_id, token, generation) is not None
+
+
+_RENEW_CLAIM = PreparedQuery(
+    lambda p: Lease.update(heartbeat_at=p.now, expires_at=p.expires_at).where(
+        (Lease.run == p.run_id) & (Lease.token_hash == p.token_hash) & (Lease.expires_at > p.now)
+    )
+)
 
 
 def renew_claim(run_id: str, token: str, lease_ms: int = RUN_CLAIM_LEASE_MS) -> bool:
     """Extend a live claim; an expired claim can never renew itself (no revision bump)."""
     now = now_ms()
-    return (
-        Lease.update(heartbeat_at=now, expires_at=now + lease_ms)
-        .where(
-            (Lease.run == run_id)
-            & (Lease.token_hash == token_hash(token))
-            & (Lease.expires_at > now)
-        )
-        .execute()
-        == 1
+    renewed = _RENEW_CLAIM.changed(
+        run_id=run_id, token_hash=token_hash(token), now=now, expires_at=now + lease_ms
     )
+    return renewed == 1
+
+
+_RELEASE_CLAIM = PreparedQuery(
+    lambda p: Lease.update(
+        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
+    ).where((Lease.run == p.run_id) & (Lease.generation == p.generation))
+)
 
 
 def _release(run_id: str, token: str) -> int | None:
     """Clear the owner of a live claim; returns its generation, or None if not ours."""
-    lease = _live_claim_query(run_id, token).first()
-    if lease is None:
+    generation = live_claim_generation(run_id, token)
+    if generation is None:
         return None
-    Lease.update(
-        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
-    ).where((Lease.run == run_id) & (Lease.generation == lease.generation)).execute()
-    return lease.generation
+    _RELEASE_CLAIM.changed(run_id=run_id, generation=generation)
+    return generation
+
+
+_QUEUE_RUNNING = PreparedQuery(
+    lambda p: RunQueue.update(
+        status="running", started_at=fn.COALESCE(RunQueue.started_at, p.now), updated_at=p.now
+    ).where(RunQueue.run == p.run_id)
+)
 
 
 def mark_running(run_id: str, token: str) -> bool:
-    if not verify_claim(run_id, token):
+    generation = live_claim_generation(run_id, token)
+    if generation is None:
         return False
-    now = now_ms()
-    queue = RunQueue.get_by_id(run_id)
-    RunQueue.update(status="running", started_at=queue.started_at or now, updated_at=now).where(
-        RunQueue.run == run_id
-    ).execute()
-    generation = Lease.get_by_id(run_id).generation
+    _QUEUE_RUNNING.changed(run_id=run_id, now=now_ms())
     record_run_change(
         run_id,
         event_type="run.queue_running",
@@ -258,19 +328,46 @@ def park_for_ambiguous_effect(run_id: str, token: str, effect_ids: list[str]) ->
     )
 
 
+_END_OPEN_TURNS = PreparedQuery(
+    lambda p: WorkflowTurn.update(state="ended", stop_reason="lost", ended_at=p.now).where(
+        (WorkflowTurn.run == p.run_id) & (WorkflowTurn.state == "started")
+    )
+)
+
+
+def _cancel_pending_messages(kinds: tuple[str, ...]) -> PreparedQuery:
+    return PreparedQuery(
+        lambda p: WorkflowMessage.update(status="cancelled", updated_at=p.now).where(
+            (WorkflowMessage.run == p.run_id)
+            & (WorkflowMessage.status == "pending")
+            & WorkflowMessage.kind.in_(kinds)
+        )
+    )
+
+
+# A completed run's follow-ups still reach its session; any other end cancels them too.
+_CANCEL_MESSAGES_OF_COMPLETED = _cancel_pending_messages(("step", "decision"))
+_CANCEL_MESSAGES = _cancel_pending_messages(("step", "decision", "followUp"))
+
+
 def settle_open_turns_and_messages(run_id: str, run_status: str) -> None:
     """End open turns as `lost` and cancel pending messages when a run stops (SPEC §7.5)."""
     now = now_ms()
-    WorkflowTurn.update(state="ended", stop_reason="lost", ended_at=now).where(
-        (WorkflowTurn.run == run_id) & (WorkflowTurn.state == "started")
-    ).execute()
-    kinds = ("step", "decision") if run_status == "completed" else ("step", "decision", "followUp")
-    WorkflowMessage.update(status="cancelled", updated_at=now).where(
-        (WorkflowMessage.run == run_id)
-        & (WorkflowMessage.status == "pending")
-        & WorkflowMessage.kind.in_(kinds)
-    ).execute()
+    _END_OPEN_TURNS.changed(run_id=run_id, now=now)
+    cancel = _CANCEL_MESSAGES_OF_COMPLETED if run_status == "completed" else _CANCEL_MESSAGES
+    cancel.changed(run_id=run_id, now=now)
 
+
+_RUN_ERROR_HASH = PreparedQuery(lambda p: Run.select(Run.error_hash).where(Run.run_id == p.run_id))
+_PROJECT_QUEUE = PreparedQuery(
+    lambda p: RunQueue.update(
+        status=p.status,
+        error_code=p.error_code,
+        error_hash=p.error_hash,
+        updated_at=p.now,
+        finished_at=p.finished_at,
+    ).where((RunQueue.run == p.run_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES))
+)
 
 QUEUE_STATUS_FOR_RUN = {
     "completed": "done",
@@ -293,18 +390,16 @@ def project_lifecycle(run_id: str, generation: int, run_status: str) -> None:
     if run_status != "waiting":
         settle_open_turns_and_messages(run_id, run_status)
     queue_status = QUEUE_STATUS_FOR_RUN[run_status]
-    run = Run.get_by_id(run_id)
     is_terminal = run_status in TERMINAL_RUN_STATUSES
-    RunQueue.update(
+    _PROJECT_QUEUE.changed(
+        run_id=run_id,
         status=queue_status,
         error_code=run_status if run_status in ("failed", "timed_out") else None,
-        error_hash=run.error_hash if queue_status == "failed" else None,
-        updated_at=now,
+        error_hash=_RUN_ERROR_HASH.scalar(run_id=run_id) if queue_status == "failed" else None,
+        now=now,
         finished_at=now if is_terminal else None,
-    ).where((RunQueue.run == run_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)).execute()
-    Lease.update(
-        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
-    ).where((Lease.run == run_id) & (Lease.generation == generation)).execute()
+    )
+    _RELEASE_CLAIM.changed(run_id=run_id, generation=generation)
 
 
 def terminate_run(

@@ -7,10 +7,12 @@ host stops it (`killed`). Call these inside ``StateStore.transaction()``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..clock import now_ms
 from ..errors import InvalidInputError
 from .models import ACTIVE_WORKER_STATUSES, RunProcess, RunWorker
+from .prepared import Parameters, PreparedQuery
 
 PROCESS_KINDS = ("shell", "agent")
 
@@ -50,21 +52,31 @@ def unregister_group(worker_epoch: str, process_group: int) -> None:
     ).execute()
 
 
-def orphaned_groups(machine: str, run_id: str | None = None) -> list[RegisteredGroup]:
-    """Registered groups on `machine` whose worker is no longer live (of one run, or all)."""
+def _orphaned_groups(p: Parameters, *, of_run: bool) -> Any:
     live_workers = RunWorker.select(RunWorker.worker_epoch).where(
         RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
     )
-    query = RunProcess.select().where(
+    query = RunProcess.select(
+        RunProcess.id, RunProcess.run, RunProcess.process_group, RunProcess.start_identity
+    ).where(
         (RunProcess.status == "running")
-        & (RunProcess.machine == machine)
+        & (RunProcess.machine == p.machine)
         & RunProcess.worker.not_in(live_workers)
     )
-    if run_id is not None:
-        query = query.where(RunProcess.run == run_id)
-    return [
-        RegisteredGroup(row.id, row.run_id, row.process_group, row.start_identity) for row in query
-    ]
+    return query.where(RunProcess.run == p.run_id) if of_run else query
+
+
+_ORPHANED_GROUPS = PreparedQuery(lambda p: _orphaned_groups(p, of_run=False))
+_ORPHANED_GROUPS_OF_RUN = PreparedQuery(lambda p: _orphaned_groups(p, of_run=True))
+
+
+def orphaned_groups(machine: str, run_id: str | None = None) -> list[RegisteredGroup]:
+    """Registered groups on `machine` whose worker is no longer live (of one run, or all)."""
+    if run_id is None:
+        rows = _ORPHANED_GROUPS.rows(machine=machine)
+    else:
+        rows = _ORPHANED_GROUPS_OF_RUN.rows(machine=machine, run_id=run_id)
+    return [RegisteredGroup(*row) for row in rows]
 
 
 def mark_killed(row_ids: list[int]) -> None:

@@ -8,6 +8,7 @@ and lifecycle projection are the host's job and deliberately not done here.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any
@@ -26,11 +27,11 @@ from .models import (
     InteractiveRequest,
     InteractiveSubmission,
     NodeAttempt,
-    Run,
     WorkflowUpdate,
 )
+from .prepared import PreparedQuery
 from .revisions import record_run_change
-from .runs import get_run
+from .runs import current_revision, get_run
 from .step_deadlines import set_deadline
 from .workflow_messages import (
     cancel_pending_for_source,
@@ -52,7 +53,7 @@ OUTCOME_TO_ATTEMPT_STATUS = {
 
 
 def _revision(run_id: str) -> int:
-    return Run.select(Run.revision).where(Run.run_id == run_id).scalar()
+    return current_revision(run_id)
 
 
 def _change(
@@ -318,21 +319,53 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
     # Interrupt first: the one-active-attempt index must allow the new attempt.
     for attempt_id, (_, _, status) in existing.items():
         if status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
-            NodeAttempt.update(status="interrupted", finished_at=now_ms()).where(
-                NodeAttempt.attempt_id == attempt_id
-            ).execute()
+            _INTERRUPT_ATTEMPT.changed(attempt_id=attempt_id, now=now_ms())
     for attempt_id, fields in wanted.items():
         known = existing.get(attempt_id)
         if known is None:
             numbers[fields["node_id"]] = numbers.get(fields["node_id"], 0) + 1
-            NodeAttempt.insert(
-                attempt_id=attempt_id,
-                run=run_id,
-                attempt_number=numbers[fields["node_id"]],
+            _INSERT_ATTEMPT.execute(
+                **_NEW_ATTEMPT,
                 **fields,
-            ).execute()
+                attempt_id=attempt_id,
+                run_id=run_id,
+                attempt_number=numbers[fields["node_id"]],
+            )
         elif known[2] != fields["status"]:
-            NodeAttempt.update(**fields).where(NodeAttempt.attempt_id == attempt_id).execute()
+            _attempt_update(tuple(fields)).changed(**fields, attempt_id=attempt_id)
+
+
+_INTERRUPT_ATTEMPT = PreparedQuery(
+    lambda p: NodeAttempt.update(status="interrupted", finished_at=p.now).where(
+        NodeAttempt.attempt_id == p.attempt_id
+    )
+)
+# The columns `_sync_attempts` may set; those a snapshot does not give stay NULL.
+_NEW_ATTEMPT = dict.fromkeys(("finished_at", "output_hash", "error_hash"))
+_INSERT_ATTEMPT = PreparedQuery(
+    lambda p: NodeAttempt.insert(
+        attempt_id=p.attempt_id,
+        run=p.run_id,
+        attempt_number=p.attempt_number,
+        node_id=p.node_id,
+        node_type=p.node_type,
+        status=p.status,
+        started_at=p.started_at,
+        finished_at=p.finished_at,
+        output_hash=p.output_hash,
+        error_hash=p.error_hash,
+    )
+)
+
+
+@functools.cache
+def _attempt_update(columns: tuple[str, ...]) -> PreparedQuery:
+    """The update of an attempt's `columns` (a few fixed sets, so a few statements)."""
+    return PreparedQuery(
+        lambda p: NodeAttempt.update(
+            {getattr(NodeAttempt, name): getattr(p, name) for name in columns}
+        ).where(NodeAttempt.attempt_id == p.attempt_id)
+    )
 
 
 def publish_update(

@@ -15,6 +15,7 @@ from ..records import RunRecord
 from . import statements
 from .blobs import put_json, put_text, read_json, read_text
 from .models import Lease, Run, RunQueue
+from .prepared import PreparedQuery, model_instance
 from .revisions import create_run_row
 
 
@@ -133,11 +134,26 @@ def create_derived_run(
     return run, True
 
 
+_RUN = PreparedQuery(lambda p: Run.select().where(Run.run_id == p.run_id))
+_RUN_REVISION = PreparedQuery(lambda p: Run.select(Run.revision).where(Run.run_id == p.run_id))
+_RUN_STATUS = PreparedQuery(lambda p: Run.select(Run.status).where(Run.run_id == p.run_id))
+
+
 def get_run(run_id: str) -> Run:
-    run = Run.get_or_none(Run.run_id == run_id)
-    if run is None:
+    row = _RUN.first(run_id=run_id)
+    if row is None:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
-    return run
+    return model_instance(Run, row)
+
+
+def current_revision(run_id: str) -> int | None:
+    """The run's revision (None: no such run)."""
+    return _RUN_REVISION.scalar(run_id=run_id)
+
+
+def current_status(run_id: str) -> str | None:
+    """The run's status (None: no such run)."""
+    return _RUN_STATUS.scalar(run_id=run_id)
 
 
 # One round trip per question: the host asks these on every claim pass and status call,

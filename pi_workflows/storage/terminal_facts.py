@@ -15,6 +15,7 @@ from ..errors import IncompleteTerminalStateError
 from ..records import EarlierOutcome, TerminalFacts
 from .blobs import read_json, read_text
 from .models import TERMINAL_RUN_STATUSES, Run, RunQueue, WorkflowMessage
+from .prepared import PreparedQuery
 from .workflow_messages import workflow_message_id
 
 TERMINAL_RESULT_SCHEMA = "pi-workflows.terminal-result.v1"
@@ -46,19 +47,22 @@ def terminal_message_id(run_id: str, fingerprint: str) -> str:
     return workflow_message_id("terminal", terminal_source_id(run_id), fingerprint)
 
 
+_REQUIRED_FACTS = PreparedQuery(
+    lambda p: (
+        Run.select(Run.execution_mode, Run.origin_session_id, Run.status, RunQueue.status)
+        .join(RunQueue, on=(RunQueue.run == Run.run_id))
+        .where(Run.run_id == p.run_id)
+    )
+)
+
+
 def is_required(run_id: str) -> bool:
     """An interactive run with an origin session whose queue and run are both terminal.
 
     The run status matters too: a checkpointed parent whose queue row is `done` because a
     continuation took over is still `waiting`; the continuation reports the outcome.
     """
-    row = (
-        Run.select(Run.execution_mode, Run.origin_session_id, Run.status, RunQueue.status)
-        .join(RunQueue, on=(RunQueue.run == Run.run_id))
-        .where(Run.run_id == run_id)
-        .tuples()
-        .first()
-    )
+    row = _REQUIRED_FACTS.first(run_id=run_id)
     if row is None:
         return False
     mode, origin, run_status, queue_status = row

@@ -1,0 +1,110 @@
+"""Queries written as peewee expressions, turned into SQL text once per database kind.
+
+Building a peewee query object and its SQL costs far more than running it on the host's
+hot paths (a claim check, a run's revision, a worker row). A `PreparedQuery` builds its
+query once for each kind of database (SQLite, PostgreSQL, a plugin's), with named
+parameters in place of the values, and afterwards only runs the cached text::
+
+    LIVE_CLAIM = PreparedQuery(
+        lambda p: Lease.select(Lease.generation).where(
+            (Lease.run == p.run_id) & (Lease.expires_at > p.now)
+        )
+    )
+    LIVE_CLAIM.scalar(run_id=run_id, now=now_ms())
+
+Parameters are passed as the database stores them: no field conversion is applied to
+them (plain strings, numbers, booleans and None need none). A parameter stands for one
+value, so ``.in_()`` takes a fixed tuple of constants, never a parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import peewee
+
+from .models import database_proxy
+
+ModelT = TypeVar("ModelT", bound=peewee.Model)
+
+
+class _Parameter:
+    """Stands in a compiled query's values for the argument of that name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class Parameters:
+    """``p.name`` is a placeholder for the keyword argument `name` of each run."""
+
+    def __getattr__(self, name: str) -> peewee.Value:
+        return peewee.Value(_Parameter(name), converter=False, unpack=False)
+
+
+_PARAMETERS = Parameters()
+
+
+class PreparedQuery:
+    """One query: built by `build` on first use per database kind, then run from its text."""
+
+    __slots__ = ("_build", "_compiled")
+
+    def __init__(self, build: Callable[[Parameters], peewee.BaseQuery]) -> None:
+        self._build = build
+        self._compiled: dict[type, tuple[str, tuple[Any, ...], bool]] = {}
+
+    def _compile(self, db: peewee.Database) -> tuple[str, tuple[Any, ...], bool]:
+        sql, values = db.get_sql_context().sql(self._build(_PARAMETERS)).query()
+        template = tuple(values)
+        has_constants = any(type(value) is not _Parameter for value in template)
+        compiled = self._compiled[type(db)] = (sql, template, has_constants)
+        return compiled
+
+    def sql(self) -> str:
+        """The SQL text for the open database (for tests and debugging)."""
+        db = database_proxy.obj
+        return (self._compiled.get(type(db)) or self._compile(db))[0]
+
+    def execute(self, **arguments: Any) -> Any:
+        """Run the query on the open state database; returns its cursor."""
+        db = database_proxy.obj
+        sql, template, has_constants = self._compiled.get(type(db)) or self._compile(db)
+        if has_constants:
+            params = [
+                arguments[value.name] if type(value) is _Parameter else value for value in template
+            ]
+        else:
+            params = [arguments[value.name] for value in template]
+        return db.execute_sql(sql, params)
+
+    def rows(self, **arguments: Any) -> list[tuple[Any, ...]]:
+        return self.execute(**arguments).fetchall()
+
+    def first(self, **arguments: Any) -> tuple[Any, ...] | None:
+        """The first row, or None (the query should have its own LIMIT if it may match many)."""
+        found = self.execute(**arguments).fetchall()
+        return found[0] if found else None
+
+    def scalar(self, **arguments: Any) -> Any:
+        """The first column of the first row, or None."""
+        row = self.first(**arguments)
+        return None if row is None else row[0]
+
+    def exists(self, **arguments: Any) -> bool:
+        return self.first(**arguments) is not None
+
+    def changed(self, **arguments: Any) -> int:
+        """Rows changed by an UPDATE or DELETE."""
+        return self.execute(**arguments).rowcount
+
+
+def model_instance(model: type[ModelT], row: tuple[Any, ...]) -> ModelT:
+    """A model object from a row of ``model.select()`` (every field, in the model's order)."""
+    fields = model._meta.sorted_fields
+    return model(
+        **{field.name: field.python_value(value) for field, value in zip(fields, row, strict=True)}
+    )
