@@ -11,7 +11,7 @@ import click
 from ..client.autostart import start_background_host
 from ..client.connection import HostConnection
 from ..errors import HostUnavailableError, HostVersionError
-from ..host.lock import live_lock_holder
+from ..host.lock import live_lock_holder, read_lock
 from ..host.process_identity import is_running
 from .context import CliContext, emit_json, json_option, pass_cli
 
@@ -104,7 +104,8 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     if status["state"] == "stopped":
         click.echo("host: stopped")
         return
-    holder = live_lock_holder(cli_ctx.home.lock_path)
+    # The host that just answered holds the lock: its record needs no liveness check.
+    holder = read_lock(cli_ctx.home.lock_path)
     pid = holder["pid"] if holder else "unknown"
     click.echo(f"host: {status['state']} (PID {pid}, epoch {status['epoch']})")
     click.echo(f"uptime: {status['uptimeMs'] / 1000:.1f} s")

@@ -12,11 +12,9 @@ from typing import Any
 
 import click
 
-from ..client.run_follower import follow_run
 from ..client.workflow_client import run_succeeded
 from .context import CliContext, emit_json, json_option, pass_cli
 from .json_input import NOTHING, input_options, read_json_input
-from .progress_display import ProgressDisplay
 
 
 @click.group("run")
@@ -92,6 +90,8 @@ def start_command(
             click.echo(run_id)
         return
     if not as_json and sys.stderr.isatty():
+        from .progress_display import ProgressDisplay
+
         display = ProgressDisplay(sys.stderr, live=True)
         autostart = cli_ctx.autostart and not no_autostart
         _follow(cli_ctx, run_id, display.show, display.tick, timeout, autostart=autostart)
@@ -128,6 +128,9 @@ def _follow(
     autostart: bool | None = None,
 ) -> dict[str, Any]:
     """Show the run's progress until it settles; returns the last progress payload."""
+    # Imported here, like the progress display: `run list` and `run status` need neither.
+    from ..client.run_follower import follow_run
+
     return follow_run(
         cli_ctx.home,
         run_id,
@@ -158,6 +161,8 @@ def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_js
 
         last = _follow(cli_ctx, run_id, show, None, timeout)
     else:
+        from .progress_display import ProgressDisplay
+
         display = ProgressDisplay(sys.stdout, live=sys.stdout.isatty())
         last = _follow(cli_ctx, run_id, display.show, display.tick, timeout)
     if not run_succeeded(last["status"]):
