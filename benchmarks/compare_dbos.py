@@ -441,7 +441,7 @@ ROWS = (
     ("{queued} queued runs, runs/s (4 workers)", "queue4.runs_per_s", "/s", True),
     ("{queued} queued runs, runs/s (8 workers)", "queue8.runs_per_s", "/s", True),
     ("enqueue, starts/s (one request per run)", "queue4.starts_per_s", "/s", True),
-    ("enqueue, starts/s (one request per run, pipelined)", "pipelined.starts_per_s", "/s", True),
+    ("enqueue, starts/s (pipelined, 1 request/run)", "pipelined.starts_per_s", "/s", True),
     ("enqueue, starts/s (run.startBatch of {queued})", "batch.starts_per_s", "/s", True),
     ("CPU of the process tree, {queued} runs", "queue4.cpu_s", "s", False),
     ("CPU per run", "queue4.cpu_per_run_ms", "ms", False),
