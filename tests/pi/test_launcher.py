@@ -1,0 +1,102 @@
+"""The launcher that starts pi on the Node installed next to it (piw_pi/launcher/pi.mjs).
+
+It defers two modules Pi imports at start (cli-highlight with highlight.js, jiti's Babel
+bundle) to their first use. These tests run small scripts through the launcher on that Node,
+in place of Pi's CLI, importing the same Pi modules pi does: the deferred module is not
+loaded at start, and the first call still does the real work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from piw_pi.node import BUNDLED_NODE, DISTRIBUTION_DIR, PI_LAUNCHER
+
+NODE_MODULES = DISTRIBUTION_DIR / "node_modules"
+PI_THEME = NODE_MODULES / "@mariozechner/pi-coding-agent/dist/modes/interactive/theme/theme.js"
+JITI_STATIC = NODE_MODULES / "jiti/lib/jiti-static.mjs"
+
+# Whether a CommonJS module whose path contains `part` has been loaded in this process.
+LOADED = """
+import { createRequire } from "node:module";
+const cache = createRequire(import.meta.url).cache;
+const loaded = (part) => Object.keys(cache).some((path) => path.includes(part));
+"""
+
+HIGHLIGHT = (
+    LOADED
+    + """
+const theme = await import(process.env.PI_THEME_URL);
+const atStart = loaded("/highlight.js/");
+theme.initTheme("dark");
+const lines = theme.highlightCode("answer = 42", "python");
+console.log(JSON.stringify({ atStart, afterUse: loaded("/highlight.js/"), lines }));
+"""
+)
+
+TRANSPILE = (
+    LOADED
+    + """
+const { createJiti } = await import(process.env.JITI_STATIC_URL);
+const atStart = loaded("/jiti/dist/babel.cjs");
+// No transpile cache: jiti has to run Babel on this TypeScript.
+const jiti = createJiti(import.meta.url, { fsCache: false, moduleCache: false });
+const module = await jiti.import(process.env.TS_MODULE, { default: true });
+const afterUse = loaded("/jiti/dist/babel.cjs");
+console.log(JSON.stringify({ atStart, afterUse, value: module(20) }));
+"""
+)
+
+
+def run_through_launcher(tmp_path: Path, script: str, env: dict[str, str]) -> dict:
+    """Run `script` as the launcher's "CLI" on the bundled Node; its one JSON line."""
+    if not BUNDLED_NODE.exists():
+        pytest.fail(
+            f"{BUNDLED_NODE} is missing: run `(cd plugins/pi-workflows-pi && npm ci)` on "
+            "Linux x64, which installs the Node pi runs on (.ci/run does).",
+            pytrace=False,
+        )
+    cli = tmp_path / "cli.mjs"
+    cli.write_text(script)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    done = subprocess.run(
+        [str(BUNDLED_NODE), str(PI_LAUNCHER), str(cache), str(cli)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_highlighting_is_loaded_on_first_use_and_still_colours_code(tmp_path):
+    seen = run_through_launcher(
+        tmp_path, HIGHLIGHT, {"PI_THEME_URL": PI_THEME.as_uri(), "FORCE_COLOR": "1"}
+    )
+    assert seen["atStart"] is False, "highlight.js was loaded with Pi's modules"
+    assert seen["afterUse"] is True
+    (line,) = seen["lines"]
+    assert "answer" in line and "42" in line
+    assert "\x1b[" in line, f"the code was not coloured: {line!r}"
+
+
+def test_babel_is_loaded_on_first_use_and_still_transpiles_an_extension(tmp_path):
+    module = tmp_path / "extension.ts"
+    module.write_text(
+        "type Doubled = number;\n"
+        "export default function double(value: number): Doubled {\n"
+        "    return value * 2;\n"
+        "}\n"
+    )
+    seen = run_through_launcher(
+        tmp_path, TRANSPILE, {"JITI_STATIC_URL": JITI_STATIC.as_uri(), "TS_MODULE": str(module)}
+    )
+    assert seen["atStart"] is False, "jiti's Babel bundle was loaded at start"
+    assert seen["afterUse"] is True
+    assert seen["value"] == 40
