@@ -52,4 +52,13 @@ def pi_on_bundled_node() -> tuple[str, ...] | None:
     through the launcher that turns the compile cache on; None when either is missing."""
     if not (BUNDLED_NODE.exists() and BUNDLED_PI.exists()):
         return None
-    return (str(BUNDLED_NODE), str(PI_LAUNCHER), compile_cache_dir(), str(BUNDLED_PI.resolve()))
+    # `npm ci` lays out node_modules without symlinks (but for .bin, which pi does not load
+    # from), so Node's realpath of every module Pi loads finds nothing: skipping it saves
+    # about a tenth of pi's start-up.
+    return (
+        str(BUNDLED_NODE),
+        "--preserve-symlinks",
+        str(PI_LAUNCHER),
+        compile_cache_dir(),
+        str(BUNDLED_PI.resolve()),
+    )
