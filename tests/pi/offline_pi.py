@@ -29,6 +29,7 @@ from typing import Any
 
 import psutil
 import pytest
+from piw_pi.node import BUNDLED_NODE
 
 from tests.pi.model_server import MODEL_ID, ScriptedModelServer
 
@@ -48,6 +49,18 @@ def pi_executable() -> Path:
             pytrace=False,
         )
     return PI_BIN
+
+
+def bundled_node() -> Path:
+    """The Node `npm ci` installs next to pi (Linux x64) and headless pi runs on; fails the
+    test loudly when absent."""
+    if not BUNDLED_NODE.exists():
+        pytest.fail(
+            f"The Node that pi runs on is not installed ({BUNDLED_NODE} is missing): run "
+            "`(cd plugins/pi-workflows-pi && npm ci)` on Linux x64 (.ci/run does).",
+            pytrace=False,
+        )
+    return BUNDLED_NODE
 
 
 class PiHome:

@@ -9,11 +9,10 @@ import stat
 import subprocess
 
 import pytest
-from piw_pi.node import BUNDLED_NODE
 
 from tests.pi.conftest import PiHost
 from tests.pi.model_server import Hold, HttpError, MalformedStream, Text, ToolCall, ToolCalls
-from tests.pi.offline_pi import PiHome
+from tests.pi.offline_pi import PiHome, bundled_node
 from tests.pi.step_replies import submit, workflow_call
 from tests.polling import process_gone, wait_until
 
@@ -112,6 +111,7 @@ def test_echo_runs_headless_on_pi_and_completes_with_the_submitted_output(pi_hos
 def test_pi_runs_on_its_own_node_with_a_private_compile_cache_its_tools_do_not_see(
     pi_host, model_server
 ):
+    node = bundled_node()
     seen = pi_host.harness.project / "seen-by-the-agent.txt"
     model_server.script(
         ToolCalls(ToolCall("bash", {"command": f"env > {seen}; node --version >> {seen}"})),
@@ -122,13 +122,13 @@ def test_pi_runs_on_its_own_node_with_a_private_compile_cache_its_tools_do_not_s
     # The compile cache is the bundled Node's (Node names its folder by version), private.
     cache = pi_host.pi_home.root / ".cache" / "pi-workflows" / "node-compile-cache"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    bundled = subprocess.run([str(BUNDLED_NODE), "--version"], capture_output=True, text=True)
+    bundled = subprocess.run([str(node), "--version"], capture_output=True, text=True)
     (version_dir,) = cache.iterdir()
     assert version_dir.name.startswith(bundled.stdout.strip() + "-")
     assert any(version_dir.iterdir()), "pi's modules were not cached"
     # The agent's commands see nothing of the launcher, and `node` is the system's.
     *environment, node_version = seen.read_text().splitlines()
-    ours = ("COMPILE_CACHE", "launcher", str(BUNDLED_NODE.parent))
+    ours = ("COMPILE_CACHE", "launcher", str(node.parent))
     assert not [line for line in environment if any(part in line for part in ours)]
     system = subprocess.run(["node", "--version"], capture_output=True, text=True)
     assert node_version == system.stdout.strip()

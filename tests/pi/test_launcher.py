@@ -13,8 +13,9 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-from piw_pi.node import BUNDLED_NODE, DISTRIBUTION_DIR, PI_LAUNCHER
+from piw_pi.node import DISTRIBUTION_DIR, PI_LAUNCHER
+
+from tests.pi.offline_pi import bundled_node
 
 NODE_MODULES = DISTRIBUTION_DIR / "node_modules"
 PI_THEME = NODE_MODULES / "@mariozechner/pi-coding-agent/dist/modes/interactive/theme/theme.js"
@@ -54,18 +55,12 @@ console.log(JSON.stringify({ atStart, afterUse, value: module(20) }));
 
 def run_through_launcher(tmp_path: Path, script: str, env: dict[str, str]) -> dict:
     """Run `script` as the launcher's "CLI" on the bundled Node; its one JSON line."""
-    if not BUNDLED_NODE.exists():
-        pytest.fail(
-            f"{BUNDLED_NODE} is missing: run `(cd plugins/pi-workflows-pi && npm ci)` on "
-            "Linux x64, which installs the Node pi runs on (.ci/run does).",
-            pytrace=False,
-        )
     cli = tmp_path / "cli.mjs"
     cli.write_text(script)
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o700)
     done = subprocess.run(
-        [str(BUNDLED_NODE), str(PI_LAUNCHER), str(cache), str(cli)],
+        [str(bundled_node()), str(PI_LAUNCHER), str(cache), str(cli)],
         capture_output=True,
         text=True,
         timeout=60,
