@@ -4,9 +4,14 @@ A cold Python worker spends almost all of its startup importing modules; a fork 
 process that already imported them starts in milliseconds. The host sends a launch
 (envelope, working directory) with the worker's three pipe ends attached (SCM_RIGHTS)
 over a Unix SOCK_SEQPACKET socket (one launch per packet) whose fd number is in
-`PI_WORKFLOWS_ZYGOTE_FD`; the zygote forks, the child becomes the leader of its own
-process group and runs the ordinary worker entry, and the zygote reports the child's
-pid and, later, its exit code. The zygote stays single-threaded so forking is safe.
+`PI_WORKFLOWS_ZYGOTE_FD`; the zygote reports the worker's pid and, later, its exit
+code. The zygote stays single-threaded so forking is safe.
+
+The fork itself is kept off the launch: the zygote keeps one **spare** child, forked
+ahead and already the leader of its own process group, blocked on a private socket. A
+launch is handed to the spare as it came (packet and pipe ends), and the next spare is
+forked after the reply. When there is no live spare the zygote forks for the launch.
+A spare whose zygote dies reads end-of-file and exits.
 """
 
 from __future__ import annotations
@@ -33,15 +38,53 @@ def _send(control: socket.socket, message: dict) -> None:
     control.send(json.dumps(message).encode("utf-8"))
 
 
-def _run_child(control: socket.socket, wakeup_r: int, launch: dict, fds: list[int]) -> None:
-    """In the forked child: become a plain worker and never return."""
+class Spare:
+    """A forked child waiting for its launch on its own socket."""
+
+    def __init__(self, pid: int, channel: socket.socket) -> None:
+        self.pid = pid
+        self.channel = channel
+
+    def hand_over(self, data: bytes, fds: list[int]) -> bool:
+        """Give the spare this launch; False when it is gone (the zygote forks instead)."""
+        try:
+            socket.send_fds(self.channel, [data], fds)
+        except OSError:
+            return False
+        finally:
+            self.channel.close()
+        return True
+
+
+def _fork_spare(closing: list[int]) -> Spare:
+    """Fork a spare that runs the launch it is handed; `closing`: the zygote's own fds."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        _become_worker(closing, theirs)
+    theirs.close()
+    return Spare(pid, ours)
+
+
+def _become_worker(closing: list[int], launches: socket.socket | tuple[bytes, list[int]]) -> None:
+    """In the forked child: leave the zygote's state, take the launch (a spare waits for
+    it on its socket), run it, exit."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        control.close()
-        os.close(wakeup_r)
+        for fd in closing:
+            os.close(fd)
         os.setsid()
+        if isinstance(launches, socket.socket):
+            data, fds, _flags, _addr = socket.recv_fds(launches, MAX_CONTROL_BYTES, 3)
+            launches.close()
+            if not data:
+                os._exit(0)  # the zygote is gone: this spare was never used
+        else:
+            data, fds = launches
+        launch = json.loads(data)
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
@@ -72,31 +115,49 @@ def serve() -> int:
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_r, selectors.EVENT_READ, "child")
+    zygote_fds = [control.fileno(), wakeup_r, wakeup_w, selector.fileno()]
+    spare: Spare | None = _fork_spare(zygote_fds)
+    unannounced = {spare.pid}  # children the host never heard of: their exits are not news
     _send(control, {"ready": True})
     while True:
         for key, _ in selector.select():
             if key.data == "child":
                 os.read(wakeup_r, 4096)
-                _reap(control)
+                gone = _reap(control, unannounced)
+                unannounced -= gone
+                if spare is not None and spare.pid in gone:
+                    spare.channel.close()
+                    spare = None  # it died unused; the next launch forks
                 continue
             data, fds, _flags, _addr = socket.recv_fds(control, MAX_CONTROL_BYTES, 3)
             if not data:
-                return 0  # the host went away; its workers are its business
+                return 0  # the host went away; its workers (and the spare) are its business
             launch = json.loads(data)
-            pid = os.fork()
-            if pid == 0:
-                _run_child(control, wakeup_r, launch, fds)
+            if spare is not None and spare.hand_over(data, fds):
+                pid = spare.pid
+                unannounced.discard(pid)
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    _become_worker(zygote_fds, (data, fds))
             for fd in fds:
                 os.close(fd)
             _send(control, {"launchId": launch["launchId"], "pid": pid})
+            spare = _fork_spare(zygote_fds)
+            unannounced.add(spare.pid)
 
 
-def _reap(control: socket.socket) -> None:
+def _reap(control: socket.socket, unannounced: set[int]) -> set[int]:
+    """Report every exited worker but the `unannounced` ones; returns those that exited."""
+    gone: set[int] = set()
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return gone
         if pid == 0:
-            return
-        _send(control, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+            return gone
+        if pid in unannounced:
+            gone.add(pid)
+        else:
+            _send(control, {"exited": pid, "code": os.waitstatus_to_exitcode(status)})

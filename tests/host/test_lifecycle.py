@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 
 import psutil
@@ -109,3 +110,41 @@ def test_runs_still_complete_after_the_worker_fork_server_dies(harness: HostHarn
         ],
         what="a new fork server",
     )
+
+
+def _live_children(zygote: psutil.Process) -> list[psutil.Process]:
+    return [child for child in zygote.children() if not process_gone(child.pid)]
+
+
+def _the_spare(zygote: psutil.Process) -> psutil.Process | None:
+    """The fork server's one live child once no worker runs: the spare."""
+    children = _live_children(zygote)
+    return children[0] if len(children) == 1 else None
+
+
+def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
+    host = harness.start_host()
+    (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    spare = wait_until(lambda: _the_spare(zygote), what="the fork server's spare")
+    # Before any launch, it makes itself the leader of its own process group.
+    wait_until(lambda: os.getpgid(spare.pid) == spare.pid, what="the spare's own group")
+    run_id = harness.start_run("steps")
+    # The run's worker is that spare, and a new spare waits beside it.
+    assert harness.wait_for_pid("b.pid") == spare.pid
+    wait_until(lambda: len(_live_children(zygote)) == 2, what="the next spare")
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+    # A spare that dies unused is not a worker exit: the next launch still runs.
+    next_spare = wait_until(lambda: _the_spare(zygote), what="one spare again")
+    assert next_spare.pid != spare.pid
+    next_spare.kill()
+    wait_until(lambda: process_gone(next_spare.pid), what="the killed spare to be reaped")
+    again = harness.start_run("hello", {"name": "again"})
+    assert harness.wait_for_status(again, "completed")["finalOutput"] == {
+        "greeting": "Hello, again!"
+    }
+    # A spare whose fork server dies ends too (it never ran anything).
+    last = wait_until(lambda: _the_spare(zygote), what="a spare after the direct fork")
+    zygote.kill()
+    wait_until(lambda: process_gone(last.pid), what="the orphaned spare to exit")
