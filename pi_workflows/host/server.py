@@ -156,11 +156,14 @@ class ClientServer:
         try:
             await connection.send(hello(connection.connection_id, __version__, self.plugin_set))
             frames = FrameSplitter()
+            loop = asyncio.get_running_loop()
+            first_frame_by = loop.time() + self.idle_timeout_s
             while True:
                 try:
                     # A client that never sends a request must not hold a slot forever.
                     chunk = await asyncio.wait_for(
-                        reader.read(READ_BYTES), None if frames.seen_one else self.idle_timeout_s
+                        reader.read(READ_BYTES),
+                        None if frames.seen_one else max(0.0, first_frame_by - loop.time()),
                     )
                 except TimeoutError:
                     log.info("closed a connection that sent no request")

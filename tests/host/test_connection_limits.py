@@ -8,6 +8,7 @@ import resource
 import socket
 import subprocess
 import sys
+import time
 
 from tests.polling import wait_until
 
@@ -59,6 +60,29 @@ def test_connections_over_the_cap_are_told_and_idle_ones_are_dropped(harness: Ho
             sock.close()
     # ...and their slots serve the next clients.
     assert _served_status(harness)["state"] == "running"
+
+
+def test_a_connection_that_dribbles_a_partial_frame_is_dropped_at_the_idle_timeout(
+    harness: HostHarness,
+):
+    harness.start_host(PI_WORKFLOWS_IDLE_CONNECTION_S="2")
+    [sock] = _idle_connections(harness, 1)
+    sock.settimeout(0.3)  # one byte of a frame that never ends, about every 0.3 s
+    began = time.monotonic()
+    closed = False
+    try:
+        while not closed and time.monotonic() - began < 15:
+            try:
+                sock.sendall(b"{")
+                closed = sock.recv(1) == b""
+            except TimeoutError:
+                continue
+            except OSError:  # reset or broken pipe: the host closed it
+                closed = True
+    finally:
+        sock.close()
+    # Each byte must not start the wait for the first frame again.
+    assert closed and time.monotonic() - began < 10
 
 
 def _low_fd_limit() -> None:
