@@ -172,18 +172,18 @@ class WorkerGateway:
                 active.supervisor.note(f"worker launch refused: {cause}")
             active.stop("crashed")
             return worker_response(message_id, "rejected", error=one_line_error(cause))
-        return worker_response(
-            message_id,
-            "accepted",
-            revision=revision,
-            result={
-                "command": command.to_json(),
-                "originSessionId": record.origin_session_id,
-                "runState": state,
-                "stateDirectory": str(self.host.home.host_dir),
-                "workflowName": state["workflowName"],
-            },
-        )
+        result = {
+            "command": command.to_json(),
+            "originSessionId": record.origin_session_id,
+            "runState": state,
+            "stateDirectory": str(self.host.home.host_dir),
+            "workflowName": state["workflowName"],
+        }
+        if result["command"].get("kind") == "continue":
+            # A continuation's engine reads its parked parent next: answered now too.
+            parent = result["command"]["parentRunId"]
+            result["parentRunState"] = run_state.read_run_state(parent)
+        return worker_response(message_id, "accepted", revision=revision, result=result)
 
     def _record_ready(self) -> None:
         active = self.active

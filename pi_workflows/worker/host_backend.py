@@ -19,20 +19,22 @@ class HostRunBackend:
     sent together with the next write.
     """
 
-    def __init__(self, pipe: HostPipe, run_state: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, pipe: HostPipe, first_reads: dict[str | None, dict[str, Any]] | None = None
+    ) -> None:
         self.pipe = pipe
         self.pending: list[dict[str, Any]] = []
-        # The run as worker.ready answered it: the engine's first read costs no message.
-        self._first_read = run_state
+        # The run (key None) and a continuation's parent as worker.ready answered them:
+        # the engine's first read of each costs no message.
+        self._first_reads = dict(first_reads or {})
 
     @property
     def run_id(self) -> str:
         return self.pipe.envelope["runId"]
 
     def read_run_state(self, run_id: str | None = None) -> dict[str, Any]:
-        if run_id is None and self._first_read is not None and not self.pending:
-            state, self._first_read = self._first_read, None
-            return state
+        if run_id in self._first_reads and not self.pending:
+            return self._first_reads.pop(run_id)
         self.flush()
         payload = {"run_id": run_id} if run_id else {}
         return self.pipe.call("store.readRunState", payload)

@@ -88,7 +88,10 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
         )
         return EXIT_FAILED
     ready = pipe.call("worker.ready", {}, control=True)
-    backend = HostRunBackend(pipe, ready.get("runState"))
+    first_reads = {None: ready["runState"]} if ready.get("runState") is not None else {}
+    if ready.get("parentRunState") is not None:
+        first_reads[ready["command"]["parentRunId"]] = ready["parentRunState"]
+    backend = HostRunBackend(pipe, first_reads)
     outcome = execute_command(definition, backend, ready["command"])
     backend.flush()
     pipe.call("worker.exiting", {"status": outcome["status"]}, control=True)
