@@ -119,13 +119,15 @@ def test_pi_runs_on_its_own_node_with_a_private_compile_cache_its_tools_do_not_s
     )
     run_id = pi_host.start_headless("echo", {"task": "Say hello"})
     assert _finished(pi_host, run_id)["status"] == "completed"
-    # The compile cache is the bundled Node's (Node names its folder by version), private.
+    # The caches are the bundled Node's (Node names its folder by version), and private.
     cache = pi_host.pi_home.root / ".cache" / "pi-workflows" / "node-compile-cache"
     assert stat.S_IMODE(cache.stat().st_mode) == 0o700
-    bundled = subprocess.run([str(node), "--version"], capture_output=True, text=True)
-    (version_dir,) = cache.iterdir()
-    assert version_dir.name.startswith(bundled.stdout.strip() + "-")
-    assert any(version_dir.iterdir()), "pi's modules were not cached"
+    version = subprocess.run([str(node), "--version"], capture_output=True, text=True).stdout
+    (compiled,) = [path for path in cache.iterdir() if path.is_dir()]
+    assert compiled.name.startswith(version.strip() + "-")
+    assert any(compiled.iterdir()), "pi's modules were not compiled into the cache"
+    (resolutions,) = cache.glob(f"resolutions-{version.strip()}-*.json")
+    assert stat.S_IMODE(resolutions.stat().st_mode) == 0o600
     # The agent's commands see nothing of the launcher, and `node` is the system's.
     *environment, node_version = seen.read_text().splitlines()
     ours = ("COMPILE_CACHE", "launcher", str(node.parent))

@@ -1,15 +1,18 @@
 """The launcher that starts pi on the Node installed next to it (piw_pi/launcher/pi.mjs).
 
 It defers two modules Pi imports at start (cli-highlight with highlight.js, jiti's Babel
-bundle) to their first use. These tests run small scripts through the launcher on that Node,
-in place of Pi's CLI, importing the same Pi modules pi does: the deferred module is not
-loaded at start, and the first call still does the real work.
+bundle) to their first use, and keeps module resolutions inside Pi's node_modules between
+starts. These tests run small scripts through the launcher on that Node in place of Pi's
+CLI: importing the same Pi modules pi does, the deferred module is not loaded at start and
+the first call still does the real work; in a node_modules of their own, a kept resolution
+is used until npm changes that node_modules, and one from elsewhere is never kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -53,12 +56,15 @@ console.log(JSON.stringify({ atStart, afterUse, value: module(20) }));
 )
 
 
-def run_through_launcher(tmp_path: Path, script: str, env: dict[str, str]) -> dict:
-    """Run `script` as the launcher's "CLI" on the bundled Node; its one JSON line."""
-    cli = tmp_path / "cli.mjs"
+def run_through_launcher(
+    tmp_path: Path, script: str, env: dict[str, str], cli: Path | None = None
+) -> dict:
+    """Run `script` as the launcher's "CLI" (at `cli`) on the bundled Node; its JSON line."""
+    cli = cli or tmp_path / "cli.mjs"
+    cli.parent.mkdir(parents=True, exist_ok=True)
     cli.write_text(script)
     cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700)
+    cache.mkdir(mode=0o700, exist_ok=True)
     done = subprocess.run(
         [str(bundled_node()), str(PI_LAUNCHER), str(cache), str(cli)],
         capture_output=True,
@@ -95,3 +101,49 @@ def test_babel_is_loaded_on_first_use_and_still_transpiles_an_extension(tmp_path
     assert seen["atStart"] is False, "jiti's Babel bundle was loaded at start"
     assert seen["afterUse"] is True
     assert seen["value"] == 40
+
+
+# A CLI in a node_modules of its own that imports a package there, and a module from
+# elsewhere (like a user's extension) that imports the same name.
+RESOLVING = """
+import inside from "inside";
+const { default: outside } = await import(process.env.OUTSIDE_URL);
+console.log(JSON.stringify({ inside, outside }));
+"""
+
+
+def package(directory: Path, main: str) -> None:
+    """A CommonJS package at `directory` whose `main` is `main`; one.js and two.js export
+    their names."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "package.json").write_text(json.dumps({"name": directory.name, "main": main}))
+    for name in ("one", "two"):
+        (directory / f"{name}.js").write_text(f"module.exports = {name!r};\n")
+
+
+def test_resolutions_inside_pis_node_modules_are_kept_until_npm_changes_it(tmp_path):
+    node_modules = tmp_path / "pi" / "node_modules"
+    package(node_modules / "inside", "one.js")
+    npm_lock = node_modules / ".package-lock.json"
+    npm_lock.write_text("{}")
+    # Without a package of its own, the extension's "inside" is found in Pi's node_modules.
+    extension = tmp_path / "pi" / "project" / "extension.mjs"
+    extension.parent.mkdir()
+    extension.write_text('export { default } from "inside";\n')
+    env = {"OUTSIDE_URL": extension.as_uri()}
+    cli = node_modules / "app" / "cli.mjs"
+
+    def run() -> dict:
+        return run_through_launcher(tmp_path, RESOLVING, env, cli)
+
+    assert run() == {"inside": "one", "outside": "one"}
+    (kept,) = (tmp_path / "cache").glob("resolutions-*.json")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    # Pi's package now points elsewhere, without npm; the extension gets a package of its
+    # own. Pi's resolution is kept, the extension's was not.
+    package(node_modules / "inside", "two.js")
+    package(extension.parent / "node_modules" / "inside", "two.js")
+    assert run() == {"inside": "one", "outside": "two"}
+    # npm rewrites .package-lock.json whenever it changes node_modules.
+    npm_lock.write_text('{"changed": true}')
+    assert run() == {"inside": "two", "outside": "two"}
