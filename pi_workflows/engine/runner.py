@@ -40,6 +40,7 @@ from .agents import (
     parse_output,
 )
 from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
+from .node_thread import NodeThread
 from .processes import registering_with
 from .routing import RoutingError, failure_route, next_node
 from .run_backend import RunBackend
@@ -173,6 +174,7 @@ class Engine:
         self._stop: str | None = None
         self._updates = TokenBucket()
         self._run_info: dict[str, Any] = {}
+        self._idle_thread: NodeThread | None = None  # the last attempt's, free again
 
     # --- control -----------------------------------------------------------------------
 
@@ -723,13 +725,8 @@ class Engine:
 
     def _run_in_thread(self, attempt: _Attempt) -> _Done:
         context = self._context(attempt)
-        thread = threading.Thread(
-            target=self._node_thread,
-            args=(attempt, context),
-            name=f"piw-node-{attempt.node_id}",
-            daemon=True,
-        )
-        thread.start()
+        thread, self._idle_thread = self._idle_thread or NodeThread(), None
+        thread.run(f"piw-node-{attempt.node_id}", lambda: self._node_thread(attempt, context))
         timeout_ms = attempt.node.timeout_ms
         deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
         done: _Done | None = None
@@ -758,6 +755,8 @@ class Engine:
                     self._serve(item, attempt)
                 elif isinstance(item, _Done) and item.attempt is attempt:
                     done = item
+                    # Posting its result is the job's last act: the thread is free.
+                    self._idle_thread = thread
                 elif isinstance(item, _Stop) and self._stop == "park":
                     attempt.signal.abort("park")
                     raise _Parked("parked", "The workflow run was parked.")
@@ -766,16 +765,16 @@ class Engine:
                     done = _Done(attempt, error=NodeAborted("The workflow run was cancelled."))
         finally:
             attempt.signal.abort("finished")
-            self._let_go(thread)
+            if self._idle_thread is not thread:
+                self._let_go(thread)
         self._settle_effect(attempt, done)
         return done
 
-    def _let_go(self, thread: threading.Thread) -> None:
-        """Give an ended attempt's thread a moment to stop, refusing its backend calls."""
-        # A finished attempt's thread ends right after posting its result: join first.
-        thread.join(timeout=0.005)
+    def _let_go(self, thread: NodeThread) -> None:
+        """Give a stopped attempt's thread a moment to return, refusing its backend calls;
+        the next attempt gets the thread only if it did."""
         deadline = time.monotonic() + ABANDON_GRACE_SECONDS
-        while thread.is_alive() and time.monotonic() < deadline:
+        while not thread.wait_idle(0) and time.monotonic() < deadline:
             try:
                 item = self._inbox.get(timeout=0.02)
             except queue.Empty:
@@ -786,6 +785,8 @@ class Engine:
             elif isinstance(item, _Stop):
                 self._inbox.put(item)
                 break
+        if thread.wait_idle(0):
+            self._idle_thread = thread
 
     def _serve(self, call: _BackendCall, active: _Attempt) -> None:
         if call.attempt is not active or active.signal.is_aborted:

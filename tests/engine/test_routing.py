@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 from pi_workflows import compute, edge, switch, workflow
 
 
@@ -117,6 +120,26 @@ def test_timeout_ends_the_node_timed_out_and_can_be_routed(runs) -> None:
         [switch("wait", on="$result.outcome", cases={"timed_out": "fallback"})],
     )
     assert runs.start(routed)["finalOutput"] == "fallback"
+
+
+def test_a_node_stuck_past_its_timeout_does_not_hold_up_the_next(runs) -> None:
+    # A node ignoring its abort signal keeps its thread; the next node gets another one.
+    returned = threading.Event()
+
+    def stuck(ctx):
+        time.sleep(5)
+        returned.set()
+
+    routed = workflow(
+        "stuck",
+        "wait",
+        {
+            "wait": compute(stuck, timeout_ms=100),
+            "fallback": compute(lambda ctx: {"stuckStillRunning": not returned.is_set()}),
+        },
+        [switch("wait", on="$result.outcome", cases={"timed_out": "fallback"})],
+    )
+    assert runs.start(routed)["finalOutput"] == {"stuckStillRunning": True}
 
 
 def test_max_steps_bounds_loops(runs) -> None:
