@@ -57,14 +57,20 @@ console.log(JSON.stringify({ atStart, afterUse, value: module(20) }));
 
 
 def run_through_launcher(
-    tmp_path: Path, script: str, env: dict[str, str], cli: Path | None = None
+    tmp_path: Path,
+    script: str,
+    env: dict[str, str],
+    cli: Path | None = None,
+    cache: Path | None = None,
 ) -> dict:
-    """Run `script` as the launcher's "CLI" (at `cli`) on the bundled Node; its JSON line."""
+    """Run `script` as the launcher's "CLI" (at `cli`) on the bundled Node, with its caches
+    in `cache` (default: a private directory in tmp_path); the script's JSON line."""
     cli = cli or tmp_path / "cli.mjs"
     cli.parent.mkdir(parents=True, exist_ok=True)
     cli.write_text(script)
-    cache = tmp_path / "cache"
-    cache.mkdir(mode=0o700, exist_ok=True)
+    if cache is None:
+        cache = tmp_path / "cache"
+        cache.mkdir(mode=0o700, exist_ok=True)
     done = subprocess.run(
         [str(bundled_node()), str(PI_LAUNCHER), str(cache), str(cli)],
         capture_output=True,
@@ -121,17 +127,24 @@ def package(directory: Path, main: str) -> None:
         (directory / f"{name}.js").write_text(f"module.exports = {name!r};\n")
 
 
-def test_resolutions_inside_pis_node_modules_are_kept_until_npm_changes_it(tmp_path):
+def pi_like_install(tmp_path: Path) -> tuple[Path, Path]:
+    """A node_modules holding package `inside` (one.js) and npm's .package-lock.json, and an
+    extension outside it that imports "inside" too; (the CLI's path, the extension's)."""
     node_modules = tmp_path / "pi" / "node_modules"
     package(node_modules / "inside", "one.js")
-    npm_lock = node_modules / ".package-lock.json"
-    npm_lock.write_text("{}")
+    (node_modules / ".package-lock.json").write_text("{}")
     # Without a package of its own, the extension's "inside" is found in Pi's node_modules.
     extension = tmp_path / "pi" / "project" / "extension.mjs"
     extension.parent.mkdir()
     extension.write_text('export { default } from "inside";\n')
+    return node_modules / "app" / "cli.mjs", extension
+
+
+def test_resolutions_inside_pis_node_modules_are_kept_until_npm_changes_it(tmp_path):
+    cli, extension = pi_like_install(tmp_path)
     env = {"OUTSIDE_URL": extension.as_uri()}
-    cli = node_modules / "app" / "cli.mjs"
+    node_modules = cli.parent.parent
+    npm_lock = node_modules / ".package-lock.json"
 
     def run() -> dict:
         return run_through_launcher(tmp_path, RESOLVING, env, cli)
@@ -147,3 +160,12 @@ def test_resolutions_inside_pis_node_modules_are_kept_until_npm_changes_it(tmp_p
     # npm rewrites .package-lock.json whenever it changes node_modules.
     npm_lock.write_text('{"changed": true}')
     assert run() == {"inside": "two", "outside": "two"}
+
+
+def test_a_cache_directory_that_cannot_be_used_only_costs_time(tmp_path):
+    cli, extension = pi_like_install(tmp_path)
+    env = {"OUTSIDE_URL": extension.as_uri()}
+    not_a_directory = tmp_path / "cache-is-a-file"
+    not_a_directory.write_text("")
+    seen = run_through_launcher(tmp_path, RESOLVING, env, cli, cache=not_a_directory)
+    assert seen == {"inside": "one", "outside": "one"}

@@ -37,8 +37,9 @@ def pi_command() -> str | None:
 
 
 def compile_cache_dir() -> str:
-    """The private directory for Node's compile cache of Pi's modules; "" when it cannot be
-    made private (the cache only saves time, so pi then runs without it)."""
+    """The private directory for the launcher's caches of Pi's modules (Node's compile
+    cache, kept resolutions); "" when it cannot be made private (they only save time, so pi
+    then runs without them)."""
     path = Path(platformdirs.user_cache_dir(APP_NAME)) / "node-compile-cache"
     try:
         ensure_private_dir(path)
@@ -49,7 +50,8 @@ def compile_cache_dir() -> str:
 
 def pi_on_bundled_node() -> tuple[str, ...] | None:
     """The command that runs the `pi` installed here on the Node installed next to it,
-    through the launcher that turns the compile cache on; None when either is missing."""
+    through the launcher that makes it start faster (piw_pi/launcher/pi.mjs); None when
+    either is missing."""
     if not (BUNDLED_NODE.exists() and BUNDLED_PI.exists()):
         return None
     # `npm ci` lays out node_modules without symlinks (but for .bin, which pi does not load

@@ -102,10 +102,13 @@ class KeptResolutions {
 		}
 		this.added = false;
 		const temporary = `${this.path}.${process.pid}`;
-		writeFileSync(temporary, JSON.stringify({ stamp: this.stamp, entries: [...this.entries] }), {
-			mode: 0o600,
-		});
-		renameSync(temporary, this.path);
+		const text = JSON.stringify({ stamp: this.stamp, entries: [...this.entries] });
+		try {
+			writeFileSync(temporary, text, { mode: 0o600 });
+			renameSync(temporary, this.path);
+		} catch {
+			// Kept resolutions only save time: pi runs on without them.
+		}
 	}
 }
 
