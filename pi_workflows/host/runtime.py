@@ -39,6 +39,7 @@ from ..storage.models import RunWorker
 from ..storage.runs import current_status, get_run, run_record, run_records
 from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
+from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
 from .forkserver import ForkServer, fork_server_enabled
@@ -140,6 +141,7 @@ class Host:
         )
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
+        self.worker_commits: CommitGroup
         self.epoch_lease: epoch_lease.EpochLease | None = None
         self.lock: HostLock | None = None
         self.started_at = 0
@@ -178,6 +180,7 @@ class Host:
         self.lock = acquire_host_lock(self.home.lock_path, self.host_id)
         try:
             self.store = open_state(self.home, self.database_url)
+            self.worker_commits = CommitGroup(self.store)
             identity = start_identity(os.getpid()) or ""
             key = home_key(self.home)
             with self.store.transaction():
@@ -290,22 +293,29 @@ class Host:
                 log.exception("timer action failed")
 
     def _heartbeat(self) -> None:
+        """Renew the host's lease and the claims of its live workers, in one commit."""
         assert self.epoch_lease is not None
+        renewing = [
+            active
+            for active in self.active_runs.values()
+            if not (active.control or active.exiting or active.released)
+        ]
         try:
-            epoch_lease.renew_epoch(self.epoch_lease, self.timings.host_lease_ms)
+            with self.store.transaction():
+                epoch_lease.renew_epoch(self.epoch_lease, self.timings.host_lease_ms)
+                lost = [
+                    active
+                    for active in renewing
+                    if not run_claims.renew_claim(
+                        active.run_id, active.claim_token, self.timings.run_lease_ms
+                    )
+                ]
         except PiWorkflowsError as error:
             self._lease_lost(error)
             return
-        for active in list(self.active_runs.values()):
-            if active.control or active.exiting or active.released:
-                continue
-            with self.store.transaction():
-                renewed = run_claims.renew_claim(
-                    active.run_id, active.claim_token, self.timings.run_lease_ms
-                )
-            if not renewed:
-                active.claim_lost = True
-                active.stop("claimLost")
+        for active in lost:
+            active.claim_lost = True
+            active.stop("claimLost")
 
     def _poll(self) -> None:
         if not self.store.is_sqlite:
@@ -354,9 +364,21 @@ class Host:
         return HostInfo(
             host_id=self.host_id,
             epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
-            active_workers=len(self.active_runs) + len(self.pending_claims),
+            active_workers=self._busy_slots(),
             max_workers=self.max_workers,
         )
+
+    def _busy_slots(self, freed: ActiveRun | None = None) -> int:
+        """Worker slots in use: pending starts, and active runs that still hold their claim.
+
+        A run whose own write released its claim (completed, waiting, …) frees its slot
+        with that commit; its worker only exits. `freed` is such a run in the transaction
+        that releases it.
+        """
+        holding = sum(
+            1 for active in self.active_runs.values() if not active.released and active is not freed
+        )
+        return holding + len(self.pending_claims)
 
     def schedule_claim_pass(self) -> None:
         if self._claim_pass_scheduled or self.stopping:
@@ -372,19 +394,21 @@ class Host:
         self._claim_pass_scheduled = False
         self.claim_free_slots()
 
-    def claim_free_slots(self) -> None:
+    def claim_free_slots(self, freed: ActiveRun | None = None) -> None:
         """The claim pass; inside a transaction its claims join that transaction.
 
         `run.start` and the answers that reserve a continuation call it from their own
         transaction, so a run on a host with a free worker slot is claimed by the commit
-        that created it (one fsync, no wait for the next pass). Each claim also records
-        its worker (``RunWorker``); the workers launch after commit.
+        that created it (one fsync, no wait for the next pass). So does a worker's write
+        that releases its run's claim (`freed`): the run waiting for that slot is claimed
+        by the same commit. Each claim also records its worker (``RunWorker``); the
+        workers launch after commit.
         """
         if self.stopping or self.epoch_lease is None:
             return
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
         claimed: set[str] = set()
-        while len(self.active_runs) + len(self.pending_claims) + len(claimed) < self.max_workers:
+        while self._busy_slots(freed) + len(claimed) < self.max_workers:
             token = run_claims.new_claim_token()
             # PostgreSQL: the candidate query and the claim share one transaction, so the
             # candidates stay locked and other hosts skip them; SQLite keeps its write

@@ -56,6 +56,8 @@ class WorkerGateway:
     def __init__(self, host: Host, active: ActiveRun) -> None:
         self.host = host
         self.active = active
+        # Set while a store operation's transaction releases the run's claim.
+        self._releases_claim = False
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
         validate_message(message)
@@ -97,12 +99,17 @@ class WorkerGateway:
                 error=read_text(error_hash),
                 revision=revision,
             )
+
         # The operation and its stored response commit together (one fsync, and a
         # replay can never see an applied operation without its response).
+        def apply() -> dict[str, Any]:
+            reply = self._dispatch(message)
+            self._record(message, fingerprint, reply)
+            return reply
+
         try:
-            with self.host.store.transaction():
-                reply = self._dispatch(message)
-                self._record(message, fingerprint, reply)
+            # Writes of other workers read in the same loop pass share this commit.
+            reply = await self.host.worker_commits.submit(apply)
         except HostLeaseLostError:
             return self._claim_lost(message_id)  # this host's lease is gone: no write at all
         except PiWorkflowsError as error:
@@ -237,6 +244,7 @@ class WorkerGateway:
     def _store_operation(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
         operation, payload = message["operation"], message["payload"]
+        self._releases_claim = False
         # The claim first: a lost claim also leaves worker.ready's revision bump unmade.
         revision = run_claims.claimed_run_revision(
             active.run_id, active.claim_token, active.generation
@@ -257,6 +265,9 @@ class WorkerGateway:
             result: Any = {"results": results}
         else:
             result = self._apply_write(operation, payload)
+        if self._releases_claim:
+            # The commit that frees this worker's slot also claims the run waiting for it.
+            self.host.claim_free_slots(freed=active)
         return worker_response(
             message_id, "accepted", result=result, revision=current_revision(active.run_id)
         )
@@ -273,6 +284,7 @@ class WorkerGateway:
         new_status = payload["snapshot"]["status"]
         if new_status != "running":
             run_claims.project_lifecycle(active.run_id, active.generation, new_status)
+            self._releases_claim = True
             self.host.store.after_commit(lambda: setattr(active, "released", True))
             self.host.store.after_commit(
                 lambda: self.host.after_run_stopped(active.run_id, old_status, new_status)

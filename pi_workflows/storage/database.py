@@ -123,6 +123,32 @@ class StateStore:
         for callback in callbacks:
             callback()
 
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        """Inside a transaction: a block whose failure undoes only its own writes.
+
+        Unlike an inner `transaction()`, an error here does not doom the transaction: it
+        rolls back to the start of the block, drops the block's after-commit callbacks
+        and propagates; the caller may catch it and go on writing (group commit).
+        """
+        tx = self._tx
+        if not tx.depth:
+            raise RuntimeError("savepoint() needs an open transaction")
+        callbacks, doomed = len(tx.after_commit), tx.doomed
+        self.db.execute_sql("SAVEPOINT piw_block")
+        tx.depth += 1
+        try:
+            yield
+        except BaseException:
+            self.db.execute_sql("ROLLBACK TO SAVEPOINT piw_block")
+            self.db.execute_sql("RELEASE SAVEPOINT piw_block")
+            del tx.after_commit[callbacks:]
+            tx.doomed = doomed
+            raise
+        finally:
+            tx.depth -= 1
+        self.db.execute_sql("RELEASE SAVEPOINT piw_block")
+
     def defer_write(self, write: Callable[[], None]) -> None:
         """A bookkeeping write that may wait: it runs first in the next outermost
         transaction (see `flush_deferred`), sparing a commit of its own."""

@@ -133,6 +133,46 @@ def test_the_candidate_window_follows_the_environment(harness: HostHarness):
     assert len(read_jsonl(record)[0]) == 3
 
 
+QUEUE_AT_COMPLETION = """
+import json
+import os
+
+from pi_workflows import hookimpl
+from pi_workflows.storage.models import RunQueue
+
+
+@hookimpl
+def piw_run_transition(run_id, old_status, new_status, detail):
+    # Called right after the commit that ended the run: what did that commit leave?
+    if new_status == "completed":
+        queue = {row.run_id: row.status for row in RunQueue.select().where(RunQueue.run != run_id)}
+        with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+            handle.write(json.dumps({"completed": run_id, "others": queue}) + "\\n")
+"""
+
+
+def test_the_commit_that_frees_a_worker_slot_claims_the_run_waiting_for_it(
+    harness: HostHarness,
+):
+    record = harness.root / "queue.jsonl"
+    harness.add_plugin("queue_at_completion", QUEUE_AT_COMPLETION)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1", PIW_TEST_RECORD=str(record))
+    blocker = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    waiting = harness.start_run("hello", {"name": "next"})
+    assert harness.client().run_status(waiting)["queueStatus"] == "queued"
+
+    (harness.project / "release").touch()
+    harness.wait_for_status(blocker, "completed")
+    harness.wait_for_status(waiting, "completed")
+
+    # The blocker's last write released its claim and, in the same commit, claimed the
+    # waiting run: no commit of its own, no wait for the blocker's worker to exit.
+    at_completion = {entry["completed"]: entry["others"] for entry in read_jsonl(record)}
+    assert at_completion[blocker] == {waiting: "starting"}
+
+
 def test_run_start_priority_is_saved_and_shown(harness: HostHarness):
     harness.start_host()
     status = json.loads(
