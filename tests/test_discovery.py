@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pi_workflows import discovery
+from pi_workflows.discovery import loader
 from pi_workflows.errors import WorkflowSourceChangedError
 
 GOOD = """
@@ -90,6 +91,27 @@ def test_source_hash_and_loading_by_source(layout) -> None:
     assert discovery.load_from_source(builtin.source).name == "hello"
     with pytest.raises(WorkflowSourceChangedError, match="another revision"):
         discovery.load_from_source({**builtin.source, "revision": "0" * 64})
+
+
+def test_a_precompiled_file_loads_without_compiling_and_an_edit_compiles_again(
+    layout, monkeypatch
+) -> None:
+    project, project_dir, _ = layout
+    path = write(project_dir, "flow", GOOD.format(name="flow", origin="one"))
+    source = by_name(discovery.discover(project))["flow"].source
+    loader.precompile(path.resolve())  # what the worker fork server does after a launch
+    compiled: list[str] = []
+    monkeypatch.setattr(
+        loader, "compile", lambda *args: compiled.append(args[1]) or compile(*args), raising=False
+    )
+    definition = discovery.load_from_source(source)
+    assert compiled == [] and definition.nodes["a"].run(None) == {"from": "one"}
+    # Other bytes at the same path are never served from the cache.
+    path.write_text(GOOD.format(name="flow", origin="two"))
+    edited = by_name(discovery.discover(project))["flow"].source
+    compiled.clear()
+    assert discovery.load_from_source(edited).nodes["a"].run(None) == {"from": "two"}
+    assert compiled == [str(path.resolve())]
 
 
 def test_definition_digest_changes_with_the_definition(layout) -> None:

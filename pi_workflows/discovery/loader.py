@@ -15,6 +15,10 @@ from ..canonical import sha256_hex
 from ..errors import WorkflowDefinitionError
 
 WORKFLOW_SUFFIX = ".workflow.py"
+# Compiled workflow files by (path, sha256 of the bytes): the worker fork server fills it
+# (compiling runs no user code) so that the workers it forks skip the compile.
+_COMPILED: dict[tuple[str, str], types.CodeType] = {}
+MAX_COMPILED = 64
 
 
 def command_name(path: Path) -> str:
@@ -41,7 +45,9 @@ def definition_from_bytes(path: Path, content: bytes) -> Workflow:
     module = types.ModuleType(module_name)
     module.__file__ = str(path)
     try:
-        code = compile(content, str(path), "exec")
+        code = _COMPILED.get((str(path), sha256_hex(content))) or compile(
+            content, str(path), "exec"
+        )
     except SyntaxError as error:
         raise WorkflowDefinitionError(
             f"{path}:{error.lineno}: syntax error: {_one_line(error.msg)}"
@@ -68,6 +74,19 @@ def definition_from_bytes(path: Path, content: bytes) -> Workflow:
     if definition is None:
         raise WorkflowDefinitionError(f"{path}: defines no module-level WORKFLOW")
     return check_definition_object(definition, str(path))
+
+
+def precompile(path: Path) -> None:
+    """Compile the file at `path` for later loads in this process or its forks (no code
+    runs; an unreadable or invalid file is left to the load that reports it)."""
+    try:
+        content = path.read_bytes()
+        code = compile(content, str(path), "exec")
+    except (OSError, SyntaxError, ValueError):
+        return
+    if len(_COMPILED) >= MAX_COMPILED:
+        _COMPILED.clear()
+    _COMPILED[(str(path), sha256_hex(content))] = code
 
 
 def check_definition_object(definition: Any, where: str) -> Workflow:

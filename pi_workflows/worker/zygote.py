@@ -22,6 +22,7 @@ import selectors
 import signal
 import socket
 import sys
+from pathlib import Path
 
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 MAX_CONTROL_BYTES = 1024 * 1024 + 4096
@@ -143,8 +144,19 @@ def serve() -> int:
             for fd in fds:
                 os.close(fd)
             _send(control, {"launchId": launch["launchId"], "pid": pid})
+            _precompile_workflow(launch["envelope"])
             spare = _fork_spare(zygote_fds)
             unannounced.add(spare.pid)
+
+
+def _precompile_workflow(envelope: str) -> None:
+    """The next spare inherits this launch's workflow file compiled (a run's continuation
+    and the next run of the same workflow load it again)."""
+    from ..discovery.loader import precompile
+
+    source = json.loads(envelope).get("workflowSource") or {}
+    if source.get("kind") == "file" and isinstance(source.get("path"), str):
+        precompile(Path(source["path"]))
 
 
 def _reap(control: socket.socket, unannounced: set[int]) -> set[int]:
