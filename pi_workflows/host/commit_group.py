@@ -38,12 +38,17 @@ class CommitGroup:
         outcomes: list[tuple[asyncio.Future[Any], Any, PiWorkflowsError | None]] = []
         try:
             with self.store.transaction():
-                for apply, future in group:
-                    try:
-                        with self.store.savepoint():
-                            outcomes.append((future, apply(), None))
-                    except PiWorkflowsError as refusal:
-                        outcomes.append((future, None, refusal))
+                if len(group) == 1:
+                    # Alone: its refusal rolls the transaction back, no savepoint needed.
+                    apply, future = group[0]
+                    outcomes.append((future, apply(), None))
+                else:
+                    for apply, future in group:
+                        try:
+                            with self.store.savepoint():
+                                outcomes.append((future, apply(), None))
+                        except PiWorkflowsError as refusal:
+                            outcomes.append((future, None, refusal))
         except Exception as error:  # nothing of the group was written
             for _, future in group:
                 if not future.done():

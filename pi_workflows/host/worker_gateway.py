@@ -58,6 +58,8 @@ class WorkerGateway:
         self.active = active
         # Set while a store operation's transaction releases the run's claim.
         self._releases_claim = False
+        # The run's status as the current store operation has left it (None: read it).
+        self._status: str | None = None
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
         validate_message(message)
@@ -246,11 +248,10 @@ class WorkerGateway:
         operation, payload = message["operation"], message["payload"]
         self._releases_claim = False
         # The claim first: a lost claim also leaves worker.ready's revision bump unmade.
-        revision = run_claims.claimed_run_revision(
-            active.run_id, active.claim_token, active.generation
-        )
-        if revision is None:
+        claimed = run_claims.claimed_run(active.run_id, active.claim_token, active.generation)
+        if claimed is None:
             return self._claim_lost(message_id)
+        revision, self._status = claimed
         if message["expectedRevision"] != revision:
             raise RevisionConflictError(
                 f"Workflow run revision conflict: expected {message['expectedRevision']}, "
@@ -275,13 +276,14 @@ class WorkerGateway:
     def _apply_write(self, operation: str, payload: dict[str, Any]) -> Any:
         active = self.active
         if operation != "store.writeSnapshot":
+            self._status = None  # what other operations do to the status is not tracked
             result = self._apply(operation, payload)
             self.host.features.worker_operation(operation, active.run_id, payload, result)
             return result
-        old_status = current_status(active.run_id)
+        old_status = self._status if self._status is not None else current_status(active.run_id)
         result = self._apply(operation, payload)
         self.host.features.worker_operation(operation, active.run_id, payload, result)
-        new_status = payload["snapshot"]["status"]
+        new_status = self._status = payload["snapshot"]["status"]
         if new_status != "running":
             run_claims.project_lifecycle(active.run_id, active.generation, new_status)
             self._releases_claim = True

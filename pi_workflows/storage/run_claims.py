@@ -165,9 +165,9 @@ def live_claim_generation(run_id: str, token: str, generation: int | None = None
     )
 
 
-_CLAIMED_RUN_REVISION = PreparedQuery(
+_CLAIMED_RUN = PreparedQuery(
     lambda p: (
-        Run.select(Run.revision)
+        Run.select(Run.revision, Run.status)
         .join(Lease, on=(Lease.run == Run.run_id))
         .where(
             (Run.run_id == p.run_id)
@@ -179,9 +179,10 @@ _CLAIMED_RUN_REVISION = PreparedQuery(
 )
 
 
-def claimed_run_revision(run_id: str, token: str, generation: int) -> int | None:
-    """The run's revision while the token's claim of `generation` is live, else None."""
-    return _CLAIMED_RUN_REVISION.scalar(
+def claimed_run(run_id: str, token: str, generation: int) -> tuple[int, str] | None:
+    """The run's revision and status while the token's claim of `generation` is live,
+    else None."""
+    return _CLAIMED_RUN.first(
         run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
     )
 
