@@ -181,6 +181,10 @@ class ForkServer:
             return None
         if pid in self._early_exits:
             exit_future.set_result(self._early_exits.pop(pid))
+        elif self._closed:
+            # close() ran while this reply was on its way to us and handed the exits it
+            # knew to watchers: nobody would ever report this one.
+            loop.create_task(_watch_orphan(pid, exit_future))
         else:
             self._exits[pid] = exit_future
         stdout = await _reader_for(stdout_r)

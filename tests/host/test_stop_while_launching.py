@@ -1,0 +1,119 @@
+"""A host told to stop while the fork server answers its launches still stops.
+
+The plugin below holds the host's event loop inside the last launch of a claim pass
+until the fork server has answered every launch before it, with the host's own SIGTERM
+already pending: the host reads those answers and starts stopping in the same loop
+passes, the moment a launch's answer and `ForkServer.close()` cross.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import psutil
+
+from pi_workflows.client.start_request import start_payload
+
+from .conftest import HostHarness, wait_until
+from .workflows import STEPS
+
+RUNS = 4
+STOP_DEADLINE_S = 15.0  # the test kit's own patience with a stopping host
+
+STOP_AMID_LAUNCHES = f"""
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from pi_workflows import hookimpl
+
+RUNS = {RUNS}
+launches = 0
+
+
+def _fork_server():
+    for child in psutil.Process().children():
+        if "--zygote" in child.cmdline():
+            return child
+    return None
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    return not (Path.cwd() / "hold-claims").exists()  # the host runs in the project
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    global launches
+    launches += 1
+    stopped = Path.cwd() / "stopped-once"  # only the first host stops itself
+    if launches == RUNS and not stopped.exists():
+        stopped.touch()
+        os.kill(os.getpid(), signal.SIGTERM)
+        # Every earlier launch was sent; its answer is in once the fork server has a
+        # worker for it and has forked its next spare.
+        zygote, deadline = _fork_server(), time.monotonic() + 10
+        while zygote and len(zygote.children()) < RUNS and time.monotonic() < deadline:
+            time.sleep(0.005)
+    return None
+"""
+
+
+def _zygote_children(host: subprocess.Popen) -> list[psutil.Process] | None:
+    for child in psutil.Process(host.pid).children():
+        if "--zygote" in child.cmdline():
+            return child.children()
+    return None
+
+
+def _workers_in(harness: HostHarness) -> list[psutil.Process]:
+    """Live processes working in the project (workers run there)."""
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.cwd() == str(harness.project) and process.status() != "zombie":
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_host_stopped_while_forked_workers_are_answered_exits(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
+    harness.add_plugin("stop_amid_launches", STOP_AMID_LAUNCHES)
+    (harness.project / "hold-claims").touch()
+    # Room for more workers than runs: one claim pass claims them all.
+    host = harness.start_host(PI_WORKFLOWS_MAX_WORKERS=str(4 * RUNS))
+    client = harness.client()
+    try:
+        payload = start_payload("steps", harness.project, None)
+        run_ids = [started["runId"] for started in client.start_runs([payload] * RUNS)]
+    finally:
+        client.close()
+    # Launches go to the fork server once it is ready (its first spare is forked).
+    wait_until(lambda: _zygote_children(host), what="the fork server's spare")
+    (harness.project / "hold-claims").unlink()
+    try:
+        assert host.wait(timeout=STOP_DEADLINE_S) == 0
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the host did not stop:\n{harness.host_log()}") from None
+    rows = harness.query("SELECT status FROM run_workers")
+    assert len(rows) == RUNS and {status for (status,) in rows} == {"orphaned"}
+    wait_until(lambda: not _workers_in(harness), what="the stopped host's workers to exit")
+
+    # The next host claims the runs again and finishes them; no completed node re-runs.
+    harness.start_host()
+    (harness.project / "release-b").touch()
+    for run_id in run_ids:
+        assert harness.wait_for_run(run_id)["status"] == "completed"
+    assert (
+        harness.query(
+            "SELECT run_id, node_id FROM node_attempts WHERE status = 'completed' "
+            "GROUP BY run_id, node_id HAVING COUNT(*) > 1"
+        )
+        == []
+    )
