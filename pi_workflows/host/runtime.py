@@ -60,6 +60,9 @@ from .worker_gateway import WorkerGateway
 log = logging.getLogger("pi_workflows.host")
 
 DEFAULT_MAX_WORKERS = 4
+# How long a stop waits for its workers and tasks (a worker gets KILL_GRACE_S before its
+# SIGKILL); whatever is still busy then is cancelled, so a stop never hangs.
+STOP_WAIT_S = 10.0
 
 # The host's features, plugins on its private hookspec (see `host/features.py`), in the
 # order their hooks run.
@@ -247,6 +250,8 @@ class Host:
     async def stop(self) -> None:
         """Stop order of SPEC §5: timers, socket, pending claims, workers, identity."""
         if self.stopping:
+            # A second stop (another signal) waits for the first, which must not wait for it.
+            self._tasks.discard(asyncio.current_task())
             await self.stopped.wait()
             return
         self.stopping = True
@@ -270,11 +275,13 @@ class Host:
         # After the stops: a worker still being forked is then told not to start.
         if self.fork_server is not None:
             await self.fork_server.close()
-        if stops:
-            await asyncio.gather(*stops, return_exceptions=True)
-        others = self._tasks - {asyncio.current_task()}
-        if others:
-            await asyncio.gather(*others, return_exceptions=True)
+        deadline = asyncio.get_running_loop().time() + STOP_WAIT_S
+        busy = await _finish_by(deadline, set(stops))
+        busy |= await _finish_by(deadline, self._tasks - {asyncio.current_task()})
+        if busy:
+            log.error("stopping without %d task(s) still busy after %.0f s", len(busy), STOP_WAIT_S)
+            for task in busy:
+                task.cancel()
         with contextlib.suppress(HostLeaseLostError), self.store.transaction():
             for active in handed_off:
                 if active.control == "handoff":
@@ -698,6 +705,18 @@ class Host:
 
     def uptime_ms(self) -> int:
         return now_ms() - self.started_at if self.started_at else 0
+
+
+async def _finish_by(deadline: float, tasks: set[asyncio.Task]) -> set[asyncio.Task]:
+    """Wait for `tasks` until `deadline` (loop time); the ones still running."""
+    if not tasks:
+        return set()
+    timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+    done, pending = await asyncio.wait(tasks, timeout=timeout)
+    for task in done:  # their failures were reported where they happened
+        if not task.cancelled():
+            task.exception()
+    return pending
 
 
 def reap_orphan_workers(host_epoch: int | None) -> int:

@@ -1,4 +1,5 @@
-"""A host told to stop while the fork server answers its launches still stops.
+"""A host told to stop still stops: while the fork server answers its launches, and
+when it is told twice.
 
 The plugin below holds the host's event loop inside the last launch of a claim pass
 until the fork server has answered every launch before it, with the host's own SIGTERM
@@ -8,6 +9,7 @@ passes, the moment a launch's answer and `ForkServer.close()` cross.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import psutil
@@ -117,3 +119,52 @@ def test_a_host_stopped_while_forked_workers_are_answered_exits(harness: HostHar
         )
         == []
     )
+
+
+# A worker of this workflow ignores SIGTERM, so its host's stop waits out the grace
+# period before the SIGKILL. (Only a worker: the client imports the workflow too.)
+STUBBORN = """
+import os
+import signal
+import time
+
+from pi_workflows import compute, workflow
+
+if "PI_WORKFLOWS_WORKER_LAUNCH" in os.environ:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def wait(ctx):
+    with open("stubborn.pid", "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(120)
+
+
+WORKFLOW = workflow(name="stubborn", start_at="wait", nodes={"wait": compute(wait)}, edges=[])
+"""
+
+
+def test_a_second_sigterm_during_a_stop_does_not_make_the_stop_wait_for_itself(
+    harness: HostHarness,
+):
+    harness.write_workflow("stubborn", STUBBORN)
+    host = harness.start_host()
+    harness.start_run("stubborn")
+    worker = harness.wait_for_pid("stubborn.pid")
+    host.send_signal(signal.SIGTERM)
+    wait_until(lambda: not _answers(harness), what="the host to stop listening")
+    assert psutil.pid_exists(worker)  # still in its grace period
+    host.send_signal(signal.SIGTERM)
+    try:
+        assert host.wait(timeout=STOP_DEADLINE_S) == 0
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the host did not stop:\n{harness.host_log()}") from None
+    assert "still busy" not in harness.host_log()  # the stop waited for no one forever
+
+
+def _answers(harness: HostHarness) -> bool:
+    try:
+        harness.status()
+    except Exception:
+        return False
+    return True
