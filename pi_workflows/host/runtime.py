@@ -414,8 +414,12 @@ class Host:
         if self.stopping or self.epoch_lease is None:
             return
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
-        claimed: set[str] = set()
-        while self._busy_slots(freed) + len(claimed) < self.max_workers:
+        # Claims of this pass whose launch waits for the surrounding commit; outside a
+        # transaction a claim launches at once and `_busy_slots` already counts it.
+        awaiting_commit: set[str] = set()
+        while self._busy_slots(freed) + len(awaiting_commit - self.pending_claims.keys()) < (
+            self.max_workers
+        ):
             token = run_claims.new_claim_token()
             # PostgreSQL: the candidate query and the claim share one transaction, so the
             # candidates stay locked and other hosts skip them; SQLite keeps its write
@@ -428,7 +432,7 @@ class Host:
             chosen, claim, worker = picked
             if claim is None or worker is None:
                 continue
-            claimed.add(chosen.run_id)
+            awaiting_commit.add(chosen.run_id)
             self.store.after_commit(functools.partial(self._launch, chosen, token, claim, worker))
 
     def _launch(self, run: RunRecord, token: str, claim: Claim, worker: PreparedWorker) -> None:
