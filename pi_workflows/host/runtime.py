@@ -755,6 +755,11 @@ def run_host_forever(home: Home, database_url: str | None, log_file: Path | None
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, lambda: host.spawn(host.stop()))
         await host.stopped.wait()
+        # A signal that comes while the stopped host exits must not turn its clean exit
+        # into a death by that signal (closing the loop would restore the defaults).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
     asyncio.run(main())
     return 0
