@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from pi_workflows import compute, edge, switch, workflow
 
@@ -124,10 +123,10 @@ def test_timeout_ends_the_node_timed_out_and_can_be_routed(runs) -> None:
 
 def test_a_node_stuck_past_its_timeout_does_not_hold_up_the_next(runs) -> None:
     # A node ignoring its abort signal keeps its thread; the next node gets another one.
-    returned = threading.Event()
+    returned, release = threading.Event(), threading.Event()
 
     def stuck(ctx):
-        time.sleep(5)
+        release.wait(30)
         returned.set()
 
     routed = workflow(
@@ -139,7 +138,10 @@ def test_a_node_stuck_past_its_timeout_does_not_hold_up_the_next(runs) -> None:
         },
         [switch("wait", on="$result.outcome", cases={"timed_out": "fallback"})],
     )
-    assert runs.start(routed)["finalOutput"] == {"stuckStillRunning": True}
+    try:
+        assert runs.start(routed)["finalOutput"] == {"stuckStillRunning": True}
+    finally:
+        release.set()
 
 
 def test_max_steps_bounds_loops(runs) -> None:

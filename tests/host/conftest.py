@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from pi_workflows.client.start_request import start_payload
 from pi_workflows.home import DATABASE_ENV
 from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHost, installed_entry_points, short_temp_dir, wait_until
@@ -35,6 +36,15 @@ class HostHarness(WorkflowHost):
     @property
     def config(self) -> Path:
         return self.config_dir
+
+    def start_runs(self, workflow: str, count: int) -> list[str]:
+        """`count` runs of `workflow` started by one `run.startBatch`; their ids."""
+        client = self.client()
+        try:
+            payload = start_payload(workflow, self.project, None)
+            return [started["runId"] for started in client.start_runs([payload] * count)]
+        finally:
+            client.close()
 
     def wait_for_pid(self, filename: str, previous: int | None = None) -> int:
         """The worker pid a test workflow wrote to `<project>/<filename>` (a new one)."""

@@ -14,7 +14,7 @@ from typing import Any
 from pi_workflows.client.start_request import start_payload
 
 from .conftest import HostHarness, wait_until
-from .workflows import BLOCKER, CHECKPOINTED, STEPS
+from .workflows import BLOCKER, CHECKPOINTED, HOLD_CLAIMS_PLUGIN, STEPS
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -468,32 +468,15 @@ def test_a_step_prompt_plugin_writes_what_the_agent_is_told(harness: HostHarness
     assert "Workflow step contract" not in prompt  # the built-in block was replaced
 
 
-HOLD_CLAIMS = """
-from pathlib import Path
-
-from pi_workflows import hookimpl
-
-
-@hookimpl
-def piw_may_claim(run, host):
-    return not (Path.cwd() / "hold-claims").exists()  # the host runs in the project
-"""
-
-
 def test_one_claim_pass_fills_every_free_worker_slot(harness: HostHarness):
     """The pass a host runs as it starts (outside any transaction) claims as many queued
     runs as it has free slots, not half of them."""
     runs = 4
     harness.write_workflow("steps", STEPS)
-    harness.add_plugin("hold_claims", HOLD_CLAIMS)
+    harness.add_plugin("hold_claims", HOLD_CLAIMS_PLUGIN)
     (harness.project / "hold-claims").touch()
     harness.start_host()
-    client = harness.client()
-    try:
-        payload = start_payload("steps", harness.project, None)
-        run_ids = [started["runId"] for started in client.start_runs([payload] * runs)]
-    finally:
-        client.close()
+    run_ids = harness.start_runs("steps", runs)
     harness.stop()
     (harness.project / "hold-claims").unlink()
 

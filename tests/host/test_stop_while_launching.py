@@ -14,10 +14,8 @@ import subprocess
 
 import psutil
 
-from pi_workflows.client.start_request import start_payload
-
 from .conftest import HostHarness, wait_until
-from .workflows import STEPS
+from .workflows import HOLD_CLAIMS_PLUGIN, STEPS
 
 RUNS = 4
 STOP_DEADLINE_S = 15.0  # the test kit's own patience with a stopping host
@@ -41,11 +39,6 @@ def _fork_server():
         if "--zygote" in child.cmdline():
             return child
     return None
-
-
-@hookimpl
-def piw_may_claim(run, host):
-    return not (Path.cwd() / "hold-claims").exists()  # the host runs in the project
 
 
 @hookimpl
@@ -86,16 +79,12 @@ def _workers_in(harness: HostHarness) -> list[psutil.Process]:
 
 def test_a_host_stopped_while_forked_workers_are_answered_exits(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
+    harness.add_plugin("hold_claims", HOLD_CLAIMS_PLUGIN)
     harness.add_plugin("stop_amid_launches", STOP_AMID_LAUNCHES)
     (harness.project / "hold-claims").touch()
     # Room for more workers than runs: one claim pass claims them all.
     host = harness.start_host(PI_WORKFLOWS_MAX_WORKERS=str(4 * RUNS))
-    client = harness.client()
-    try:
-        payload = start_payload("steps", harness.project, None)
-        run_ids = [started["runId"] for started in client.start_runs([payload] * RUNS)]
-    finally:
-        client.close()
+    run_ids = harness.start_runs("steps", RUNS)
     # Launches go to the fork server once it is ready (its first spare is forked).
     wait_until(lambda: _zygote_children(host), what="the fork server's spare")
     (harness.project / "hold-claims").unlink()

@@ -117,6 +117,18 @@ def piw_worker_process(envelope, settings):
     return dataclasses.replace(spec, env=env)
 """
 
+# While `<project>/hold-claims` exists, no run is claimed (the host runs in the project).
+HOLD_CLAIMS_PLUGIN = """
+from pathlib import Path
+
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    return not (Path.cwd() / "hold-claims").exists()
+"""
+
 # A checkpoint: the run ends `waiting`; a continuation carries the answer onward.
 CHECKPOINTED = """
 from pi_workflows import checkpoint, compute, edge, workflow
