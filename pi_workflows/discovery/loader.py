@@ -81,12 +81,18 @@ def precompile(path: Path) -> None:
     runs; an unreadable or invalid file is left to the load that reports it)."""
     try:
         content = path.read_bytes()
+    except OSError:
+        return
+    key = (str(path), sha256_hex(content))
+    if key in _COMPILED:  # every launch of an unchanged file asks again
+        return
+    try:
         code = compile(content, str(path), "exec")
-    except (OSError, SyntaxError, ValueError):
+    except (SyntaxError, ValueError):
         return
     if len(_COMPILED) >= MAX_COMPILED:
         _COMPILED.clear()
-    _COMPILED[(str(path), sha256_hex(content))] = code
+    _COMPILED[key] = code
 
 
 def check_definition_object(definition: Any, where: str) -> Workflow:
