@@ -21,7 +21,6 @@ from ..storage.models import TERMINAL_RUN_STATUSES
 from ..storage.runs import run_record
 from ..storage.terminal_facts import (
     StateOverride,
-    is_missing,
     is_required,
     latest_terminal_message,
     load_failure_override,
@@ -50,15 +49,18 @@ class TerminalMessages:
         self.pending: set[str] = set()
         self.next_reconcile_at = 0  # 0 = nothing scheduled
 
-    def ensure(self, run_id: str, override: StateOverride | None = None) -> None:
-        """Create the run's terminal message if it needs one and has none (may raise)."""
+    def ensure(self, run_id: str, override: StateOverride | None = None) -> bool:
+        """Create the run's terminal message if it needs one and has none (may raise).
+
+        True when the run still needs one: its facts are not there yet.
+        """
         store = self.services.store
         with store.transaction():
             if not is_required(run_id) or latest_terminal_message(run_id) is not None:
-                return
+                return False
             facts = terminal_facts(run_id, override or load_failure_override(run_id))
             if facts is None:
-                return
+                return True
             record = run_record(run_id)
         # Hooks run outside the transaction: a slow or failing plugin holds no lock.
         fingerprint = terminal_fingerprint(facts)
@@ -81,7 +83,7 @@ class TerminalMessages:
         }
         with store.transaction():
             if latest_terminal_message(run_id) is not None:
-                return  # another path created it while the hooks ran
+                return False  # another path created it while the hooks ran
             create_workflow_message(
                 run_id=run_id,
                 target_session_id=record.origin_session_id,
@@ -90,12 +92,12 @@ class TerminalMessages:
                 idempotency_key=fingerprint,
                 content=dataclasses.replace(content, details=details),
             )
+        return False
 
     def try_ensure(self, run_id: str, override: StateOverride | None = None) -> None:
         """`ensure`, but a failure only schedules a retry and logs; never raises."""
         try:
-            self.ensure(run_id, override)
-            missing = is_missing(run_id)
+            missing = self.ensure(run_id, override)
         except Exception as error:
             log.warning("terminal workflow message reconciliation failed for %s: %s", run_id, error)
             if self._is_required_or_unknown(run_id):

@@ -86,11 +86,6 @@ def latest_terminal_message(run_id: str) -> WorkflowMessage | None:
     )
 
 
-def is_missing(run_id: str) -> bool:
-    """Required and absent; a sent or cancelled message counts as present."""
-    return is_required(run_id) and latest_terminal_message(run_id) is None
-
-
 def runs_missing_terminal_messages() -> list[str]:
     """Every run, in every project, that needs a terminal message and has none."""
     has_message = WorkflowMessage.select(WorkflowMessage.run).where(
