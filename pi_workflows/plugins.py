@@ -374,6 +374,16 @@ def _notify(hook_name: str, **kwargs: Any) -> None:
         log.warning("%s", failure)
 
 
+def answered_by_builtin_alone(hook_name: str) -> bool:
+    """True when one built-in is the hook's only implementation and calls are not traced:
+    the core may then act on what that built-in is known to answer without asking it."""
+    reg = registry()
+    if reg.tracing:
+        return False
+    implementations = getattr(reg.manager.hook, hook_name).get_hookimpls()
+    return len(implementations) == 1 and is_builtin(implementations[0].plugin_name)
+
+
 def _builtin_answering(hook_name: str) -> str | None:
     return next(
         (name for name in DEFAULT_PLUGINS if hasattr(importlib.import_module(name), hook_name)),

@@ -72,6 +72,46 @@ class RunRecord:
         return self.status != "queued"
 
 
+class _DecodedOnFirstRead:
+    """A `RunRecord` field that `stored_run_record` left encoded: decoded the first time it
+    is read, then held by the record like any other field.
+
+    A non-data descriptor: a record made by its constructor holds every value in its own
+    ``__dict__``, which Python reads before asking the descriptor.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, record: Any, owner: type | None = None) -> Any:
+        if record is None:
+            return self
+        decode, encoded = record.__dict__["_encoded"][self.name]
+        value = record.__dict__[self.name] = decode(encoded)
+        return value
+
+
+# Attached after the dataclass is made, so the fields keep no default and the generated
+# methods (``__init__``, ``__eq__``, ``__repr__``) stay as they are.
+RunRecord.input = _DecodedOnFirstRead("input")  # type: ignore[method-assign]
+RunRecord.launch_options = _DecodedOnFirstRead("launch_options")  # type: ignore[method-assign]
+
+
+def stored_run_record(
+    encoded: Mapping[str, tuple[Callable[[Any], Any], Any]], **fields: Any
+) -> RunRecord:
+    """A `RunRecord` as the state store reads it: `encoded` maps ``input`` and
+    ``launch_options`` to (decode, stored bytes), decoded only when a hook reads them.
+
+    A claim pass hands every candidate (up to 64) to ``piw_select_run_to_claim`` and
+    decoding each one's JSON cost more than the rest of the pass. `fields` are all the
+    other fields.
+    """
+    record = object.__new__(RunRecord)
+    record.__dict__.update(fields, _encoded=encoded)
+    return record
+
+
 @dataclass(frozen=True)
 class Claim:
     """A fenced claim on a run: owner, generation and expiry (the token stays in the host)."""

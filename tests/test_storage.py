@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
 
 import pytest
 
+from pi_workflows.builtin import claiming
 from pi_workflows.canonical import canonical_bytes
 from pi_workflows.errors import (
     BlobConflictError,
@@ -16,6 +18,7 @@ from pi_workflows.errors import (
     SchemaMismatchError,
     TransactionAborted,
 )
+from pi_workflows.records import RunRecord
 from pi_workflows.storage import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
@@ -26,11 +29,13 @@ from pi_workflows.storage import (
     read_json,
     read_text,
     record_run_change,
+    run_claims,
     run_events,
 )
 from pi_workflows.storage.models import Blob, Event, Run, RunQueue
 from pi_workflows.storage.prepared import PreparedQuery, model_instance
-from pi_workflows.storage.runs import run_record
+from pi_workflows.storage.runs import run_record, run_records
+from pi_workflows.testing.factories import host_info
 
 
 def _file_fingerprint(path):
@@ -355,3 +360,54 @@ def test_a_prepared_read_of_a_whole_row_gives_the_model_object(store, make_run):
     stored = Run.get_by_id("prepared-f")
     assert run.__data__ == stored.__data__
     assert run.paused is False and read_json(run.input_hash) == {"name": "x"}
+
+
+# --- run records -----------------------------------------------------------------------------
+
+
+def test_run_records_decode_input_and_options_when_read_and_equal_built_records(store, make_run):
+    with store.transaction():
+        make_run("record-a", input={"pick": [1, 2]}, launch_options={"humanDecision": "ship"})
+        make_run("record-b", input=None, presentation_prompt="Say it briefly.")
+
+    first, second = run_records(["record-b", "missing", "record-a"])
+
+    # Left encoded until read: building a claim pass's candidates decodes nothing.
+    assert "input" not in vars(first) and "launch_options" not in vars(second)
+    assert second.input == {"pick": [1, 2]} and "input" in vars(second)
+    assert second.launch_options == {"humanDecision": "ship"}
+    assert first.input is None and first.launch_options == {}
+    assert first.presentation_prompt == "Say it briefly."
+    built = RunRecord(**{f.name: getattr(second, f.name) for f in dataclasses.fields(RunRecord)})
+    assert built == run_records(["record-a"])[0] and repr(built) == repr(second)
+    assert dataclasses.replace(second, priority=3).input == {"pick": [1, 2]}
+    assert dataclasses.asdict(run_records(["record-b"])[0])["launch_options"] == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        second.input = {}  # type: ignore[misc]
+
+
+def test_claim_candidates_come_in_the_builtin_selections_order(store, make_run):
+    """A host without a selection plugin takes the first candidate of a one-run window as
+    the built-in's answer: it must be what the built-in picks from the whole window."""
+    with store.transaction():
+        for index, priority in enumerate([0, 2, 0, 2, 1, 0]):
+            make_run(f"order-{index}", priority=priority)
+        # Ties on priority broken by availability, then age, then id.
+        RunQueue.update(available_at=RunQueue.available_at - 50).where(
+            RunQueue.run.in_(["order-3", "order-5"])
+        ).execute()
+        RunQueue.update(available_at=1_000, created_at=2).where(
+            RunQueue.run.in_(["order-0", "order-2"])
+        ).execute()
+        RunQueue.update(created_at=1).where(RunQueue.run == "order-2").execute()
+        Run.update(created_at=2).where(Run.run_id == "order-0").execute()
+        Run.update(created_at=1).where(Run.run_id == "order-2").execute()
+
+    taken: set[str] = set()
+    order = []
+    while window := run_claims.claim_candidates("host-a", taken):
+        builtin_choice = claiming.piw_select_run_to_claim(run_records(window), host_info())
+        assert run_claims.claim_candidates("host-a", taken, limit=1) == [builtin_choice.run_id]
+        order.append(builtin_choice.run_id)
+        taken.add(builtin_choice.run_id)
+    assert order == ["order-3", "order-1", "order-4", "order-2", "order-0", "order-5"]

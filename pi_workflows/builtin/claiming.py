@@ -2,6 +2,9 @@
 
 Capacity (`max_workers`, ``PI_WORKFLOWS_MAX_WORKERS``) is not a policy here: the host
 stops a claim pass when it is full, so a veto plugin only ever refuses runs.
+
+`run_claims.claim_candidates` returns candidates in this same order, so a host where no
+other plugin selects takes its first candidate without building the window's records.
 """
 
 from __future__ import annotations

@@ -449,12 +449,18 @@ class Host:
 
         Returns None when the pass should stop (no candidate, or a claim hook failed).
         """
-        candidate_ids = run_claims.claim_candidates(self.host_id, excluded, self.claim_window)
-        if not candidate_ids:
+        # The built-in selection takes the first run in claim order, the order of
+        # `claim_candidates`: when nothing else selects, the window is that one run.
+        builtin_selects = plugins.answered_by_builtin_alone("piw_select_run_to_claim")
+        window = 1 if builtin_selects else self.claim_window
+        candidates = run_records(run_claims.claim_candidates(self.host_id, excluded, window))
+        if not candidates:
             return None
-        candidates = run_records(candidate_ids)
         try:
-            chosen = plugins.select_run_to_claim(candidates, self.host_info())
+            if builtin_selects:
+                chosen = candidates[0]
+            else:
+                chosen = plugins.select_run_to_claim(candidates, self.host_info())
             is_allowed = plugins.may_claim(chosen, self.host_info())
         except PiWorkflowsError as error:
             self._report_claim_failure(str(error))

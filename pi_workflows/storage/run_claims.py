@@ -561,6 +561,8 @@ def claim_candidates(
     is_postgres = isinstance(database, PostgresqlDatabase)
     sql = _LOCKED_CANDIDATE_SQL if is_postgres else _CANDIDATE_SQL
     rows = database.execute_sql(sql.replace("?", database.param), params).fetchall()
+    # The built-in selection's order (builtin/claiming.py): the host takes the first
+    # candidate as that selection's answer when nothing else selects.
     ordered = sorted(
         (-priority, available_at, created_at, run_id)
         for run_id, priority, available_at, created_at in rows

@@ -11,7 +11,7 @@ from typing import Any
 from ..canonical import canonical_json
 from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
-from ..records import RunRecord
+from ..records import RunRecord, stored_run_record
 from . import statements
 from .blobs import put_json, put_text, read_json, read_text
 from .models import Lease, Run, RunQueue
@@ -158,25 +158,53 @@ def current_status(run_id: str) -> str | None:
 
 # One round trip per question: the host asks these on every claim pass and status call,
 # so the run, its queue row and the blobs it needs come back in a single query.
-_RUN_COLUMNS = """
-    r.run_id, r.workflow_name, r.status, q.status, r.execution_mode, r.origin_session_id,
-    r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
-    r.updated_at, r.revision, r.paused, q.error_code, r.status_detail,
-    input_blob.content, options_blob.content, prompt_blob.content,
-    output_blob.content, error_blob.content, q.priority
+_RUN_AND_QUEUE = """
     FROM runs r
     JOIN run_queue q ON q.run_id = r.run_id
     LEFT JOIN blobs input_blob ON input_blob.blob_hash = r.input_hash
     LEFT JOIN blobs options_blob ON options_blob.blob_hash = r.launch_options_hash
     LEFT JOIN blobs prompt_blob ON prompt_blob.blob_hash = r.presentation_prompt_hash
+"""
+_STATUS_COLUMNS = f"""
+    r.run_id, r.workflow_name, r.status, q.status, r.execution_mode, r.origin_session_id,
+    r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
+    r.updated_at, r.revision, r.paused, q.error_code, r.status_detail,
+    input_blob.content, options_blob.content, prompt_blob.content,
+    output_blob.content, error_blob.content, q.priority
+    {_RUN_AND_QUEUE}
     LEFT JOIN blobs output_blob ON output_blob.blob_hash = r.final_output_hash
     LEFT JOIN blobs error_blob ON error_blob.blob_hash = r.error_hash
 """
+# `RunRecord` fields in the order `_RECORD_COLUMNS` selects them, before the blobs.
+_RECORD_FIELDS = (
+    "run_id",
+    "workflow_name",
+    "status",
+    "queue_status",
+    "execution_mode",
+    "origin_session_id",
+    "parent_run_id",
+    "lineage_kind",
+    "restart_number",
+    "available_at",
+    "created_at",
+    "revision",
+    "paused",
+    "error_code",
+    "priority",
+)
+_RECORD_COLUMNS = f"""
+    r.run_id, r.workflow_name, r.status, q.status, r.execution_mode, r.origin_session_id,
+    r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
+    r.revision, r.paused, q.error_code, q.priority,
+    input_blob.content, options_blob.content, prompt_blob.content
+    {_RUN_AND_QUEUE}
+"""
 
 
-def _run_rows(where: str, params: list[Any], suffix: str = "") -> list[tuple]:
+def _run_rows(columns: str, where: str, params: list[Any], suffix: str = "") -> list[tuple]:
     database = Run._meta.database
-    sql = f"SELECT {_RUN_COLUMNS} WHERE {where} {suffix}".replace("?", database.param)
+    sql = f"SELECT {columns} WHERE {where} {suffix}".replace("?", database.param)
     return database.execute_sql(sql, params).fetchall()
 
 
@@ -184,31 +212,24 @@ def _json(content: Any) -> Any:
     return None if content is None else json.loads(bytes(content))
 
 
+def _options(content: Any) -> dict[str, Any]:
+    return _json(content) or {}
+
+
 def _text(content: Any) -> str | None:
     return None if content is None else bytes(content).decode("utf-8")
 
 
+_FIELD_COUNT = len(_RECORD_FIELDS)
+
+
 def _record(row: tuple) -> RunRecord:
-    return RunRecord(
-        run_id=row[0],
-        workflow_name=row[1],
-        status=row[2],
-        queue_status=row[3],
-        execution_mode=row[4],
-        origin_session_id=row[5],
-        parent_run_id=row[6],
-        lineage_kind=row[7],
-        restart_number=row[8],
-        available_at=row[9],
-        created_at=row[10],
-        revision=row[12],
-        paused=bool(row[13]),
-        error_code=row[14],
-        input=_json(row[16]),
-        launch_options=_json(row[17]) or {},
-        presentation_prompt=_text(row[18]),
-        priority=row[21],
-    )
+    fields = dict(zip(_RECORD_FIELDS, row[:_FIELD_COUNT], strict=True))
+    fields["paused"] = bool(fields["paused"])
+    input_content, options_content, prompt_content = row[_FIELD_COUNT:]
+    # Decoded when a hook reads them: most candidates of a claim pass are never looked at.
+    encoded = {"input": (_json, input_content), "launch_options": (_options, options_content)}
+    return stored_run_record(encoded, presentation_prompt=_text(prompt_content), **fields)
 
 
 def run_records(run_ids: list[str]) -> list[RunRecord]:
@@ -216,7 +237,8 @@ def run_records(run_ids: list[str]) -> list[RunRecord]:
     if not run_ids:
         return []
     marks = ", ".join("?" for _ in run_ids)
-    by_id = {row[0]: _record(row) for row in _run_rows(f"r.run_id IN ({marks})", run_ids)}
+    rows = _run_rows(_RECORD_COLUMNS, f"r.run_id IN ({marks})", run_ids)
+    by_id = {row[0]: _record(row) for row in rows}
     return [by_id[run_id] for run_id in run_ids if run_id in by_id]
 
 
@@ -251,7 +273,7 @@ def _status(row: tuple) -> dict[str, Any]:
 
 def run_status(run_id: str) -> dict[str, Any]:
     """The `run status --json` object of SPEC §13."""
-    rows = _run_rows("r.run_id = ?", [run_id])
+    rows = _run_rows(_STATUS_COLUMNS, "r.run_id = ?", [run_id])
     if not rows:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
     return _status(rows[0])
@@ -259,5 +281,7 @@ def run_status(run_id: str) -> dict[str, Any]:
 
 def run_statuses(limit: int) -> list[dict[str, Any]]:
     """Status objects of the newest runs, newest first."""
-    rows = _run_rows("1 = 1", [limit], "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?")
+    rows = _run_rows(
+        _STATUS_COLUMNS, "1 = 1", [limit], "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?"
+    )
     return [_status(row) for row in rows]

@@ -85,17 +85,27 @@ def piw_select_run_to_claim(candidates, host):
 """
 
 
-def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarness):
-    record = harness.root / "candidates.jsonl"
-    harness.add_plugin("window_spy", WINDOW_SPY)
+def _queue_behind_a_blocker(
+    harness: HostHarness, older: int, **env: str
+) -> tuple[str, list[str], str]:
+    """A one-worker host busy with a blocker run, `older` hello runs queued behind it, then
+    one of priority 5: (blocker, older, urgent). Touch `release` to let the blocker end."""
     harness.write_workflow("blocker", BLOCKER)
-    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1", PIW_TEST_RECORD=str(record))
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1", **env)
     blocker = harness.start_run("blocker")
     harness.wait_for_pid("blocker.pid")
     client = harness.client()
     payload = start_payload("hello", harness.project)
-    older = [client.start_run(payload)["runId"] for _ in range(70)]
+    older_ids = [client.start_run(payload)["runId"] for _ in range(older)]
     urgent = client.start_run({**payload, "priority": 5})["runId"]
+    return blocker, older_ids, urgent
+
+
+def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarness):
+    record = harness.root / "candidates.jsonl"
+    harness.add_plugin("window_spy", WINDOW_SPY)
+    blocker, older, urgent = _queue_behind_a_blocker(harness, 70, PIW_TEST_RECORD=str(record))
+    client = harness.client()
     assert client.run_status(urgent)["priority"] == 5
     assert client.run_status(older[0])["priority"] == 0
     record.write_text("")  # only the passes after the release matter
@@ -111,26 +121,57 @@ def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarne
     assert all(started[urgent] < started[run_id] for run_id in older if run_id in started)
 
 
+def test_without_a_selection_plugin_priority_then_age_decide_the_claims(harness: HostHarness):
+    """Alone, the built-in selection is not asked: the host takes the first run in claim
+    order, which must still be the one the built-in would pick."""
+    blocker, older, urgent = _queue_behind_a_blocker(harness, 3)
+    (harness.project / "release").touch()
+    for run_id in [blocker, *older, urgent]:
+        harness.wait_for_status(run_id, "completed")
+    started = dict(harness.query("SELECT run_id, started_at FROM run_queue"))
+    assert sorted([*older, urgent], key=started.__getitem__) == [urgent, *older]
+
+
 def test_the_candidate_window_follows_the_environment(harness: HostHarness):
     record = harness.root / "candidates.jsonl"
     harness.add_plugin("window_spy", WINDOW_SPY)
-    harness.write_workflow("blocker", BLOCKER)
-    harness.start_host(
-        PI_WORKFLOWS_MAX_WORKERS="1",
-        PI_WORKFLOWS_CLAIM_WINDOW="3",
-        PIW_TEST_RECORD=str(record),
+    blocker, _, _ = _queue_behind_a_blocker(
+        harness, 4, PI_WORKFLOWS_CLAIM_WINDOW="3", PIW_TEST_RECORD=str(record)
     )
-    blocker = harness.start_run("blocker")
-    harness.wait_for_pid("blocker.pid")
-    client = harness.client()
-    payload = start_payload("hello", harness.project)
-    for _ in range(5):
-        client.start_run(payload)
     record.write_text("")
     (harness.project / "release").touch()
     harness.wait_for_status(blocker, "completed")
     wait_until(lambda: read_jsonl(record), what="a claim pass after the release")
     assert len(read_jsonl(record)[0]) == 3
+
+
+BY_NAME_DESCENDING = """
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_select_run_to_claim(candidates, host):
+    named = [run for run in candidates if isinstance(run.input, dict) and "name" in run.input]
+    return max(named, key=lambda run: run.input["name"], default=None)
+"""
+
+
+def test_a_selection_plugin_reads_every_candidates_input(harness: HostHarness):
+    """Candidates reach the hook with their JSON still encoded; reading `input` decodes it."""
+    harness.add_plugin("by_name_descending", BY_NAME_DESCENDING)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1")
+    blocker = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    names = ["Ann", "Cy", "Bo"]
+    run_ids = {name: harness.start_run("hello", {"name": name}) for name in names}
+    (harness.project / "release").touch()
+    harness.wait_for_status(blocker, "completed")
+    for run_id in run_ids.values():
+        harness.wait_for_status(run_id, "completed")
+    started = dict(harness.query("SELECT run_id, started_at FROM run_queue"))
+    claimed_order = sorted(names, key=lambda name: started[run_ids[name]])
+    assert claimed_order == ["Cy", "Bo", "Ann"]
 
 
 QUEUE_AT_COMPLETION = """
