@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import resource
 import secrets
@@ -46,6 +47,9 @@ ACCEPT_RETRY_S = 0.5
 # when one of them is answered.
 MAX_REQUESTS_IN_FLIGHT = 32
 READ_BYTES = 64 * 1024
+# A run.start read this soon after the connection's previous start was answered means
+# the client streams starts: worker messages then wait for its next one (CommitGroup.hold).
+STREAMING_START_S = 0.02
 
 
 def max_connections() -> int:
@@ -221,6 +225,9 @@ class ClientServer:
             if isinstance(request, dict):  # answered without dispatching
                 await connection.send(request)
                 continue
+            if loop.time() - connection.start_answered_at < STREAMING_START_S:
+                # Not the start the workers may be waiting for (a watch of the run, say).
+                self.host.worker_commits.release()
             if len(answering) >= MAX_REQUESTS_IN_FLIGHT:
                 await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
             task = loop.create_task(self._answer(request, connection))
@@ -255,12 +262,17 @@ class ClientServer:
     async def _answer_starts(
         self, requests: list[ClientRequest], connection: ClientConnection
     ) -> None:
+        loop = asyncio.get_running_loop()
+        streaming = loop.time() - connection.start_answered_at < STREAMING_START_S
         try:
             replies = self.operations.commit_starts(requests)
         except Exception as error:
             replies = [error] * len(requests)
         for request, reply in zip(requests, replies, strict=True):
             await self._send_answer(request, reply, connection)
+        connection.start_answered_at = loop.time()
+        if streaming:
+            self.host.worker_commits.hold()
 
     async def _send_answer(
         self, request: ClientRequest, reply: dict | Exception, connection: ClientConnection
@@ -331,6 +343,7 @@ class ClientConnection:
         self.connection_id = connection_id
         self.writer = writer
         self.is_open = True
+        self.start_answered_at = -math.inf  # loop time of its last run.start answer
         self._on_close: list[Callable[[], None]] = []
         self._lock = asyncio.Lock()
         # Values of answers too big for a frame, until the client reads them back.

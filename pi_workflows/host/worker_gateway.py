@@ -62,6 +62,8 @@ class WorkerGateway:
         self._status: str | None = None
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        # A client streaming run.starts goes first (bounded; see host/commit_group.py).
+        await self.host.worker_commits.worker_turn()
         validate_message(message)
         message_id = message["messageId"]
         active = self.active

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from pi_workflows.errors import ConflictError
-from pi_workflows.host.commit_group import CommitGroup
+from pi_workflows.host.commit_group import HOLD_S, MAX_HOLD_S, CommitGroup
 from pi_workflows.storage import record_run_change
 from pi_workflows.storage.runs import current_revision
 
@@ -62,3 +62,40 @@ def test_a_lone_write_commits_by_itself_on_the_next_loop_pass(store, make_run):
 
     assert asyncio.run(alone()) == 2
     assert not store.in_transaction and current_revision("group-lone") == 2
+
+
+def test_a_streaming_client_holds_worker_turns_but_never_longer_than_the_bound(store):
+    async def stream() -> tuple[bool, float]:
+        loop = asyncio.get_running_loop()
+        group = CommitGroup(store)
+        group.hold()  # a start of a streaming client was answered
+        began = loop.time()
+        turn = asyncio.ensure_future(group.worker_turn())
+        await asyncio.sleep(0)
+        waited_while_held = not turn.done()
+        # The client keeps answering starts every millisecond for ten times the bound.
+        while loop.time() - began < 10 * MAX_HOLD_S and not turn.done():
+            await asyncio.sleep(0.001)
+            group.hold()
+        went_on_after = loop.time() - began
+        group.release()
+        await turn
+        return waited_while_held, went_on_after
+
+    waited_while_held, went_on_after = asyncio.run(stream())
+    assert waited_while_held
+    # The worker's turn came while the client was still streaming (after the bound, or
+    # sooner when a slow machine paced the stream slower than HOLD_S).
+    assert went_on_after < 10 * MAX_HOLD_S
+
+
+def test_a_hold_ends_by_itself_when_the_client_sends_no_further_start(store):
+    async def one_hold() -> float:
+        loop = asyncio.get_running_loop()
+        group = CommitGroup(store)
+        group.hold()
+        began = loop.time()
+        await group.worker_turn()
+        return loop.time() - began
+
+    assert HOLD_S * 0.9 <= asyncio.run(one_hold()) < MAX_HOLD_S * 10

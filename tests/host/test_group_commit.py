@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
@@ -112,3 +113,24 @@ def test_a_pipelining_client_gets_every_answer_in_order(harness: HostHarness):
         )
     assert again[0].outcome == "adopted"
     assert again[0].receipt == responses[0].receipt
+
+
+def test_a_client_streaming_starts_goes_first_but_never_stops_the_running_runs(
+    harness: HostHarness,
+):
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1")
+    payload = start_payload("hello", harness.project, {"name": "Ada"})
+    client = harness.client()
+    try:
+        first = client.start_run(payload)["runId"]
+        # One start after another, each after the previous answer (worker messages wait
+        # for each next one, CommitGroup.hold), until the run started first is done.
+        started = 0
+        deadline = time.monotonic() + 30
+        while harness.query("SELECT status FROM runs WHERE run_id = ?", first) != [("completed",)]:
+            assert time.monotonic() < deadline, "the running run starved behind the starts"
+            assert client.start_run(payload)["status"] == "queued"
+            started += 1
+    finally:
+        client.close()
+    assert started > 0
