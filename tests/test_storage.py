@@ -165,6 +165,41 @@ def test_a_corrupted_blob_is_detected_when_the_value_is_stored_again(store):
         put_json({"answer": 42})
 
 
+def test_a_blob_written_in_a_rolled_back_savepoint_is_written_again(store):
+    value = {"kept": "after all"}
+    with store.transaction():
+        with pytest.raises(RuntimeError), store.savepoint():
+            blob_hash = put_json(value)
+            raise RuntimeError("this block fails")
+        assert put_json(value) == blob_hash
+
+    assert read_json(blob_hash) == value
+
+
+def test_a_blob_of_a_rolled_back_transaction_is_written_again(store):
+    value = {"kept": "next time"}
+    with pytest.raises(RuntimeError), store.transaction():
+        blob_hash = put_json(value)
+        raise RuntimeError("this change fails")
+    with store.transaction():
+        put_json(value)
+
+    assert read_json(blob_hash) == value
+
+
+def test_a_blob_stored_before_is_stored_again_if_its_row_is_gone(store):
+    """Committed addresses are only a hint: the row is looked up, and inserted if absent."""
+    with store.transaction():
+        blob_hash = put_text("stored once")
+    Blob.delete().where(Blob.blob_hash == blob_hash).execute()
+
+    with store.transaction():
+        assert put_text("stored once") == blob_hash
+        assert put_text("stored once") == blob_hash
+
+    assert read_text(blob_hash) == "stored once"
+
+
 def test_reading_a_missing_blob_or_the_wrong_media_type_fails(store):
     with store.transaction():
         text_hash = put_text("plain")

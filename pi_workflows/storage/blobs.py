@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from ..canonical import canonical_bytes, sha256_hex
@@ -21,18 +22,76 @@ _SKELETON = "$piw-skeleton"
 _PARTS = "$piw-parts"
 
 
+#: How many committed blob addresses are kept as hints before the hints start over.
+STORED_HINTS = 8192
+
+
+class _Written(threading.local):
+    """(hash, media type) of the blobs this thread's open `StateStore` transaction
+    inserted or compared with what it asked for, in that order (None: no transaction).
+
+    `StateStore` keeps it: empty when a transaction begins, cut back when a savepoint
+    rolls back, None again when the transaction ends. A put that finds its blob here
+    writes and reads nothing.
+    """
+
+    def __init__(self) -> None:
+        self.blobs: dict[tuple[str, str], None] | None = None
+
+
+_written = _Written()
+# Addresses that commits made durable: a hint, never trusted alone. A put of one reads
+# the row to compare (so a corrupted blob is still caught) instead of inserting first,
+# and inserts it when it is missing after all.
+_committed: set[tuple[str, str]] = set()
+
+
+def transaction_began() -> None:
+    _written.blobs = {}
+
+
+def written_mark() -> int:
+    """Where a savepoint begins in the open transaction's written blobs."""
+    return len(_written.blobs or ())
+
+
+def rolled_back_to(mark: int) -> None:
+    """A savepoint rolled back: the blobs written since `mark` are gone again."""
+    blobs = _written.blobs
+    while blobs and len(blobs) > mark:
+        blobs.popitem()
+
+
+def transaction_ended(committed: bool) -> None:
+    blobs, _written.blobs = _written.blobs, None
+    if committed and blobs:
+        if len(_committed) + len(blobs) > STORED_HINTS:
+            _committed.clear()
+        _committed.update(blobs)
+
+
 def _put(content: bytes, media_type: str) -> str:
     blob_hash = sha256_hex(content)
-    # Content-addressed: insert, and only when the address was taken already compare
-    # what is stored with what was asked for.
-    if statements.insert_blob(blob_hash, media_type, content, now_ms()):
+    key = (blob_hash, media_type)
+    written = _written.blobs
+    if written is not None and key in written:
         return blob_hash
-    stored = statements.select_blob(blob_hash)
+    # Content-addressed: insert, and only when the address was taken already compare
+    # what is stored with what was asked for (read first for an address seen stored).
+    stored = statements.select_blob(blob_hash) if key in _committed else None
+    if stored is None:
+        if statements.insert_blob(blob_hash, media_type, content, now_ms()):
+            if written is not None:
+                written[key] = None
+            return blob_hash
+        stored = statements.select_blob(blob_hash)
     if stored != (media_type, len(content), content):
         raise BlobConflictError(
             f"Content-addressed blob conflict for {blob_hash[:12]}: the stored value differs "
             "from its address; run 'pi-workflows state verify' and restore from a backup."
         )
+    if written is not None:
+        written[key] = None
     return blob_hash
 
 

@@ -17,7 +17,7 @@ from .. import plugins
 from ..clock import now_ms
 from ..errors import DatabaseUrlError, SchemaMismatchError, TransactionAborted
 from ..home import Home, prepare_home
-from . import run_transitions
+from . import blobs, run_transitions
 from .models import ALL_MODELS, SchemaMeta, database_proxy
 from .schema_upgrade import UPGRADES, upgrade_schema
 
@@ -94,6 +94,8 @@ class StateStore:
         begin = self.db.atomic(lock_type="IMMEDIATE") if self.is_sqlite else self.db.atomic()
         tx.depth, tx.doomed, tx.after_commit = 1, False, []
         run_transitions.forget()
+        blobs.transaction_began()
+        committed = False
         try:
             with begin:
                 if self.fence is not None:
@@ -113,12 +115,14 @@ class StateStore:
                     )
                 for transition in run_transitions.collect():
                     tx.after_commit.append(functools.partial(_announce, transition))
+            committed = True
         except BaseException:
             tx.after_commit = []
             run_transitions.forget()
             raise
         finally:
             tx.depth = 0
+            blobs.transaction_ended(committed)
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()
@@ -134,7 +138,7 @@ class StateStore:
         tx = self._tx
         if not tx.depth:
             raise RuntimeError("savepoint() needs an open transaction")
-        callbacks, doomed = len(tx.after_commit), tx.doomed
+        callbacks, doomed, blobs_written = len(tx.after_commit), tx.doomed, blobs.written_mark()
         self.db.execute_sql("SAVEPOINT piw_block")
         tx.depth += 1
         try:
@@ -143,6 +147,7 @@ class StateStore:
             self.db.execute_sql("ROLLBACK TO SAVEPOINT piw_block")
             self.db.execute_sql("RELEASE SAVEPOINT piw_block")
             del tx.after_commit[callbacks:]
+            blobs.rolled_back_to(blobs_written)
             tx.doomed = doomed
             raise
         finally:
