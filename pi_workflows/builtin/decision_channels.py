@@ -10,6 +10,7 @@ session for ``session``.
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
 from typing import Any
@@ -122,10 +123,16 @@ class CliChannel(_QuietSettlement):
 
     def answer_actor(self, answer: dict[str, Any]) -> str:
         """The host's socket is private to its owner, so a CLI client is that user."""
-        return pwd.getpwuid(os.getuid()).pw_name
+        return _host_user()
 
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"listed": True}
+
+
+@functools.cache
+def _host_user() -> str:
+    """The name of the user the host runs as (looked up once: it reads the user database)."""
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 @hookimpl

@@ -308,21 +308,26 @@ class ChannelRunner:
         if interrupted:
             log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
 
+    def _runs_channel_effects(self) -> bool:
+        """Whether this host runs channel effects now (it is the duty host and serving)."""
+        if self.services.is_stopping or self._loop is None:
+            return False
+        if not self.services.is_duty_host:
+            self._marked_interrupted = False
+            return False  # the oldest live host of a shared database runs channel effects
+        if not self._marked_interrupted:
+            self._mark_interrupted()  # this host just took the duty over
+        return True
+
     def pump(self) -> None:
         """Start every delivery and settlement that is due (poll timer and events).
 
-        Called inside a transaction (the answer that resolved a decision, the write that
-        created one), it begins the attempts in that transaction, so they cost no commit
-        of their own, and the channel calls start once it commits. A settlement on a
-        channel without `settle` is recorded applied at once, with no call.
+        Called inside a transaction, it begins the attempts in that transaction, so they
+        cost no commit of their own, and the channel calls start once it commits. A
+        settlement on a channel without `settle` is recorded applied at once, with no call.
         """
-        if self.services.is_stopping or self._loop is None:
+        if not self._runs_channel_effects():
             return
-        if not self.services.is_duty_host:
-            self._marked_interrupted = False
-            return  # the oldest live host of a shared database runs channel effects
-        if not self._marked_interrupted:
-            self._mark_interrupted()  # this host just took the duty over
         now = now_ms()
         candidates: list[tuple[str, str, str]] = []
         pending = HumanDecision.select().where(HumanDecision.status == "pending")
@@ -350,6 +355,41 @@ class ChannelRunner:
                 attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
                     effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
+                    started.append((effect_id, attempt, decision_id, name, purpose))
+            if started:
+                self.services.store.after_commit(lambda: self._start(started))
+
+    def begin_deliveries(self, decision_id: str, audience: str) -> None:
+        """Inside the transaction that created a decision: its deliveries begin in that
+        commit and the channels are called once it commits."""
+        self._begin(decision_id, audience, "delivery")
+
+    def begin_settlements(self, decision: HumanDecision) -> None:
+        """Inside the transaction that resolved `decision`: its settlements begin in that
+        commit. A channel without `settle` is recorded settled there, with no call, so no
+        channel commit runs between an answer and its continuation."""
+        self._begin(decision.decision_id, decision.audience, "settlement")
+
+    def _begin(self, decision_id: str, audience: str, purpose: str) -> None:
+        # Only this decision's channels: what else is due (retries, a channel built
+        # late, a delivery that finished after the answer) the poll timer's pump starts.
+        if not self._runs_channel_effects():
+            return
+        now = now_ms()
+        started: list[tuple[str, int, str, str, str]] = []
+        with self.services.store.transaction():
+            for name in self.config.channels_for(audience):
+                channel = self.channels.get(name)
+                effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
+                if channel is None or effect_id in self.in_flight:
+                    continue
+                if purpose == "delivery":
+                    attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
+                else:
+                    attempt = decision_records.begin_settlement(
+                        decision_id, name, now, call=hasattr(channel, "settle")
+                    )
+                if attempt is not None:
                     started.append((effect_id, attempt, decision_id, name, purpose))
             if started:
                 self.services.store.after_commit(lambda: self._start(started))

@@ -19,8 +19,8 @@ from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
 from ..storage import decision_records, read_json
-from ..storage.models import HumanDecision, Run
-from ..storage.runs import get_run
+from ..storage.models import HumanDecision
+from ..storage.runs import current_revision, get_run
 from .decision_channel_runner import ChannelRunner
 from .features import feature_hook
 from .receipts import OperationResult, outcome_for_error
@@ -75,12 +75,12 @@ class HumanDecisions:
     ) -> None:
         if operation == "store.createHumanDecisionRequest":
             # Its deliveries begin in the same commit; the channels are called after it.
-            self.channel_runner.pump()
+            self.channel_runner.begin_deliveries(result["decisionId"], result["audience"])
 
     @feature_hook
     def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         # A cancelled run cancelled its open decisions; their channels settle now.
-        if decision_records.run_has_decisions(run_id):
+        if new_status == "cancelled" and decision_records.run_has_decisions(run_id):
             self.channel_runner.pump()
 
     def apply_deadlines(self) -> None:
@@ -113,9 +113,18 @@ class HumanDecisions:
 
     # --- answers -----------------------------------------------------------------------
 
-    def answer(self, decision_id: str, response: Any, channel: str, actor: str) -> OperationResult:
-        """The one answer path of every channel (inside the caller's transaction)."""
-        decision = decision_records.get_decision(decision_id)
+    def answer(
+        self,
+        decision_id: str,
+        response: Any,
+        channel: str,
+        actor: str,
+        decision: HumanDecision | None = None,
+    ) -> OperationResult:
+        """The one answer path of every channel (inside the caller's transaction);
+        `decision` is its row when the caller has read it already."""
+        if decision is None:
+            decision = decision_records.get_decision(decision_id)
         config = self.channel_runner.config
         if channel not in config.channels_for(decision.audience):
             raise AnswerNotAllowedError(
@@ -143,11 +152,11 @@ class HumanDecisions:
             actor=actor,
         )
         self.services.claim_now()
-        self.channel_runner.pump()  # settlements begin in this commit
+        self.channel_runner.begin_settlements(decision)  # in this commit
         receipt = {
             "decisionId": decision_id,
             "parentRunId": decision.run_id,
-            "status": decision_records.get_decision(decision_id).status,
+            "status": decision_records.decision_status(resolution.winner),
             "winner": resolution.winner,
             "continuationRunId": resolution.continuation_run_id,
         }
@@ -162,7 +171,7 @@ class HumanDecisions:
         return OperationResult(
             "adopted" if resolution.adopted else "accepted",
             receipt=receipt,
-            revision=get_run(decision.run_id).revision,
+            revision=current_revision(decision.run_id),
             run_id=decision.run_id,
         )
 
@@ -184,13 +193,14 @@ class HumanDecisions:
         if not valid_id(decision_id):
             raise NotFoundError("payload.decisionId must name a decision.")
         channel = payload.get("channel", DEFAULT_ANSWER_CHANNEL)
-        actor = self._client_actor(decision_id, channel, payload.get("sessionId"))
+        decision = decision_records.get_decision(decision_id)
+        actor = self._client_actor(decision, channel, payload.get("sessionId"))
         response: dict[str, Any] = {"choice": payload.get("choice")}
         if payload.get("input") is not None:
             response["input"] = payload["input"]
-        return self.answer(decision_id, response, channel, actor)
+        return self.answer(decision_id, response, channel, actor, decision)
 
-    def _client_actor(self, decision_id: str, channel: Any, session_id: Any) -> str:
+    def _client_actor(self, decision: HumanDecision, channel: Any, session_id: Any) -> str:
         """Who answers through `decision.answer`: the channel's kind decides (its
         `answer_actor`); a channel without one answers only through its own adapter."""
         adapter = self.channel_runner.channels.get(channel) if isinstance(channel, str) else None
@@ -199,12 +209,11 @@ class HumanDecisions:
             raise AnswerNotAllowedError(
                 f"Channel {channel!r} answers through its own adapter, not decision.answer."
             )
-        decision = decision_records.get_decision(decision_id)
         return answer_actor(
             {
-                "decisionId": decision_id,
+                "decisionId": decision.decision_id,
                 "runId": decision.run_id,
-                "originSessionId": Run.get_by_id(decision.run_id).origin_session_id,
+                "originSessionId": decision_records.origin_session_id(decision.run_id),
                 "sessionId": session_id,
             }
         )
@@ -219,7 +228,7 @@ class HumanDecisions:
         checked_json(answer, "The checkpoint answer", MAX_INPUT_BYTES)
         continuation_id = decision_records.continuation_id_for_checkpoint(run_id)
         receipt = {"parentRunId": run_id, "runId": continuation_id}
-        if Run.get_or_none(Run.run_id == continuation_id) is not None:
+        if current_revision(continuation_id) is not None:
             # Adopts the same answer; another answer is a ConflictError.
             decision_records.reserve_continuation(
                 parent, continuation_id, input=answer, launch_options={}, actor="checkpoint"
@@ -228,7 +237,7 @@ class HumanDecisions:
                 "adopted", receipt={**receipt, "alreadyAnswered": True}, run_id=run_id
             )
         state = decision_records.checkpoint_state(parent)
-        if state is not None and _is_human_decision(run_id, state["waitingOn"]):
+        if state is not None and decision_records.is_decision_node(run_id, state["waitingOn"]):
             return OperationResult(
                 "rejected",
                 error="Protected human decisions require a human channel; use "
@@ -252,7 +261,7 @@ class HumanDecisions:
         return OperationResult(
             "accepted",
             receipt={**receipt, "status": "queued"},
-            revision=get_run(run_id).revision,
+            revision=current_revision(run_id),
             run_id=run_id,
         )
 
@@ -263,14 +272,6 @@ class HumanDecisions:
         if not isinstance(include_resolved, bool):
             raise InvalidInputError("payload.all must be true or false.")
         return decision_records.list_decisions(include_resolved=include_resolved)
-
-
-def _is_human_decision(run_id: str, node_id: str) -> bool:
-    return (
-        HumanDecision.select()
-        .where((HumanDecision.run == run_id) & (HumanDecision.node_id == node_id))
-        .exists()
-    )
 
 
 def _with_input_name(choices: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:

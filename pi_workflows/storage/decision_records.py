@@ -18,6 +18,7 @@ from ..canonical import canonical_json, digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import ChannelRequest, DecisionResolution
+from . import statements
 from .blobs import put_json, read_json
 from .models import (
     Effect,
@@ -28,7 +29,7 @@ from .models import (
     RunQueue,
     WorkflowMessage,
 )
-from .prepared import PreparedQuery
+from .prepared import PreparedQuery, model_instance
 from .revisions import record_run_change
 from .runs import create_derived_run, get_run
 
@@ -301,18 +302,45 @@ _RUN_HAS_DECISIONS = PreparedQuery(
 )
 
 
+_NODE_HAS_DECISIONS = PreparedQuery(
+    lambda p: (
+        HumanDecision.select(HumanDecision.decision_id)
+        .where((HumanDecision.run == p.run_id) & (HumanDecision.node_id == p.node_id))
+        .limit(1)
+    )
+)
+
+
 def run_has_decisions(run_id: str) -> bool:
     """Did the run ever ask a human decision (open or resolved)?"""
     return _RUN_HAS_DECISIONS.exists(run_id=run_id)
 
 
+def is_decision_node(run_id: str, node_id: str) -> bool:
+    """Did the run ask a human decision at `node_id` (a checkpoint answer may not answer it)?"""
+    return _NODE_HAS_DECISIONS.exists(run_id=run_id, node_id=node_id)
+
+
+_DECISION = PreparedQuery(
+    lambda p: HumanDecision.select().where(HumanDecision.decision_id == p.decision_id)
+)
+_ORIGIN_SESSION = PreparedQuery(
+    lambda p: Run.select(Run.origin_session_id).where(Run.run_id == p.run_id)
+)
+
+
 def get_decision(decision_id: str) -> HumanDecision:
-    decision = HumanDecision.get_or_none(HumanDecision.decision_id == decision_id)
-    if decision is None:
+    row = _DECISION.first(decision_id=decision_id)
+    if row is None:
         raise NotFoundError(
             f"Human decision {decision_id} does not exist; see 'pi-workflows decision list'."
         )
-    return decision
+    return model_instance(HumanDecision, row)
+
+
+def origin_session_id(run_id: str) -> str | None:
+    """The session that started the run (None: started outside a session)."""
+    return _ORIGIN_SESSION.scalar(run_id=run_id)
 
 
 # --- resolutions --------------------------------------------------------------------------
@@ -339,6 +367,42 @@ def resolution_json(row: HumanDecisionResolution) -> DecisionResolution:
     }
 
 
+_RESOLUTION = PreparedQuery(
+    lambda p: HumanDecisionResolution.select().where(
+        HumanDecisionResolution.decision == p.decision_id
+    )
+)
+_SET_DECISION_STATUS = PreparedQuery(
+    lambda p: HumanDecision.update(status=p.status, updated_at=p.now).where(
+        HumanDecision.decision_id == p.decision_id
+    )
+)
+_SET_CONTINUATION = PreparedQuery(
+    lambda p: HumanDecisionResolution.update(continuation_run_id=p.continuation).where(
+        HumanDecisionResolution.decision == p.decision_id
+    )
+)
+# A waiting run whose queue row is parked and whose claim nobody holds.
+_PARKED_RUN = PreparedQuery(
+    lambda p: (
+        Run.select()
+        .join(RunQueue, on=(RunQueue.run == Run.run_id))
+        .join(Lease, on=(Lease.run == Run.run_id))
+        .where(
+            (Run.run_id == p.run_id)
+            & (Run.status == "waiting")
+            & (RunQueue.status == "parked")
+            & (Lease.owner_id.is_null() | (Lease.expires_at <= p.now))
+        )
+    )
+)
+_QUEUE_DONE_FOR_CONTINUATION = PreparedQuery(
+    lambda p: RunQueue.update(status="done", updated_at=p.now, finished_at=p.now).where(
+        (RunQueue.run == p.run_id) & (RunQueue.status == "parked")
+    )
+)
+
+
 def resolve(
     decision: HumanDecision,
     *,
@@ -353,10 +417,9 @@ def resolve(
     also reserves the continuation run when the parent is parked (otherwise
     :func:`reserve_pending_continuations` does it once the parent parks).
     """
-    existing = HumanDecisionResolution.get_or_none(
-        HumanDecisionResolution.decision == decision.decision_id
-    )
-    if existing is not None:
+    row = _RESOLUTION.first(decision_id=decision.decision_id)
+    if row is not None:
+        existing = model_instance(HumanDecisionResolution, row)
         is_repeat = (
             existing.provenance == provenance
             and existing.channel == channel
@@ -367,19 +430,23 @@ def resolve(
             is_repeat, is_repeat, resolution_json(existing), existing.continuation_run_id
         )
     stamp = now_ms()
+    parent = parked_parent(decision.run_id) if response is not None else None
+    continuation = continuation_id_for_decision(decision.decision_id) if parent else None
     # The primary key is the fence: a concurrent second insert fails and rolls back.
-    HumanDecisionResolution.create(
-        decision=decision.decision_id,
-        provenance=provenance,
-        channel=channel,
-        actor=actor,
-        response_hash=put_json(response) if response is not None else None,
-        resolved_at=stamp,
+    statements.insert_row(
+        HumanDecisionResolution,
+        {
+            "decision": decision.decision_id,
+            "provenance": provenance,
+            "channel": channel,
+            "actor": actor,
+            "response_hash": put_json(response) if response is not None else None,
+            "continuation_run_id": continuation,
+            "resolved_at": stamp,
+        },
     )
     status = "cancelled" if provenance == PROVENANCE_CANCELLATION else "accepted"
-    HumanDecision.update(status=status, updated_at=stamp).where(
-        HumanDecision.decision_id == decision.decision_id
-    ).execute()
+    _SET_DECISION_STATUS.changed(status=status, now=stamp, decision_id=decision.decision_id)
     record_run_change(
         decision.run_id,
         event_type=f"human_decision.{status}",
@@ -387,41 +454,46 @@ def resolve(
         payload={"decisionId": decision.decision_id, "provenance": provenance},
     )
     cancel_pending_decision_messages(decision.decision_id)
-    continuation = None
-    if response is not None:
-        continuation = _reserve_decision_continuation(decision, response)
-    row = HumanDecisionResolution.get_by_id(decision.decision_id)
-    return Resolution(True, False, resolution_json(row), continuation)
+    if parent is not None and continuation is not None:
+        _reserve_decision_continuation(parent, decision.decision_id, response, continuation)
+    winner: DecisionResolution = {
+        "provenance": provenance,
+        "channel": channel,
+        "actor": actor,
+        "response": response,
+        "resolvedAt": iso_time(stamp),
+        "continuationRunId": continuation,
+    }
+    return Resolution(True, False, winner, continuation)
+
+
+def decision_status(winner: DecisionResolution) -> str:
+    """The status a decision has once `winner` resolved it."""
+    return "cancelled" if winner["provenance"] == PROVENANCE_CANCELLATION else "accepted"
+
+
+def parked_parent(run_id: str) -> Run | None:
+    """The run if it is waiting, its queue row parked and unowned: ready for its
+    continuation; else None."""
+    row = _PARKED_RUN.first(run_id=run_id, now=now_ms())
+    return None if row is None else model_instance(Run, row)
 
 
 def parent_is_parked(run_id: str) -> bool:
-    """A waiting run whose queue row is parked and unowned: ready for its continuation."""
-    run = Run.get_by_id(run_id)
-    queue = RunQueue.get_by_id(run_id)
-    lease = Lease.get_by_id(run_id)
-    is_owned = lease.owner_id is not None and lease.expires_at > now_ms()
-    return run.status == "waiting" and queue.status == "parked" and not is_owned
+    return parked_parent(run_id) is not None
 
 
-def _reserve_decision_continuation(decision: HumanDecision, response: dict[str, Any]) -> str | None:
-    if not parent_is_parked(decision.run_id):
-        return None
-    parent = Run.get_by_id(decision.run_id)
-    run_id = continuation_id_for_decision(decision.decision_id)
+def _reserve_decision_continuation(
+    parent: Run, decision_id: str, response: dict[str, Any], run_id: str
+) -> None:
     reserve_continuation(
         parent,
         run_id,
         # A decision continuation keeps the parent's input; the answer is the node output.
         input=read_json(parent.input_hash),
-        launch_options={
-            "humanDecision": {"decisionId": decision.decision_id, "response": response}
-        },
+        launch_options={"humanDecision": {"decisionId": decision_id, "response": response}},
         actor="decision",
     )
-    HumanDecisionResolution.update(continuation_run_id=run_id).where(
-        HumanDecisionResolution.decision == decision.decision_id
-    ).execute()
-    return run_id
 
 
 def reserve_continuation(
@@ -446,10 +518,7 @@ def reserve_continuation(
         launch_options=launch_options,
     )
     if created:
-        stamp = now_ms()
-        RunQueue.update(status="done", updated_at=stamp, finished_at=stamp).where(
-            (RunQueue.run == parent.run_id) & (RunQueue.status == "parked")
-        ).execute()
+        _QUEUE_DONE_FOR_CONTINUATION.changed(run_id=parent.run_id, now=now_ms())
         record_run_change(
             parent.run_id,
             event_type="run.queue_done_for_continuation",
@@ -482,11 +551,14 @@ def reserve_pending_continuations() -> list[str]:
     """Continuations of accepted decisions whose parent was not parked yet at acceptance."""
     reserved = []
     for row in _unreserved_continuations():
-        if not parent_is_parked(row.decision.run_id):
+        parent = parked_parent(row.decision.run_id)
+        if parent is None:
             continue
-        run_id = _reserve_decision_continuation(row.decision, read_json(row.response_hash))
-        if run_id is not None:
-            reserved.append(run_id)
+        decision_id = row.decision.decision_id
+        run_id = continuation_id_for_decision(decision_id)
+        _reserve_decision_continuation(parent, decision_id, read_json(row.response_hash), run_id)
+        _SET_CONTINUATION.changed(continuation=run_id, decision_id=decision_id)
+        reserved.append(run_id)
     return reserved
 
 
@@ -504,17 +576,18 @@ def expired_decisions(now: int) -> list[HumanDecision]:
     )
 
 
+_CANCEL_DECISION_MESSAGES = PreparedQuery(
+    lambda p: WorkflowMessage.update(status="cancelled", updated_at=p.now).where(
+        (WorkflowMessage.kind == "decision")
+        & (WorkflowMessage.source_id == p.decision_id)
+        & (WorkflowMessage.status == "pending")
+    )
+)
+
+
 def cancel_pending_decision_messages(decision_id: str) -> int:
     """The session's decision message is moot once the decision is resolved."""
-    return (
-        WorkflowMessage.update(status="cancelled", updated_at=now_ms())
-        .where(
-            (WorkflowMessage.kind == "decision")
-            & (WorkflowMessage.source_id == decision_id)
-            & (WorkflowMessage.status == "pending")
-        )
-        .execute()
-    )
+    return _CANCEL_DECISION_MESSAGES.changed(decision_id=decision_id, now=now_ms())
 
 
 # --- listing ------------------------------------------------------------------------------
@@ -591,10 +664,24 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
     """
     effect_id = channel_effect_id(decision_id, channel, purpose)
     effect = Effect.get_or_none(Effect.effect_id == effect_id)
+    return _begin_attempt(effect_id, effect, decision_id, channel, purpose, now)
+
+
+def _begin_attempt(
+    effect_id: str,
+    effect: Effect | None,
+    decision_id: str,
+    channel: str,
+    purpose: str,
+    now: int,
+    payload_hash: str | None = None,
+) -> int | None:
     if not _is_due(effect, now):
         return None
     if effect is None:
-        _create_channel_effect(effect_id, decision_id, channel, purpose, "applying", now)
+        _create_channel_effect(
+            effect_id, decision_id, channel, purpose, "applying", now, payload_hash
+        )
         return 1
     changed = (
         Effect.update(
@@ -613,6 +700,51 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
     return effect.attempt_count + 1 if changed == 1 else None
 
 
+_CHANNEL_EFFECT_PAIR = PreparedQuery(
+    lambda p: Effect.select().where(
+        (Effect.effect_id == p.delivery) | (Effect.effect_id == p.settlement)
+    )
+)
+
+
+def begin_settlement(decision_id: str, channel: str, now: int, *, call: bool) -> int | None:
+    """Settle a resolved decision on `channel` if its delivery was applied and the
+    settlement is due (the answer's own transaction calls this for each channel).
+
+    A channel with nothing to take back (`call` False: it has no `settle`) is recorded
+    settled at once; otherwise the settlement's next attempt begins and its number comes
+    back for the call. None when there is no call to make.
+    """
+    delivery_id = channel_effect_id(decision_id, channel, "delivery")
+    settlement_id = channel_effect_id(decision_id, channel, "settlement")
+    found = {
+        effect.effect_id: effect
+        for effect in (
+            model_instance(Effect, row)
+            for row in _CHANNEL_EFFECT_PAIR.rows(delivery=delivery_id, settlement=settlement_id)
+        )
+    }
+    delivery, settlement = found.get(delivery_id), found.get(settlement_id)
+    if delivery is None or delivery.status != "applied":
+        return None  # nothing reached the channel yet; the poll settles what arrives later
+    if not call:
+        if settlement is None:
+            # The same payload as the delivery's: {decisionId, channel}.
+            _create_channel_effect(
+                settlement_id,
+                decision_id,
+                channel,
+                "settlement",
+                "applied",
+                now,
+                delivery.payload_hash,
+            )
+        return None
+    return _begin_attempt(
+        settlement_id, settlement, decision_id, channel, "settlement", now, delivery.payload_hash
+    )
+
+
 def settle_without_call(decision_id: str, channel: str, now: int) -> bool:
     """Record as applied the settlement of a channel that has nothing to take back (it
     has no `settle`); False when that settlement is recorded already."""
@@ -624,21 +756,31 @@ def settle_without_call(decision_id: str, channel: str, now: int) -> bool:
 
 
 def _create_channel_effect(
-    effect_id: str, decision_id: str, channel: str, purpose: str, status: str, now: int
+    effect_id: str,
+    decision_id: str,
+    channel: str,
+    purpose: str,
+    status: str,
+    now: int,
+    payload_hash: str | None = None,
 ) -> None:
-    Effect.create(
-        effect_id=effect_id,
-        run=None,
-        scope="channel",
-        effect_type=CHANNEL_EFFECT_TYPES[purpose],
-        idempotency_key=channel_effect_key(decision_id, channel),
-        policy="manual",
-        payload_hash=put_json({"decisionId": decision_id, "channel": channel}),
-        status=status,
-        attempt_count=1,
-        created_at=now,
-        updated_at=now,
-        settled_at=now if status == "applied" else None,
+    statements.insert_row(
+        Effect,
+        {
+            "effect_id": effect_id,
+            "run": None,
+            "scope": "channel",
+            "effect_type": CHANNEL_EFFECT_TYPES[purpose],
+            "idempotency_key": channel_effect_key(decision_id, channel),
+            "policy": "manual",
+            "payload_hash": payload_hash
+            or put_json({"decisionId": decision_id, "channel": channel}),
+            "status": status,
+            "attempt_count": 1,
+            "created_at": now,
+            "updated_at": now,
+            "settled_at": now if status == "applied" else None,
+        },
     )
 
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from pi_workflows.clock import now_ms
 from pi_workflows.errors import ChannelConfigError, ConflictError, InvalidInputError
 from pi_workflows.host.decision_channel_runner import load_channel_config
-from pi_workflows.storage import StateStore, decision_records, effects
-from pi_workflows.storage.models import Effect
+from pi_workflows.storage import StateStore, decision_records, effects, read_json
+from pi_workflows.storage.models import Effect, HumanDecisionResolution, Lease, Run, RunQueue
+from pi_workflows.storage.runs import get_run
 
 CHOICES = {"ship": {"label": "Ship"}, "stop": {"label": "Stop"}}
 
@@ -154,3 +156,75 @@ def test_a_decision_without_a_default_never_expires(store, make_run):
         record, _ = decision_records.create_request("run-2", _request(onTimeout=None))
     assert record["deadlineAt"] is None and record["defaultResponse"] is None
     assert decision_records.expired_decisions(10**15) == []
+
+
+def _park(run_id: str, *, owner: str | None = None) -> None:
+    """The run waits at its decision with its queue row parked (claimed by `owner`)."""
+    Run.update(status="waiting").where(Run.run_id == run_id).execute()
+    RunQueue.update(status="parked").where(RunQueue.run == run_id).execute()
+    expires, token = (now_ms() + 60_000, "0" * 64) if owner else (None, None)
+    Lease.update(owner_id=owner, token_hash=token, expires_at=expires).where(
+        Lease.run == run_id
+    ).execute()
+
+
+def _stored_continuation(decision_id: str) -> str | None:
+    return HumanDecisionResolution.get_by_id(decision_id).continuation_run_id
+
+
+def test_an_answer_to_a_parked_run_reserves_its_continuation_with_the_stored_winner(
+    store, make_run
+):
+    with store.transaction():
+        make_run("run-3")
+        record, _ = decision_records.create_request("run-3", _request())
+        _park("run-3")
+        decision = decision_records.get_decision(record["decisionId"])
+        won = decision_records.resolve(
+            decision, provenance="human", response={"choice": "ship"}, channel="cli", actor="al"
+        )
+    continuation = decision_records.continuation_id_for_decision(record["decisionId"])
+    assert won.won and not won.adopted and won.continuation_run_id == continuation
+    # What the answer reports is what a later reader finds stored.
+    decision = decision_records.get_decision(record["decisionId"])
+    assert decision.status == "accepted"
+    assert won.winner == decision_records.decision_json(decision)["resolution"]
+    assert _stored_continuation(record["decisionId"]) == continuation
+    assert read_json(get_run(continuation).launch_options_hash) == {
+        "humanDecision": {"decisionId": record["decisionId"], "response": {"choice": "ship"}}
+    }
+    assert RunQueue.get_by_id("run-3").status == "done"
+    with store.transaction():
+        repeat = decision_records.resolve(
+            decision, provenance="human", response={"choice": "ship"}, channel="cli", actor="al"
+        )
+        other = decision_records.resolve(
+            decision, provenance="human", response={"choice": "stop"}, channel="cli", actor="al"
+        )
+    assert repeat.adopted and repeat.winner == won.winner
+    assert not other.won and other.winner == won.winner
+
+
+def test_an_answer_before_its_run_parks_gets_its_continuation_once_the_run_parks(store, make_run):
+    with store.transaction():
+        make_run("run-4")
+        record, _ = decision_records.create_request("run-4", _request())
+        _park("run-4", owner="worker-host")  # its worker still holds the claim
+        decision = decision_records.get_decision(record["decisionId"])
+        early = decision_records.resolve(
+            decision, provenance="human", response={"choice": "stop"}, channel="cli", actor="al"
+        )
+    assert early.won and early.continuation_run_id is None
+    assert _stored_continuation(record["decisionId"]) is None
+    with store.transaction():
+        assert decision_records.reserve_pending_continuations() == []  # still claimed
+        _park("run-4")
+        reserved = decision_records.reserve_pending_continuations()
+    continuation = decision_records.continuation_id_for_decision(record["decisionId"])
+    assert reserved == [continuation]
+    assert _stored_continuation(record["decisionId"]) == continuation
+    assert read_json(get_run(continuation).launch_options_hash)["humanDecision"]["response"] == {
+        "choice": "stop"
+    }
+    with store.transaction():
+        assert decision_records.reserve_pending_continuations() == []  # exactly one
