@@ -479,6 +479,31 @@ def parked_parent(run_id: str) -> Run | None:
     return None if row is None else model_instance(Run, row)
 
 
+_WINNING_RESPONSE = PreparedQuery(
+    lambda p: (
+        HumanDecisionResolution.select(
+            HumanDecision.decision_id, HumanDecisionResolution.response_hash
+        )
+        .join(HumanDecision)
+        .where(
+            (HumanDecision.run == p.run_id)
+            & (HumanDecision.node_id == p.node_id)
+            & HumanDecisionResolution.response_hash.is_null(False)
+        )
+        .order_by(HumanDecision.created_at.desc())
+        .limit(1)
+    )
+)
+
+
+def winning_response(run_id: str, node_id: str) -> dict[str, Any] | None:
+    """`{decisionId, response}`: the answer the run's latest decision at `node_id` took."""
+    row = _WINNING_RESPONSE.first(run_id=run_id, node_id=node_id)
+    if row is None:
+        return None
+    return {"decisionId": row[0], "response": read_json(row[1])}
+
+
 def parent_is_parked(run_id: str) -> bool:
     return parked_parent(run_id) is not None
 

@@ -22,14 +22,12 @@ from .blobs import put_json, put_json_in_parts, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
-    HumanDecision,
-    HumanDecisionResolution,
     InteractiveRequest,
     InteractiveSubmission,
     NodeAttempt,
     WorkflowUpdate,
 )
-from .prepared import PreparedQuery
+from .prepared import PreparedQuery, model_instance
 from .revisions import record_run_change
 from .runs import current_revision, get_run
 from .step_deadlines import set_deadline
@@ -117,48 +115,39 @@ def _decision_answer(run_id: str, state: dict[str, Any] | None) -> dict[str, Any
     node_id = (state or {}).get("waitingOn")
     if node_id is None:
         return None
-    row = (
-        HumanDecisionResolution.select(
-            HumanDecisionResolution.response_hash, HumanDecision.decision_id
-        )
-        .join(HumanDecision)
-        .where(
-            (HumanDecision.run == run_id)
-            & (HumanDecision.node_id == node_id)
-            & HumanDecisionResolution.response_hash.is_null(False)
-        )
-        .order_by(HumanDecision.created_at.desc())
-        .first()
-    )
-    if row is None:
-        return None
-    return {"decisionId": row.decision.decision_id, "response": read_json(row.response_hash)}
+    return decision_records.winning_response(run_id, node_id)
 
 
-def _accepted_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None:
+_ATTEMPT_REQUEST = PreparedQuery(
+    lambda p: InteractiveRequest.select().where(InteractiveRequest.attempt_id == p.attempt_id)
+)
+
+
+def _attempt_request(state: dict[str, Any] | None) -> InteractiveRequest | None:
+    """The interactive request of the run's in-flight attempt, if it made one."""
     attempt_id = (state or {}).get("currentAttemptId")
     if attempt_id is None:
         return None
-    request = InteractiveRequest.get_or_none(InteractiveRequest.attempt_id == attempt_id)
+    row = _ATTEMPT_REQUEST.first(attempt_id=attempt_id)
+    return None if row is None else model_instance(InteractiveRequest, row)
+
+
+def _accepted_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    request = _attempt_request(state)
     if request is None or request.accepted_submission_id is None:
         return None
     submission = InteractiveSubmission.get_by_id(request.accepted_submission_id)
     return {
         "requestId": request.request_id,
-        "attemptId": attempt_id,
+        "attemptId": request.attempt_id,
         "output": read_json(submission.payload_hash),
     }
 
 
 def _candidate_interaction(state: dict[str, Any] | None) -> dict[str, Any] | None:
     """The submission of the in-flight agent attempt that waits for its validator."""
-    attempt_id = (state or {}).get("currentAttemptId")
-    if attempt_id is None:
-        return None
-    request = InteractiveRequest.get_or_none(
-        (InteractiveRequest.attempt_id == attempt_id) & (InteractiveRequest.status == "pending")
-    )
-    if request is None:
+    request = _attempt_request(state)
+    if request is None or request.status != "pending":
         return None
     submission = InteractiveSubmission.get_or_none(
         (InteractiveSubmission.request == request.request_id)
@@ -168,7 +157,7 @@ def _candidate_interaction(state: dict[str, Any] | None) -> dict[str, Any] | Non
         return None
     return {
         "requestId": request.request_id,
-        "attemptId": attempt_id,
+        "attemptId": request.attempt_id,
         "submissionId": submission.submission_id,
         "output": read_json(submission.payload_hash),
     }

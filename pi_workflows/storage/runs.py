@@ -102,8 +102,9 @@ def create_derived_run(
     A retry with the same id adopts the existing run; one that differs is a conflict.
     Returns the run and whether it was created now.
     """
-    existing = Run.get_or_none(Run.run_id == run_id)
-    if existing is not None:
+    row = _RUN.first(run_id=run_id)
+    if row is not None:
+        existing = model_instance(Run, row)
         if (
             existing.parent_run_id != parent.run_id
             or existing.lineage_kind != lineage_kind
@@ -129,12 +130,15 @@ def create_derived_run(
         parent_terminal_fingerprint=parent_terminal_fingerprint,
         launch_options=launch_options,
         presentation_prompt=read_text(parent.presentation_prompt_hash),
-        priority=RunQueue.get_by_id(parent.run_id).priority,
+        priority=_QUEUE_PRIORITY.scalar(run_id=parent.run_id),
     )
     return run, True
 
 
 _RUN = PreparedQuery(lambda p: Run.select().where(Run.run_id == p.run_id))
+_QUEUE_PRIORITY = PreparedQuery(
+    lambda p: RunQueue.select(RunQueue.priority).where(RunQueue.run == p.run_id)
+)
 _RUN_REVISION = PreparedQuery(lambda p: Run.select(Run.revision).where(Run.run_id == p.run_id))
 _RUN_STATUS = PreparedQuery(lambda p: Run.select(Run.status).where(Run.run_id == p.run_id))
 
