@@ -1,11 +1,20 @@
-"""Group commit for worker writes: writes that arrive together share one commit.
+"""Group commit: worker writes and client `run.start`s that arrive together share one
+commit.
 
-Each worker waits for its write's answer, and each answer waits for its commit (one
-fsync). Writes whose frames the event loop reads in the same pass are applied in one
-transaction and answered after its one commit. Each write runs in a savepoint of its
-own: one refused with an error of ours (`PiWorkflowsError`) undoes only itself. Any
-other failure (the disk, the database) fails the whole group, as it would each write
-alone. A lone write waits one loop pass, nothing more.
+Each worker waits for its write's answer, and each client for its start's; each answer
+waits for its commit (one fsync). Writes whose frames the event loop reads in the same
+pass are applied in one transaction and answered after its one commit; a start joins
+the group of the pass it was read in and commits it at once (it does not wait a loop
+turn), so it shares the commit of the worker writes read with it. Each entry runs in a
+savepoint of its own: one refused with an error of ours (`PiWorkflowsError`) undoes
+only itself; so does any failure of a `contained` entry (a start: one failed request
+never fails the others). Any other failure (the disk, the database) fails the whole
+group, as it would each write alone. A lone write waits one loop pass, nothing more.
+
+The claim pass runs once, at the end of a group that made a run claimable or freed a
+worker slot (`claim_at_end`), inside its transaction: the runs it claims commit with
+the group, and one pass sees every slot the group frees, so the group never claims
+more runs than the host has workers.
 
 A client that sends `run.start` after `run.start`, each after the previous answer, goes
 ahead of the workers: while it does, worker messages wait for their turn (`hold`), so a
@@ -19,20 +28,37 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..errors import PiWorkflowsError
 from ..storage import StateStore
+
+if TYPE_CHECKING:
+    from .active_run import ActiveRun
+
+ClaimPass = Callable[[list["ActiveRun"]], None]  # (the runs whose slots the group freed)
 
 # How long worker messages wait for a streaming client's next start, and at most in all.
 HOLD_S = 0.005
 MAX_HOLD_S = 0.04
 
 
+@dataclass
+class _Entry:
+    apply: Callable[[], Any]
+    future: asyncio.Future[Any]
+    contained: bool
+    # What the entry asked of the claim pass: None marks a claimable run, else a freed slot.
+    claims: list[ActiveRun | None] = field(default_factory=list)
+
+
 class CommitGroup:
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, claim_pass: ClaimPass) -> None:
         self.store = store
-        self._pending: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self.claim_pass = claim_pass
+        self._pending: list[_Entry] = []
+        self._applying: _Entry | None = None
         self._workers_may_go = asyncio.Event()
         self._workers_may_go.set()
         self._held_since: float | None = None
@@ -64,41 +90,66 @@ class CommitGroup:
         if not self._workers_may_go.is_set():
             await self._workers_may_go.wait()
 
-    def submit(self, apply: Callable[[], Any]) -> asyncio.Future[Any]:
+    def submit(self, apply: Callable[[], Any], *, contained: bool = False) -> asyncio.Future[Any]:
         """`apply()` runs in the next group's transaction; the future holds what it
         returned once that transaction committed, or the error that refused it."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((apply, future))
+        self._pending.append(_Entry(apply, future, contained))
         if len(self._pending) == 1:
-            loop.call_soon(self._commit)
+            loop.call_soon(self.commit_now)
         return future
 
-    def _commit(self) -> None:
+    def claim_at_end(self, freed: ActiveRun | None = None) -> None:
+        """From an entry's `apply`: run the claim pass at the group's end, counting the
+        slot of `freed` (a run this entry released) as free. Dropped if the entry fails."""
+        assert self._applying is not None, "claim_at_end() belongs inside an entry's apply"
+        self._applying.claims.append(freed)
+
+    def commit_now(self) -> None:
+        """Apply and commit the pending group (a start's does not wait for the loop)."""
         group, self._pending = self._pending, []
-        outcomes: list[tuple[asyncio.Future[Any], Any, PiWorkflowsError | None]] = []
+        if not group:
+            return
+        refusals: dict[int, Exception] = {}
+        results: dict[int, Any] = {}
         try:
             with self.store.transaction():
-                if len(group) == 1:
-                    # Alone: its refusal rolls the transaction back, no savepoint needed.
-                    apply, future = group[0]
-                    outcomes.append((future, apply(), None))
-                else:
-                    for apply, future in group:
-                        try:
-                            with self.store.savepoint():
-                                outcomes.append((future, apply(), None))
-                        except PiWorkflowsError as refusal:
-                            outcomes.append((future, None, refusal))
+                alone = len(group) == 1
+                for index, entry in enumerate(group):
+                    try:
+                        results[index] = self._apply(entry, alone=alone)
+                    except Exception as failure:
+                        if alone or not (entry.contained or isinstance(failure, PiWorkflowsError)):
+                            raise
+                        refusals[index] = failure
+                claims = [c for i, e in enumerate(group) if i in results for c in e.claims]
+                if claims:
+                    self.claim_pass([freed for freed in claims if freed is not None])
         except Exception as error:  # nothing of the group was written
-            for _, future in group:
-                if not future.done():
-                    future.set_exception(error)
+            for entry in group:
+                if not entry.future.done():
+                    entry.future.set_exception(error)
             return
-        for future, result, refusal in outcomes:
-            if future.done():
+        for index, entry in enumerate(group):
+            if entry.future.done():
                 continue
-            if refusal is not None:
-                future.set_exception(refusal)
+            if index in refusals:
+                entry.future.set_exception(refusals[index])
             else:
-                future.set_result(result)
+                entry.future.set_result(results[index])
+
+    def _apply(self, entry: _Entry, *, alone: bool) -> Any:
+        self._applying = entry
+        try:
+            if alone:
+                # Alone: its refusal rolls the transaction back, no savepoint needed.
+                return entry.apply()
+            try:
+                with self.store.savepoint():
+                    return entry.apply()
+            except BaseException:
+                entry.claims.clear()
+                raise
+        finally:
+            self._applying = None

@@ -31,12 +31,7 @@ from ..storage.runs import create_run, get_run, new_run_id, run_status, run_stat
 from ..storage.transcripts import attempt_transcripts
 from . import epoch_lease, forwarded_commands
 from .profile import host_profile
-from .receipts import (
-    OperationResult,
-    execute_durable,
-    execute_durable_together,
-    outcome_for_error,
-)
+from .receipts import OperationResult, apply_durable, execute_durable, outcome_for_error, refusal
 from .session_views import unfinished_session_run
 
 # `run.startBatch`: at most this many runs per request (and one frame, at most 1 MiB).
@@ -130,7 +125,6 @@ class Operations:
         ):
             self.table.register_query(name, query)
         self.table.register_live("content.read", self.content_read)
-        self._claim_once = False  # inside a group: its claim pass runs once, at its end
 
     @property
     def known(self) -> frozenset[str]:
@@ -174,10 +168,10 @@ class Operations:
     # --- runs --------------------------------------------------------------------------
 
     def commit_starts(self, requests: list[ClientRequest]) -> list[dict[str, Any] | Exception]:
-        """Group commit: `run.start`s that arrived together, in one transaction (one
-        fsync for all); if any of them is refused or fails, nothing of the group is
-        written and each runs alone instead. Each answer is the one `dispatch` would
-        give, or the exception that request raised."""
+        """`run.start`s read together: they join the host's commit group (with the worker
+        writes read in the same loop pass) and commit it now, one fsync for all; each is
+        refused, or fails, alone. Each answer is the one `dispatch` would give, or the
+        exception that request raised."""
         host = self.host
         if host.stopping or host.epoch_lease is None:
             return [
@@ -186,23 +180,26 @@ class Operations:
             ]
         epoch = host.epoch_lease.epoch
         handler = self.table.durable_handler("run.start")
-        if len(requests) > 1:
-            self._claim_once = True
-            try:
-                together = execute_durable_together(
-                    host.store, requests, epoch, handler, host.claim_free_slots
-                )
-            finally:
-                self._claim_once = False
-            if together is not None:
-                return list(together)
+        group = host.worker_commits
+        futures = [
+            group.submit(
+                functools.partial(
+                    apply_durable, request, epoch, functools.partial(handler, request)
+                ),
+                contained=True,
+            )
+            for request in requests
+        ]
+        group.commit_now()  # resolves every future
         answers: list[dict[str, Any] | Exception] = []
-        for request in requests:
-            try:
-                answers.append(
-                    execute_durable(host.store, request, epoch, lambda r=request: handler(r))
-                )
-            except Exception as error:  # answered like any failed request
+        for request, future in zip(requests, futures, strict=True):
+            error = future.exception()
+            if error is None:
+                answers.append(future.result())
+            elif isinstance(error, PiWorkflowsError):
+                answers.append(refusal(request, error))
+            else:  # answered like any failed request
+                assert isinstance(error, Exception)
                 answers.append(error)
         return answers
 
@@ -210,8 +207,8 @@ class Operations:
         created = self._create_run(request.payload, request.client_id)
         if isinstance(created, OperationResult):
             return created
-        if not self._claim_once:  # claimed by this commit when a worker slot is free
-            self.host.claim_free_slots()
+        # Claimed by this commit when a worker slot is free (one pass per commit group).
+        self.host.worker_commits.claim_at_end()
         return OperationResult(
             "accepted", receipt={"runId": created, "status": "queued"}, revision=1, run_id=created
         )

@@ -77,44 +77,29 @@ def execute_durable(
         return adopted
     try:
         with store.transaction():
-            adopted = _adopt(request)
-            if adopted is not None:
-                return adopted
-            result = operation()
-            _record(request, result, host_epoch)
+            answer = apply_durable(request, host_epoch, operation)
     except PiWorkflowsError as error:
-        return response(request.request_id, outcome_for_error(error), error=one_line_error(error))
+        return refusal(request, error)
+    return answer
+
+
+def apply_durable(
+    request: ClientRequest, host_epoch: int, operation: Callable[[], OperationResult]
+) -> dict[str, Any]:
+    """Inside the caller's transaction: adopt an earlier receipt of the request (also a
+    repeat inside the same group commit), or run `operation` and store its receipt. The
+    answer, which must not reach the client before that transaction commits."""
+    adopted = _adopt(request)
+    if adopted is not None:
+        return adopted
+    result = operation()
+    _record(request, result, host_epoch)
     return _answer(request, result)
 
 
-def execute_durable_together(
-    store: StateStore,
-    requests: list[ClientRequest],
-    host_epoch: int,
-    operation: Callable[[ClientRequest], OperationResult],
-    finish: Callable[[], None],
-) -> list[dict[str, Any]] | None:
-    """Run several requests' operations, then `finish()`, and store their receipts in one
-    transaction: one commit for all of them (group commit). Each answer is the one
-    `execute_durable` would give; none is sent before the commit.
-
-    None when any step raised: nothing was written, and the caller runs each request
-    alone, so one refused request never fails the others.
-    """
-    answers = []
-    try:
-        with store.transaction():
-            for request in requests:
-                adopted = _adopt(request)  # also a repeat of an earlier request of the group
-                if adopted is None:
-                    result = operation(request)
-                    _record(request, result, host_epoch)
-                    adopted = _answer(request, result)
-                answers.append(adopted)
-            finish()
-    except Exception:
-        return None
-    return answers
+def refusal(request: ClientRequest, error: PiWorkflowsError) -> dict[str, Any]:
+    """The answer to a request that `error` refused (nothing of it was written)."""
+    return response(request.request_id, outcome_for_error(error), error=one_line_error(error))
 
 
 def _record(request: ClientRequest, result: OperationResult, host_epoch: int) -> None:

@@ -15,7 +15,7 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -183,7 +183,7 @@ class Host:
         self.lock = acquire_host_lock(self.home.lock_path, self.host_id)
         try:
             self.store = open_state(self.home, self.database_url)
-            self.worker_commits = CommitGroup(self.store)
+            self.worker_commits = CommitGroup(self.store, self.claim_free_slots)
             identity = start_identity(os.getpid()) or ""
             key = home_key(self.home)
             with self.store.transaction():
@@ -375,15 +375,18 @@ class Host:
             max_workers=self.max_workers,
         )
 
-    def _busy_slots(self, freed: ActiveRun | None = None) -> int:
+    def _busy_slots(self, freed: Collection[ActiveRun] = ()) -> int:
         """Worker slots in use: pending starts, and active runs that still hold their claim.
 
         A run whose own write released its claim (completed, waiting, …) frees its slot
-        with that commit; its worker only exits. `freed` is such a run in the transaction
-        that releases it.
+        with that commit; its worker only exits. `freed` are such runs in the transaction
+        that releases them.
         """
+        freed_runs = {active.run_id for active in freed}
         holding = sum(
-            1 for active in self.active_runs.values() if not active.released and active is not freed
+            1
+            for active in self.active_runs.values()
+            if not (active.released or active.run_id in freed_runs)
         )
         return holding + len(self.pending_claims)
 
@@ -401,15 +404,16 @@ class Host:
         self._claim_pass_scheduled = False
         self.claim_free_slots()
 
-    def claim_free_slots(self, freed: ActiveRun | None = None) -> None:
+    def claim_free_slots(self, freed: Collection[ActiveRun] = ()) -> None:
         """The claim pass; inside a transaction its claims join that transaction.
 
-        `run.start` and the answers that reserve a continuation call it from their own
-        transaction, so a run on a host with a free worker slot is claimed by the commit
-        that created it (one fsync, no wait for the next pass). So does a worker's write
-        that releases its run's claim (`freed`): the run waiting for that slot is claimed
-        by the same commit. Each claim also records its worker (``RunWorker``); the
-        workers launch after commit.
+        The answers that reserve a continuation call it from their own transaction, and
+        the commit group (`CommitGroup`) at the end of a group of starts and worker
+        writes, so a run on a host with a free worker slot is claimed by the commit that
+        created it (one fsync, no wait for the next pass), and the run waiting for a slot
+        by the commit of the write that releases it (`freed`: those runs' slots are
+        free). Each claim also records its worker (``RunWorker``); the workers launch
+        after commit.
         """
         if self.stopping or self.epoch_lease is None:
             return

@@ -270,7 +270,7 @@ class WorkerGateway:
             result = self._apply_write(operation, payload)
         if self._releases_claim:
             # The commit that frees this worker's slot also claims the run waiting for it.
-            self.host.claim_free_slots(freed=active)
+            self.host.worker_commits.claim_at_end(freed=active)
         return worker_response(
             message_id, "accepted", result=result, revision=current_revision(active.run_id)
         )

@@ -1,4 +1,4 @@
-"""Group commit of worker writes (host/commit_group.py) on a real state store."""
+"""Group commit of worker writes and starts (host/commit_group.py) on a real state store."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from pi_workflows.errors import ConflictError
 from pi_workflows.host.commit_group import HOLD_S, MAX_HOLD_S, CommitGroup
 from pi_workflows.storage import record_run_change
 from pi_workflows.storage.runs import current_revision
+
+
+def _no_claim_pass(freed: list) -> None:
+    raise AssertionError("no entry asked for a claim pass")
 
 
 def test_writes_submitted_together_commit_once_and_a_refused_one_undoes_only_itself(
@@ -33,7 +37,7 @@ def test_writes_submitted_together_commit_once_and_a_refused_one_undoes_only_its
         return apply
 
     async def together() -> list:
-        group = CommitGroup(store)
+        group = CommitGroup(store, _no_claim_pass)
         futures = [group.submit(write("group-a")), group.submit(write("group-b", refuse=True))]
         futures.append(group.submit(write("group-c")))
         return await asyncio.gather(*futures, return_exceptions=True)
@@ -53,7 +57,7 @@ def test_a_lone_write_commits_by_itself_on_the_next_loop_pass(store, make_run):
         make_run("group-lone")
 
     async def alone() -> int:
-        group = CommitGroup(store)
+        group = CommitGroup(store, _no_claim_pass)
         future = group.submit(
             lambda: record_run_change("group-lone", event_type="run.started", actor="test")
         )
@@ -67,7 +71,7 @@ def test_a_lone_write_commits_by_itself_on_the_next_loop_pass(store, make_run):
 def test_a_streaming_client_holds_worker_turns_but_never_longer_than_the_bound(store):
     async def stream() -> tuple[bool, float]:
         loop = asyncio.get_running_loop()
-        group = CommitGroup(store)
+        group = CommitGroup(store, _no_claim_pass)
         group.hold()  # a start of a streaming client was answered
         began = loop.time()
         turn = asyncio.ensure_future(group.worker_turn())
@@ -92,10 +96,72 @@ def test_a_streaming_client_holds_worker_turns_but_never_longer_than_the_bound(s
 def test_a_hold_ends_by_itself_when_the_client_sends_no_further_start(store):
     async def one_hold() -> float:
         loop = asyncio.get_running_loop()
-        group = CommitGroup(store)
+        group = CommitGroup(store, _no_claim_pass)
         group.hold()
         began = loop.time()
         await group.worker_turn()
         return loop.time() - began
 
     assert HOLD_S * 0.9 <= asyncio.run(one_hold()) < MAX_HOLD_S * 10
+
+
+def test_a_failed_start_among_worker_writes_fails_alone_and_one_claim_pass_ends_the_group(
+    store, make_run
+):
+    with store.transaction():
+        for run_id in ("mixed-a", "mixed-b", "mixed-c", "mixed-d"):
+            make_run(run_id)
+    passes: list[list] = []  # the claim passes, each with the slots it was told are free
+
+    async def mixed() -> list:
+        group = CommitGroup(store, lambda freed: passes.append(list(freed)))
+
+        def write(run_id: str, frees: str | None = None, fails: Exception | None = None):
+            def apply() -> int:
+                revision = record_run_change(run_id, event_type="run.started", actor="test")
+                group.claim_at_end(freed=frees)  # a run id stands in for its ActiveRun
+                if fails is not None:
+                    raise fails
+                return revision
+
+            return apply
+
+        futures = [
+            group.submit(write("mixed-a", frees="mixed-a")),  # a worker write freeing a slot
+            # A start that fails with an error that is not ours: contained, so only it fails.
+            group.submit(write("mixed-b", fails=RuntimeError("boom")), contained=True),
+            group.submit(write("mixed-c", frees="mixed-c", fails=ConflictError("stale"))),
+            group.submit(write("mixed-d"), contained=True),  # a start
+        ]
+        group.commit_now()  # what a start does: no wait for the next loop pass
+        assert all(future.done() for future in futures)
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, failed, refused, last = asyncio.run(mixed())
+
+    assert (first, last) == (2, 2)
+    assert isinstance(failed, RuntimeError) and isinstance(refused, ConflictError)
+    revisions = [current_revision(r) for r in ("mixed-a", "mixed-b", "mixed-c", "mixed-d")]
+    assert revisions == [2, 1, 1, 2]
+    # One pass for the group; the failed entries' requests for it went with them.
+    assert passes == [["mixed-a"]]
+
+
+def test_a_failure_of_a_worker_write_that_is_not_ours_fails_the_whole_group(store, make_run):
+    with store.transaction():
+        make_run("whole-a")
+
+    def disk_fails() -> None:
+        raise OSError("disk")
+
+    async def group_of_two() -> list:
+        group = CommitGroup(store, _no_claim_pass)
+        futures = [
+            group.submit(lambda: record_run_change("whole-a", event_type="x", actor="test")),
+            group.submit(disk_fails),  # a worker write: not contained
+        ]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    first, second = asyncio.run(group_of_two())
+    assert isinstance(first, OSError) and isinstance(second, OSError)
+    assert current_revision("whole-a") == 1
