@@ -6,12 +6,17 @@ import hashlib
 import json
 from typing import Any
 
+# `json.dumps` with these options builds an encoder on every call; every durable write
+# serialises several values, so one encoder serves them all (it keeps no state between
+# calls).
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
 
 def canonical_json(value: Any) -> str:
     """Serialise `value` deterministically; NaN and infinities are refused."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(value)
 
 
 def canonical_bytes(value: Any) -> bytes:

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from pi_workflows.builtin import claiming
-from pi_workflows.canonical import canonical_bytes
+from pi_workflows.canonical import canonical_bytes, canonical_json, is_json_value
 from pi_workflows.errors import (
     BlobConflictError,
     NotFoundError,
@@ -135,6 +135,19 @@ def test_json_and_text_blobs_round_trip_by_content_address(store):
     assert read_text(text_hash) == "a prompt\nwith lines"
     assert read_json(None) is None and read_text(None) is None
     assert Blob.select().count() == 2
+
+
+def test_canonical_json_is_the_spec_spelling_and_refuses_what_json_cannot_hold():
+    value = {"b": [1, 2.5, -0.0, 1e300, None], "a": "ünïcode \u2028", "é": {"z": True, "y": ""}}
+    spec = json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    assert canonical_json(value) == spec and canonical_json("x") == '"x"'
+    for refused in (float("nan"), float("inf"), {"set": {1}}, object()):
+        with pytest.raises((TypeError, ValueError)):
+            canonical_json(refused)
+    assert canonical_json({"after": "a refusal"}) == '{"after":"a refusal"}'
+    assert not is_json_value([float("-inf")]) and is_json_value({"ok": [1]})
 
 
 def test_large_members_of_split_values_are_stored_once_and_read_back_whole(store):

@@ -36,7 +36,7 @@ from ..storage import (
     run_workers,
 )
 from ..storage.models import RunWorker
-from ..storage.runs import current_status, get_run, run_record, run_records
+from ..storage.runs import current_status, run_fields, run_record, run_records
 from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
 from .commit_group import CommitGroup
@@ -522,17 +522,19 @@ class Host:
 
         Called in the claim's transaction, so the claim and its worker commit together.
         """
-        run = get_run(run_id)
+        project_path, workflow_source, definition_digest, input_hash, revision = run_fields(
+            run_id, "project_path", "workflow_source", "definition_digest", "input_hash", "revision"
+        )
         worker_epoch = secrets.token_hex(16)
         envelope = {
             "schema": LAUNCH_SCHEMA,
             "runId": run_id,
             "generation": claim.generation,
             "workerEpoch": worker_epoch,
-            "projectPath": run.project_path,
-            "workflowSource": json.loads(run.workflow_source),
-            "definitionDigest": run.definition_digest,
-            "inputHash": run.input_hash,
+            "projectPath": project_path,
+            "workflowSource": json.loads(workflow_source),
+            "definitionDigest": definition_digest,
+            "inputHash": input_hash,
             "protocolVersion": PROTOCOL_VERSION,
             "databaseUrl": self.database_url,
             "home": str(self.home.root),
@@ -544,7 +546,7 @@ class Host:
             claim.generation,
             self.epoch_lease.epoch if self.epoch_lease else 0,
             put_json(envelope),
-            run.revision,
+            revision,
         )
         return PreparedWorker(worker_epoch, envelope, progress)
 

@@ -29,7 +29,7 @@ from .models import (
 )
 from .prepared import PreparedQuery, model_instance
 from .revisions import record_run_change
-from .runs import current_revision, get_run
+from .runs import current_revision, get_run, run_fields
 from .step_deadlines import set_deadline
 from .workflow_messages import (
     cancel_pending_for_source,
@@ -71,22 +71,49 @@ def _change(
     )
 
 
+_RUN_STATE_FIELDS = (
+    "workflow_name",
+    "status",
+    "revision",
+    "input_hash",
+    "parent_run_id",
+    "lineage_kind",
+    "execution_mode",
+    "origin_session_id",
+    "workflow_source",
+    "definition_digest",
+    "state_hash",
+)
+
+
 def read_run_state(run_id: str) -> dict[str, Any]:
     """The run's identity, input and last snapshot (see ``RunBackend.read_run_state``)."""
-    run = get_run(run_id)
-    state = read_json(run.state_hash)
+    (
+        workflow_name,
+        status,
+        revision,
+        input_hash,
+        parent_run_id,
+        lineage_kind,
+        execution_mode,
+        origin_session_id,
+        workflow_source,
+        definition_digest,
+        state_hash,
+    ) = run_fields(run_id, *_RUN_STATE_FIELDS)
+    state = read_json(state_hash)
     return {
-        "runId": run.run_id,
-        "workflowName": run.workflow_name,
-        "status": run.status,
-        "revision": run.revision,
-        "input": read_json(run.input_hash),
-        "parentRunId": run.parent_run_id,
-        "lineageKind": run.lineage_kind,
-        "executionMode": run.execution_mode,
-        "originSessionId": run.origin_session_id,
-        "workflowSource": json.loads(run.workflow_source),
-        "definitionDigest": run.definition_digest,
+        "runId": run_id,
+        "workflowName": workflow_name,
+        "status": status,
+        "revision": revision,
+        "input": read_json(input_hash),
+        "parentRunId": parent_run_id,
+        "lineageKind": lineage_kind,
+        "executionMode": execution_mode,
+        "originSessionId": origin_session_id,
+        "workflowSource": json.loads(workflow_source),
+        "definitionDigest": definition_digest,
         "state": state,
         "acceptedInteraction": _accepted_interaction(state),
         "candidateInteraction": _candidate_interaction(state),
@@ -565,8 +592,8 @@ def timed_out_interaction_attempt(run_id: str) -> str | None:
     Only a deadline cancels the request of a run that is still waiting: the other
     cancellations (unproductive turns, run cancel) end the run in the same transaction.
     """
-    run = get_run(run_id)
-    state = read_json(run.state_hash) if run.status == "waiting" else None
+    status, state_hash = run_fields(run_id, "status", "state_hash")
+    state = read_json(state_hash) if status == "waiting" else None
     attempt_id = (state or {}).get("currentAttemptId")
     if attempt_id is None:
         return None

@@ -10,7 +10,7 @@ turned into the open database's own.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import peewee
@@ -65,29 +65,33 @@ INSERT_EVENT = (
 
 
 @functools.lru_cache(maxsize=64)
-def _bump_sql(columns: tuple[str, ...], checked: bool) -> str:
-    assignments = "".join(f", {column} = ?" for column in columns)
+def _bump(names: tuple[str, ...], checked: bool) -> tuple[str, tuple[Callable[[Any], Any], ...]]:
+    """The bump's SQL for these model fields, and each field's conversion to its column."""
+    fields = [Run._meta.fields[name] for name in names]
+    assignments = "".join(f", {field.column_name} = ?" for field in fields)
     check = " AND revision = ?" if checked else ""
-    return (
+    sql = (
         f"UPDATE runs SET revision = revision + 1, updated_at = ?{assignments} "
         f"WHERE run_id = ?{check} RETURNING revision"
     )
+    return sql, tuple(field.db_value for field in fields)
 
 
 def bump_revision(
     run_id: str, stamp: int, updates: dict[str, Any], expected_revision: int | None
 ) -> int | None:
     """Apply `updates` (model field names) and bump the revision; None when no row matched."""
-    fields = Run._meta.fields
-    columns = tuple(fields[name].column_name for name in updates)
-    params: list[Any] = [stamp]
+    sql, converters = _bump(tuple(updates), expected_revision is not None)
     # Callers pass plain values here, never expressions such as `Run.revision + 1`.
-    params.extend(fields[name].db_value(value) for name, value in updates.items())
-    params.append(run_id)
+    params = [stamp, *map(_converted, converters, updates.values()), run_id]
     if expected_revision is not None:
         params.append(expected_revision)
-    found = rows(_bump_sql(columns, expected_revision is not None), params)
+    found = rows(sql, params)
     return found[0][0] if found else None
+
+
+def _converted(converter: Callable[[Any], Any], value: Any) -> Any:
+    return converter(value)
 
 
 def insert_event(
