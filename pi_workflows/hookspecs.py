@@ -298,10 +298,13 @@ def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]],
 
     The channel object:
 
-    - ``deliver(request) -> dict | None``: offer a decision. ``request`` is a
+    - ``deliver(request) -> dict | None`` (optional): offer a decision. ``request`` is a
       :class:`~pi_workflows.records.ChannelRequest` (presentation and choices, never the
       private subject). What it returns is kept as the
-      :data:`~pi_workflows.records.ChannelDelivery` (JSON: e.g. a chat message id);
+      :data:`~pi_workflows.records.ChannelDelivery` (JSON: e.g. a chat message id). A
+      channel without it has nothing to push (people ask for decisions, as with
+      ``cli``): its delivery is recorded ``applied`` in the commit that created the
+      decision, with no call;
     - ``settle(request, resolution, delivery) -> dict | None`` (optional): the decision
       was resolved; ``resolution`` is a :class:`~pi_workflows.records.DecisionResolution`
       naming the winner, ``delivery`` what this channel's ``deliver`` returned; e.g.

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import AnswerNotAllowedError
 from ..hookspecs import hookimpl
 from ..records import MessageContent
-from ..storage.models import HumanDecision, Run
+from ..storage import decision_records
 from ..storage.workflow_messages import create_workflow_message
 
 # The message key: revision 1 of the request, first presentation (SPEC §9.2).
@@ -87,19 +87,19 @@ class SessionChannel(_QuietSettlement):
 
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
         def write() -> dict[str, Any]:
-            decision_id = request["decisionId"]
-            run = Run.get_by_id(request["runId"])
-            if run.origin_session_id is None:
+            decision_id, run_id = request["decisionId"], request["runId"]
+            session_id = decision_records.origin_session_id(run_id)
+            if session_id is None:
                 return {"delivered": False, "reason": "the run has no origin session"}
-            if HumanDecision.get_by_id(decision_id).status != "pending":
+            if decision_records.get_decision(decision_id).status != "pending":
                 return {"delivered": False, "reason": "already resolved"}
             text = render_decision_text(request) + (
                 "\n\nA human must answer this protected decision "
                 f"(pi-workflows decision answer {decision_id} CHOICE)."
             )
             message, _ = create_workflow_message(
-                run_id=run.run_id,
-                target_session_id=run.origin_session_id,
+                run_id=run_id,
+                target_session_id=session_id,
                 kind="decision",
                 source_id=decision_id,
                 idempotency_key=DECISION_MESSAGE_KEY,
@@ -108,7 +108,7 @@ class SessionChannel(_QuietSettlement):
                     {
                         "kind": "decision",
                         "decisionId": decision_id,
-                        "runId": run.run_id,
+                        "runId": run_id,
                         "choices": request["choices"],
                     },
                 ),
@@ -119,14 +119,12 @@ class SessionChannel(_QuietSettlement):
 
 
 class CliChannel(_QuietSettlement):
-    """Nothing to push: the CLI lists and answers decisions through the host."""
+    """Nothing to push: the CLI lists and answers decisions through the host. Without
+    `deliver`, its delivery is recorded in the commit that created the decision."""
 
     def answer_actor(self, answer: dict[str, Any]) -> str:
         """The host's socket is private to its owner, so a CLI client is that user."""
         return _host_user()
-
-    def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
-        return {"listed": True}
 
 
 @functools.cache

@@ -324,7 +324,8 @@ class ChannelRunner:
 
         Called inside a transaction, it begins the attempts in that transaction, so they
         cost no commit of their own, and the channel calls start once it commits. A
-        settlement on a channel without `settle` is recorded applied at once, with no call.
+        delivery to a channel without `deliver`, and a settlement on one without `settle`,
+        is recorded applied at once, with no call.
         """
         if not self._runs_channel_effects():
             return
@@ -349,8 +350,8 @@ class ChannelRunner:
         started: list[tuple[str, int, str, str, str]] = []
         with self.services.store.transaction():
             for decision_id, name, purpose in due:
-                if purpose == "settlement" and not hasattr(self.channels[name], "settle"):
-                    decision_records.settle_without_call(decision_id, name, now)
+                if not _calls(self.channels[name], purpose):
+                    decision_records.record_without_call(decision_id, name, purpose, now)
                     continue
                 attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
@@ -361,7 +362,8 @@ class ChannelRunner:
 
     def begin_deliveries(self, decision_id: str, audience: str) -> None:
         """Inside the transaction that created a decision: its deliveries begin in that
-        commit and the channels are called once it commits."""
+        commit and the channels are called once it commits (a channel without `deliver`
+        is recorded delivered there, with no call)."""
         self._begin(decision_id, audience, "delivery")
 
     def begin_settlements(self, decision: HumanDecision) -> None:
@@ -383,12 +385,15 @@ class ChannelRunner:
                 effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
                 if channel is None or effect_id in self.in_flight:
                     continue
-                if purpose == "delivery":
+                if purpose == "settlement":
+                    attempt = decision_records.begin_settlement(
+                        decision_id, name, now, call=_calls(channel, purpose)
+                    )
+                elif _calls(channel, purpose):
                     attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
                 else:
-                    attempt = decision_records.begin_settlement(
-                        decision_id, name, now, call=hasattr(channel, "settle")
-                    )
+                    decision_records.record_without_call(decision_id, name, purpose, now)
+                    attempt = None
                 if attempt is not None:
                     started.append((effect_id, attempt, decision_id, name, purpose))
             if started:
@@ -434,6 +439,12 @@ class ChannelRunner:
             )
         if outcome != "applied":
             log.warning("decision channel %s %s attempt %d: %s", name, purpose, attempt, outcome)
+
+
+def _calls(channel: Any, purpose: str) -> bool:
+    """Whether `channel` is called for `purpose`: one without `deliver` (or `settle`)
+    has nothing to do for it, and its effect is recorded applied with no call."""
+    return hasattr(channel, "deliver" if purpose == "delivery" else "settle")
 
 
 def _json_or_none(value: Any) -> Any:

@@ -185,6 +185,11 @@ def continuation_id_for_checkpoint(parent_run_id: str) -> str:
     return "continuation-" + digest({"parentRunId": parent_run_id, "kind": "checkpoint"})[:40]
 
 
+_DECISION_OF_ATTEMPT = PreparedQuery(
+    lambda p: HumanDecision.select().where(HumanDecision.attempt_id == p.attempt_id)
+)
+
+
 def create_request(run_id: str, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """Build and store the request record of a human decision node attempt.
 
@@ -218,7 +223,8 @@ def create_request(run_id: str, request: dict[str, Any]) -> tuple[dict[str, Any]
         "presentation": presentation,
     }
     request_digest = "sha256:" + digest(basis)
-    existing = HumanDecision.get_or_none(HumanDecision.attempt_id == request["attemptId"])
+    found = _DECISION_OF_ATTEMPT.first(attempt_id=request["attemptId"])
+    existing = None if found is None else model_instance(HumanDecision, found)
     if existing is not None:
         if existing.request_digest != request_digest:
             raise ConflictError(
@@ -238,20 +244,23 @@ def create_request(run_id: str, request: dict[str, Any]) -> tuple[dict[str, Any]
         deadlineAt=deadline_at,
         expiresAt=iso_time(deadline_at),
     )
-    HumanDecision.create(
-        decision_id=decision_id,
-        run=run_id,
-        attempt_id=request["attemptId"],
-        node_id=request["nodeId"],
-        audience=request["audience"],
-        # The subject stays in the host's copy; channels and the run see the record only.
-        request_hash=put_json({**record, "subject": basis["subject"]}),
-        request_digest=request_digest,
-        status="pending",
-        deadline_at=deadline_at,
-        default_response_hash=put_json(default_response) if default_response else None,
-        created_at=created_at,
-        updated_at=created_at,
+    statements.insert_row(
+        HumanDecision,
+        {
+            "decision_id": decision_id,
+            "run": run_id,
+            "attempt_id": request["attemptId"],
+            "node_id": request["nodeId"],
+            "audience": request["audience"],
+            # The subject stays in the host's copy; channels and the run see the record only.
+            "request_hash": put_json({**record, "subject": basis["subject"]}),
+            "request_digest": request_digest,
+            "status": "pending",
+            "deadline_at": deadline_at,
+            "default_response_hash": put_json(default_response) if default_response else None,
+            "created_at": created_at,
+            "updated_at": created_at,
+        },
     )
     return record, True
 
@@ -621,9 +630,8 @@ def cancel_pending_decision_messages(decision_id: str) -> int:
 def decision_json(decision: HumanDecision) -> dict[str, Any]:
     """The `decision list --json` object of SPEC §13."""
     record = public_request(decision)
-    resolution = HumanDecisionResolution.get_or_none(
-        HumanDecisionResolution.decision == decision.decision_id
-    )
+    row = _RESOLUTION.first(decision_id=decision.decision_id)
+    resolution = None if row is None else model_instance(HumanDecisionResolution, row)
     return {
         "decisionId": decision.decision_id,
         "runId": decision.run_id,
@@ -672,6 +680,40 @@ RETRY_DELAY_MS = 1_000
 _FINISHED_SETTLEMENT = ("applied", "ambiguous", "cancelled")
 
 
+_CHANNEL_EFFECT = PreparedQuery(lambda p: Effect.select().where(Effect.effect_id == p.effect_id))
+_RETRY_CHANNEL_EFFECT = PreparedQuery(
+    lambda p: Effect.update(
+        status="applying",
+        attempt_count=p.attempts + 1,
+        next_attempt_at=None,
+        updated_at=p.now,
+    ).where(
+        (Effect.effect_id == p.effect_id)
+        & (Effect.status == "rejected")
+        & (Effect.attempt_count == p.attempts)
+    )
+)
+_FINISH_CHANNEL_EFFECT = PreparedQuery(
+    lambda p: Effect.update(
+        status=p.outcome,
+        result_hash=p.result_hash,
+        error_hash=p.error_hash,
+        next_attempt_at=p.retry_at,
+        settled_at=p.now,
+        updated_at=p.now,
+    ).where(
+        (Effect.effect_id == p.effect_id)
+        & (Effect.status == "applying")
+        & (Effect.attempt_count == p.attempt)
+    )
+)
+
+
+def _channel_effect(effect_id: str) -> Effect | None:
+    row = _CHANNEL_EFFECT.first(effect_id=effect_id)
+    return None if row is None else model_instance(Effect, row)
+
+
 def channel_effect_key(decision_id: str, channel: str) -> str:
     return f"{decision_id}|{channel}"
 
@@ -688,7 +730,7 @@ def begin_channel_effect(decision_id: str, channel: str, purpose: str, now: int)
     automatic attempts, or waiting for its retry time.
     """
     effect_id = channel_effect_id(decision_id, channel, purpose)
-    effect = Effect.get_or_none(Effect.effect_id == effect_id)
+    effect = _channel_effect(effect_id)
     return _begin_attempt(effect_id, effect, decision_id, channel, purpose, now)
 
 
@@ -708,19 +750,8 @@ def _begin_attempt(
             effect_id, decision_id, channel, purpose, "applying", now, payload_hash
         )
         return 1
-    changed = (
-        Effect.update(
-            status="applying",
-            attempt_count=effect.attempt_count + 1,
-            next_attempt_at=None,
-            updated_at=now,
-        )
-        .where(
-            (Effect.effect_id == effect_id)
-            & (Effect.status == "rejected")
-            & (Effect.attempt_count == effect.attempt_count)
-        )
-        .execute()
+    changed = _RETRY_CHANNEL_EFFECT.changed(
+        effect_id=effect_id, attempts=effect.attempt_count, now=now
     )
     return effect.attempt_count + 1 if changed == 1 else None
 
@@ -770,13 +801,13 @@ def begin_settlement(decision_id: str, channel: str, now: int, *, call: bool) ->
     )
 
 
-def settle_without_call(decision_id: str, channel: str, now: int) -> bool:
-    """Record as applied the settlement of a channel that has nothing to take back (it
-    has no `settle`); False when that settlement is recorded already."""
-    effect_id = channel_effect_id(decision_id, channel, "settlement")
-    if Effect.get_or_none(Effect.effect_id == effect_id) is not None:
+def record_without_call(decision_id: str, channel: str, purpose: str, now: int) -> bool:
+    """Record as applied the delivery or settlement of a channel that has nothing to do
+    for it (no `deliver`, or no `settle`); False when that effect is recorded already."""
+    effect_id = channel_effect_id(decision_id, channel, purpose)
+    if _channel_effect(effect_id) is not None:
         return False
-    _create_channel_effect(effect_id, decision_id, channel, "settlement", "applied", now)
+    _create_channel_effect(effect_id, decision_id, channel, purpose, "applied", now)
     return True
 
 
@@ -820,7 +851,7 @@ def _is_due(effect: Effect | None, now: int) -> bool:
 def channel_effect_is_due(decision_id: str, channel: str, purpose: str, now: int) -> bool:
     """A read-only check, so an idle poll tick needs no write transaction."""
     effect_id = channel_effect_id(decision_id, channel, purpose)
-    return _is_due(Effect.get_or_none(Effect.effect_id == effect_id), now)
+    return _is_due(_channel_effect(effect_id), now)
 
 
 def finish_channel_effect(
@@ -829,23 +860,16 @@ def finish_channel_effect(
     """Settle the in-flight attempt: `applied`, `rejected` (retried) or `ambiguous`."""
     now = now_ms()
     retry_at = now + RETRY_DELAY_MS * attempt if outcome == "rejected" else None
-    return (
-        Effect.update(
-            status=outcome,
-            result_hash=put_json(result) if outcome == "applied" else None,
-            error_hash=put_json({"error": error}) if error else None,
-            next_attempt_at=retry_at,
-            settled_at=now,
-            updated_at=now,
-        )
-        .where(
-            (Effect.effect_id == effect_id)
-            & (Effect.status == "applying")
-            & (Effect.attempt_count == attempt)
-        )
-        .execute()
-        == 1
+    changed = _FINISH_CHANNEL_EFFECT.changed(
+        outcome=outcome,
+        result_hash=put_json(result) if outcome == "applied" else None,
+        error_hash=put_json({"error": error}) if error else None,
+        retry_at=retry_at,
+        now=now,
+        effect_id=effect_id,
+        attempt=attempt,
     )
+    return changed == 1
 
 
 def mark_interrupted_channel_effects(in_flight: set[str]) -> int:
@@ -862,9 +886,7 @@ def mark_interrupted_channel_effects(in_flight: set[str]) -> int:
 
 
 def delivery_result(decision_id: str, channel: str) -> Any:
-    effect = Effect.get_or_none(
-        Effect.effect_id == channel_effect_id(decision_id, channel, "delivery")
-    )
+    effect = _channel_effect(channel_effect_id(decision_id, channel, "delivery"))
     return read_json(effect.result_hash) if effect is not None else None
 
 

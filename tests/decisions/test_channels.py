@@ -233,7 +233,9 @@ def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHar
     assert wait_until(lambda: delivery()["status"] == "applied", what="the delivery applied")
 
 
-def test_a_channel_without_settle_is_settled_by_the_answers_own_commit(harness: HostHarness):
+def test_a_channel_without_deliver_or_settle_is_recorded_by_the_decisions_own_commits(
+    harness: HostHarness,
+):
     harness.add_plugin("desk_channel", DESK_CHANNEL)
     write_channels(
         harness,
@@ -250,6 +252,15 @@ def test_a_channel_without_settle_is_settled_by_the_answers_own_commit(harness: 
         )
         return {key.split("|")[1]: status for key, status in rows}
 
+    # Read as soon as the decision is listed: the built-in cli channel has no deliver,
+    # so the commit that created the decision recorded its delivery, with no call.
+    assert effects("channel.delivery")["cli"] == "applied"
+    cli_result = harness.query(
+        "SELECT result_hash FROM effects WHERE effect_type = ? AND idempotency_key = ?",
+        "channel.delivery",
+        f"{decision_id}|cli",
+    )
+    assert cli_result == [(None,)]  # nothing was called, so nothing came back
     wait_until(
         lambda: effects("channel.delivery") == {"cli": "applied", "desk": "applied"},
         what="both deliveries",
