@@ -185,8 +185,11 @@ def continuation_id_for_checkpoint(parent_run_id: str) -> str:
     return "continuation-" + digest({"parentRunId": parent_run_id, "kind": "checkpoint"})[:40]
 
 
+# By run first: `run_id` is indexed, `attempt_id` is not.
 _DECISION_OF_ATTEMPT = PreparedQuery(
-    lambda p: HumanDecision.select().where(HumanDecision.attempt_id == p.attempt_id)
+    lambda p: HumanDecision.select().where(
+        (HumanDecision.run == p.run_id) & (HumanDecision.attempt_id == p.attempt_id)
+    )
 )
 
 
@@ -223,7 +226,7 @@ def create_request(run_id: str, request: dict[str, Any]) -> tuple[dict[str, Any]
         "presentation": presentation,
     }
     request_digest = "sha256:" + digest(basis)
-    found = _DECISION_OF_ATTEMPT.first(attempt_id=request["attemptId"])
+    found = _DECISION_OF_ATTEMPT.first(run_id=run_id, attempt_id=request["attemptId"])
     existing = None if found is None else model_instance(HumanDecision, found)
     if existing is not None:
         if existing.request_digest != request_digest:
@@ -462,7 +465,7 @@ def resolve(
         actor=f"{provenance}:{channel}" if channel else provenance,
         payload={"decisionId": decision.decision_id, "provenance": provenance},
     )
-    cancel_pending_decision_messages(decision.decision_id)
+    cancel_pending_decision_messages(decision.run_id, decision.decision_id)
     if parent is not None and continuation is not None:
         _reserve_decision_continuation(parent, decision.decision_id, response, continuation)
     winner: DecisionResolution = {
@@ -610,18 +613,21 @@ def expired_decisions(now: int) -> list[HumanDecision]:
     )
 
 
+# By run first: a run's messages are indexed, their source ids are not.
 _CANCEL_DECISION_MESSAGES = PreparedQuery(
     lambda p: WorkflowMessage.update(status="cancelled", updated_at=p.now).where(
-        (WorkflowMessage.kind == "decision")
+        (WorkflowMessage.run == p.run_id)
+        & (WorkflowMessage.kind == "decision")
         & (WorkflowMessage.source_id == p.decision_id)
         & (WorkflowMessage.status == "pending")
     )
 )
 
 
-def cancel_pending_decision_messages(decision_id: str) -> int:
-    """The session's decision message is moot once the decision is resolved."""
-    return _CANCEL_DECISION_MESSAGES.changed(decision_id=decision_id, now=now_ms())
+def cancel_pending_decision_messages(run_id: str, decision_id: str) -> int:
+    """The session's decision message (of the decision's run) is moot once the decision
+    is resolved."""
+    return _CANCEL_DECISION_MESSAGES.changed(run_id=run_id, decision_id=decision_id, now=now_ms())
 
 
 # --- listing ------------------------------------------------------------------------------
