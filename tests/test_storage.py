@@ -34,7 +34,7 @@ from pi_workflows.storage import (
 )
 from pi_workflows.storage.models import Blob, Event, Run, RunQueue
 from pi_workflows.storage.prepared import PreparedQuery, model_instance
-from pi_workflows.storage.runs import run_record, run_records
+from pi_workflows.storage.runs import run_record, run_records, run_status, run_statuses
 from pi_workflows.testing.factories import host_info
 
 
@@ -459,3 +459,39 @@ def test_claim_candidates_come_in_the_builtin_selections_order(store, make_run):
         order.append(builtin_choice.run_id)
         taken.add(builtin_choice.run_id)
     assert order == ["order-3", "order-1", "order-4", "order-2", "order-0", "order-5"]
+
+
+def test_run_status_gives_the_spec_object_with_output_and_error_decoded(store, make_run):
+    with store.transaction():
+        make_run("status-a", priority=2)
+        record_run_change(
+            "status-a",
+            event_type="run.completed",
+            actor="test",
+            status="failed",
+            final_output_hash=put_json({"partial": [1]}),
+            error_hash=put_text("it broke"),
+        )
+
+    status = run_status("status-a")
+
+    assert status == {
+        "runId": "status-a",
+        "workflowName": "hello",
+        "status": "failed",
+        "queueStatus": "queued",
+        "paused": False,
+        "statusDetail": None,
+        "errorCode": None,
+        "finalOutput": {"partial": [1]},
+        "error": "it broke",
+        "parentRunId": None,
+        "restartNumber": 0,
+        "revision": 2,
+        "priority": 2,
+        "executionMode": "headless",
+        "createdAt": status["createdAt"],
+        "updatedAt": status["updatedAt"],
+    }
+    assert status["paused"] is False and status["updatedAt"] >= status["createdAt"]
+    assert run_statuses(5) == [status]

@@ -182,16 +182,11 @@ def current_status(run_id: str) -> str | None:
 _RUN_AND_QUEUE = """
     FROM runs r
     JOIN run_queue q ON q.run_id = r.run_id
-    LEFT JOIN blobs input_blob ON input_blob.blob_hash = r.input_hash
-    LEFT JOIN blobs options_blob ON options_blob.blob_hash = r.launch_options_hash
-    LEFT JOIN blobs prompt_blob ON prompt_blob.blob_hash = r.presentation_prompt_hash
 """
 _STATUS_COLUMNS = f"""
-    r.run_id, r.workflow_name, r.status, q.status, r.execution_mode, r.origin_session_id,
-    r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
-    r.updated_at, r.revision, r.paused, q.error_code, r.status_detail,
-    input_blob.content, options_blob.content, prompt_blob.content,
-    output_blob.content, error_blob.content, q.priority
+    r.run_id, r.workflow_name, r.status, q.status, r.paused, r.status_detail, q.error_code,
+    output_blob.content, error_blob.content, r.parent_run_id, r.restart_number, r.revision,
+    q.priority, r.execution_mode, r.created_at, r.updated_at
     {_RUN_AND_QUEUE}
     LEFT JOIN blobs output_blob ON output_blob.blob_hash = r.final_output_hash
     LEFT JOIN blobs error_blob ON error_blob.blob_hash = r.error_hash
@@ -220,6 +215,9 @@ _RECORD_COLUMNS = f"""
     r.revision, r.paused, q.error_code, q.priority,
     input_blob.content, options_blob.content, prompt_blob.content
     {_RUN_AND_QUEUE}
+    LEFT JOIN blobs input_blob ON input_blob.blob_hash = r.input_hash
+    LEFT JOIN blobs options_blob ON options_blob.blob_hash = r.launch_options_hash
+    LEFT JOIN blobs prompt_blob ON prompt_blob.blob_hash = r.presentation_prompt_hash
 """
 
 
@@ -271,25 +269,32 @@ def run_record(run_id: str) -> RunRecord:
     return records[0]
 
 
+_STATUS_KEYS = (
+    "runId",
+    "workflowName",
+    "status",
+    "queueStatus",
+    "paused",
+    "statusDetail",
+    "errorCode",
+    "finalOutput",
+    "error",
+    "parentRunId",
+    "restartNumber",
+    "revision",
+    "priority",
+    "executionMode",
+    "createdAt",
+    "updatedAt",
+)
+
+
 def _status(row: tuple) -> dict[str, Any]:
-    return {
-        "runId": row[0],
-        "workflowName": row[1],
-        "status": row[2],
-        "queueStatus": row[3],
-        "paused": bool(row[13]),
-        "statusDetail": row[15],
-        "errorCode": row[14],
-        "finalOutput": _json(row[19]),
-        "error": _text(row[20]),
-        "parentRunId": row[6],
-        "restartNumber": row[8],
-        "revision": row[12],
-        "priority": row[21],
-        "executionMode": row[4],
-        "createdAt": row[10],
-        "updatedAt": row[11],
-    }
+    status = dict(zip(_STATUS_KEYS, row, strict=True))
+    status["paused"] = bool(status["paused"])
+    status["finalOutput"] = _json(status["finalOutput"])
+    status["error"] = _text(status["error"])
+    return status
 
 
 def run_status(run_id: str) -> dict[str, Any]:
