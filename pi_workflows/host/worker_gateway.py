@@ -207,7 +207,11 @@ class WorkerGateway:
         self.host.store.after_commit(lambda: setattr(active, "ready", "recorded"))
 
     def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:
-        payload = message["payload"]
+        self._note_exiting(message["payload"])
+        return worker_response(message["messageId"], "accepted", result={})
+
+    def _note_exiting(self, payload: dict[str, Any]) -> None:
+        """The worker's goodbye: why it stops (worker.exiting, or its last write's)."""
         status, error = payload.get("status"), payload.get("error")
         if status == "workflowLoadFailed":
             self.active.workflow_load_failure = str(error or "Workflow failed to load")[:8192]
@@ -218,7 +222,6 @@ class WorkerGateway:
         self.active.exiting = True
         if self.active.supervisor is not None:
             self.active.supervisor.saw_exiting = True
-        return worker_response(message["messageId"], "accepted", result={})
 
     def _process_operation(self, message: dict[str, Any]) -> dict[str, Any]:
         """`process.register` / `process.unregister` of a group the worker starts."""
@@ -266,6 +269,9 @@ class WorkerGateway:
                 self._apply_write(step["operation"], step["payload"]) for step in payload["steps"]
             ]
             result: Any = {"results": results}
+            goodbye = payload.get("exiting")
+            if goodbye is not None:  # the worker's goodbye rode on its last write
+                self.host.store.after_commit(lambda: self._note_exiting(goodbye))
         else:
             result = self._apply_write(operation, payload)
         if self._releases_claim:

@@ -32,7 +32,9 @@ STORE_OPERATIONS = frozenset(
 # but not run state, so they neither check nor bump the run revision.
 PROCESS_OPERATIONS = frozenset({"process.register", "process.unregister"})
 # Several store writes committed as one transaction, in order, each checked as if sent
-# alone: payload {"steps": [{"operation", "payload", "kind"}, ...]}.
+# alone: payload {"steps": [{"operation", "payload", "kind"}, ...], "exiting"?}. The
+# worker's last write carries its goodbye, the payload worker.exiting would have sent
+# (`exiting: {"status": ...}`), so the exit costs no message of its own.
 BATCH_OPERATION = "store.batch"
 MAX_BATCH_STEPS = 16
 OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS | PROCESS_OPERATIONS | {BATCH_OPERATION}
@@ -58,6 +60,11 @@ def validate_message(message: dict[str, Any]) -> dict[str, Any]:
         raise FrameError("Worker message payload must be a JSON object")
     if message["operation"] == BATCH_OPERATION:
         _validate_batch(message["payload"].get("steps"))
+        exiting = message["payload"].get("exiting")
+        if exiting is not None and not (
+            isinstance(exiting, dict) and isinstance(exiting.get("status"), str)
+        ):
+            raise FrameError("A store.batch's exiting must be an object with a text status")
     return message
 
 

@@ -10,6 +10,11 @@ from .host_pipe import KIND_FOR_OPERATION, HostPipe
 # Snapshots the engine always follows with another write before any node code runs:
 # they wait for that write and go with it as one `store.batch` (one host transaction).
 DEFERRED_SNAPSHOTS = frozenset({"run_started", "run_resumed", "node_finished", "node_failed"})
+# Snapshots after which the engine writes nothing more: they wait for the worker's
+# goodbye and go with it as one message (`finish`).
+FINAL_SNAPSHOTS = frozenset(
+    {"run_completed", "run_waiting", "run_failed", "run_cancelled", "run_timed_out"}
+)
 
 
 class HostRunBackend:
@@ -42,7 +47,7 @@ class HostRunBackend:
     def write_snapshot(self, snapshot: dict[str, Any], trace_event: dict[str, Any]) -> int:
         event_type = trace_event.get("type", "")
         payload = {"snapshot": snapshot, "trace_event": trace_event}
-        if event_type in DEFERRED_SNAPSHOTS:
+        if event_type in DEFERRED_SNAPSHOTS or event_type in FINAL_SNAPSHOTS:
             # The engine goes on changing its state in place: keep this one as it is now.
             step = {
                 "operation": "store.writeSnapshot",
@@ -64,6 +69,17 @@ class HostRunBackend:
         if self.pending:
             steps, self.pending = self.pending, []
             self.pipe.call("store.batch", {"steps": steps}, kind=steps[-1]["kind"])
+
+    def finish(self, status: str) -> None:
+        """Say goodbye (worker.exiting with `status`): with the writes still held back,
+        as one `store.batch`, else alone."""
+        if not self.pending:
+            self.pipe.call("worker.exiting", {"status": status}, control=True)
+            return
+        steps, self.pending = self.pending, []
+        self.pipe.call(
+            "store.batch", {"steps": steps, "exiting": {"status": status}}, kind=steps[-1]["kind"]
+        )
 
     def _write(
         self,

@@ -93,6 +93,5 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
         first_reads[ready["command"]["parentRunId"]] = ready["parentRunState"]
     backend = HostRunBackend(pipe, first_reads)
     outcome = execute_command(definition, backend, ready["command"])
-    backend.flush()
-    pipe.call("worker.exiting", {"status": outcome["status"]}, control=True)
+    backend.finish(outcome["status"])  # the run's last write, if held back, goes with it
     return EXIT_OK

@@ -1,9 +1,12 @@
 """The worker's backend answers the reads worker.ready already answered without a
-message; any other read goes to the host over the protocol pipe."""
+message; any other read goes to the host over the protocol pipe; the run's last write
+goes with the worker's goodbye."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 
 import pytest
 
@@ -33,3 +36,51 @@ def test_the_run_and_its_parent_are_read_once_from_worker_ready():
         pipe.reader.close()
         pipe.writer.close()
         os.close(from_worker)
+
+
+def _answering_host(from_worker: int, to_worker: int) -> tuple[threading.Thread, list[dict]]:
+    """The host's end of the pipes: answers each message `accepted`, keeps what it read."""
+    received: list[dict] = []
+
+    def serve() -> None:
+        with os.fdopen(from_worker, "rb") as reader, os.fdopen(to_worker, "wb") as writer:
+            for line in reader:
+                message = json.loads(line)
+                received.append(message)
+                reply = {"messageId": message["messageId"], "outcome": "accepted", "result": {}}
+                writer.write(json.dumps(reply).encode() + b"\n")
+                writer.flush()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, received
+
+
+def test_the_run_s_last_write_and_the_worker_s_goodbye_are_one_message():
+    from_worker, to_host = os.pipe()
+    from_host, to_worker = os.pipe()
+    host, received = _answering_host(from_worker, to_worker)
+    envelope = {"runId": "run-1", "generation": 1, "workerEpoch": "epoch-1"}
+    pipe = HostPipe(envelope, os.fdopen(from_host, "rb"), os.fdopen(to_host, "wb"))
+    backend = HostRunBackend(pipe)
+    node_finished = {"type": "node_finished", "nodeId": "c"}
+    backend.write_snapshot({"status": "running"}, node_finished)
+    backend.write_snapshot({"status": "completed"}, {"type": "run_completed"})
+    assert received == []  # both wait for the goodbye
+    backend.finish("completed")
+    # A worker with nothing held back says goodbye alone.
+    backend.finish("completed")
+    pipe.writer.close()
+    host.join(10)
+    pipe.reader.close()
+
+    last_write, goodbye = received
+    assert last_write["operation"] == "store.batch"
+    steps = last_write["payload"]["steps"]
+    assert [step["payload"]["trace_event"]["type"] for step in steps] == [
+        "node_finished",
+        "run_completed",
+    ]
+    assert last_write["payload"]["exiting"] == {"status": "completed"}
+    assert goodbye["operation"] == "worker.exiting"
+    assert goodbye["payload"] == {"status": "completed"}

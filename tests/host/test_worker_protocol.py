@@ -187,3 +187,21 @@ def test_run_command_errors_fail_the_launch(harness: HostHarness, lineage: dict,
     )
     assert message in _diagnostics(harness, run_id)
     assert [w[1] for w in harness.workers(run_id)] == ["crashed"]
+
+
+def test_a_worker_whose_goodbye_rode_on_its_last_write_exits_cleanly(harness: HostHarness):
+    harness.write_workflow("checkpointed", CHECKPOINTED)
+    harness.start_host()
+    completed = harness.start_run("hello", input={"name": "Ada"})
+    waiting = harness.start_run("checkpointed")
+    assert harness.wait_for_status(completed, "completed")["finalOutput"] == {
+        "greeting": "Hello, Ada!"
+    }
+    harness.wait_for_status(waiting, "waiting")
+    # The last write (run_completed, run_waiting) carried worker.exiting: the host saw
+    # the goodbye, so each worker's exit is recorded clean, not as a crash.
+    for run_id in (completed, waiting):
+        wait_until(
+            lambda run_id=run_id: [w[1] for w in harness.workers(run_id)] == ["exited"],
+            what="the worker's clean exit",
+        )
