@@ -26,6 +26,7 @@ from ..protocol.framing import (
     valid_id,
 )
 from ..storage.database import is_disk_full
+from .commit_group import HOLD_S
 from .content_references import HeldContent, frame_within_limit
 from .operations import Operations
 
@@ -47,9 +48,6 @@ ACCEPT_RETRY_S = 0.5
 # when one of them is answered.
 MAX_REQUESTS_IN_FLIGHT = 32
 READ_BYTES = 64 * 1024
-# A run.start read this soon after the connection's previous start was answered means
-# the client streams starts: worker messages then wait for its next one (CommitGroup.hold).
-STREAMING_START_S = 0.02
 
 
 def max_connections() -> int:
@@ -225,9 +223,9 @@ class ClientServer:
             if isinstance(request, dict):  # answered without dispatching
                 await connection.send(request)
                 continue
-            if loop.time() - connection.start_answered_at < STREAMING_START_S:
-                # Not the start the workers may be waiting for (a watch of the run, say).
-                self.host.worker_commits.release()
+            # Any other request (the watch of a run just started, say) ends a hold: the
+            # workers wait only for a stream of starts.
+            self.host.worker_commits.release()
             if len(answering) >= MAX_REQUESTS_IN_FLIGHT:
                 await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
             task = loop.create_task(self._answer(request, connection))
@@ -263,7 +261,9 @@ class ClientServer:
         self, requests: list[ClientRequest], connection: ClientConnection
     ) -> None:
         loop = asyncio.get_running_loop()
-        streaming = loop.time() - connection.start_answered_at < STREAMING_START_S
+        # A start read within a hold's time of the connection's previous answer: the
+        # client streams starts, and worker messages wait for its next one.
+        streaming = loop.time() - connection.start_answered_at < HOLD_S
         try:
             replies = self.operations.commit_starts(requests)
         except Exception as error:
