@@ -3,8 +3,11 @@
 Launches of the built-in worker command are forked from a process that has already
 imported everything, so a worker is ready in milliseconds instead of after a cold
 interpreter start. The forked worker is the leader of its own process group and speaks
-the worker protocol on pipes the host created, exactly like a spawned one. When the
-fork server is not (yet) available the host spawns a cold worker instead.
+the worker protocol on pipes the host created, exactly like a spawned one. A launch
+that comes while the fork server is still starting waits for it (at most
+`STARTING_WAIT_S`): a cold start beside it would cost more than the wait, on every
+core. When the fork server is not available (it died, or did not start in time) the
+host spawns a cold worker instead.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..worker.command import LAUNCH_ENV, worker_argv, worker_pythonpath
 FORK_SERVER_ENV = "PI_WORKFLOWS_FORK_SERVER"
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 FORK_REPLY_TIMEOUT_S = 10.0
+STARTING_WAIT_S = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +85,12 @@ class ForkServer:
         # exit within microseconds of its fork, e.g. a workflow that kills it at import).
         self._early_exits: dict[int, int] = {}
         self._reader: asyncio.Task | None = None
+        # While the zygote starts: True once it is ready, False if it ends first.
+        self._starting: asyncio.Future[bool] | None = None
 
     async def start(self) -> None:
         """Start the zygote; launches are forked once it reports ready."""
+        self._starting = asyncio.get_running_loop().create_future()
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = await asyncio.create_subprocess_exec(
@@ -100,6 +107,9 @@ class ForkServer:
                 pass_fds=(zygote_end.fileno(),),
                 start_new_session=True,
             )
+        except BaseException:
+            self._end_starting(False)  # nothing to wait for
+            raise
         finally:
             zygote_end.close()
         host_end.setblocking(False)
@@ -119,6 +129,7 @@ class ForkServer:
             reply = json.loads(data)
             if reply.get("ready"):
                 self._ready = True
+                self._end_starting(True)
             elif "launchId" in reply:
                 future = self._launches.pop(reply["launchId"], None)
                 if future is not None and not future.done():
@@ -130,6 +141,7 @@ class ForkServer:
                 elif not future.done():
                     future.set_result(reply["code"])
         self._ready = False
+        self._end_starting(False)
         for future in self._launches.values():
             if not future.done():
                 future.set_exception(OSError("the worker fork server exited"))
@@ -147,9 +159,18 @@ class ForkServer:
         if not self._closed:
             await self.start()
 
+    def _end_starting(self, ready: bool) -> None:
+        if self._starting is not None and not self._starting.done():
+            self._starting.set_result(ready)
+
     async def launch(self, spec: WorkerProcessSpec) -> ForkedWorker | None:
         """Fork a worker for `spec`, or None when the fork server cannot serve it now."""
-        if not self._ready or self._socket is None or not can_serve(spec):
+        if not can_serve(spec):
+            return None
+        if not self._ready and self._starting is not None and not self._starting.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._starting), STARTING_WAIT_S)
+        if not self._ready or self._socket is None or self._closed:
             return None
         loop = asyncio.get_running_loop()
         stdin_r, stdin_w = os.pipe()
@@ -194,6 +215,7 @@ class ForkServer:
 
     async def close(self) -> None:
         self._closed = True
+        self._end_starting(False)
         if self._socket is not None:
             self._socket.close()
         if self._reader is not None:

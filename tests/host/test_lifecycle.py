@@ -148,3 +148,46 @@ def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: Host
     last = wait_until(lambda: _the_spare(zygote), what="a spare after the direct fork")
     zygote.kill()
     wait_until(lambda: process_gone(last.pid), what="the orphaned spare to exit")
+
+
+# Holds the fork server's start (its workflow preload) until the file ZYGOTE_GO exists.
+SLOW_FORK_SERVER_PLUGIN = """
+import os
+import sys
+import time
+from pathlib import Path
+
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_register_workflows(register):
+    deadline = time.monotonic() + 60
+    while "--zygote" in sys.argv and not Path(os.environ["ZYGOTE_GO"]).exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("ZYGOTE_GO never appeared")
+        time.sleep(0.02)
+"""
+
+
+def test_a_launch_while_the_fork_server_starts_waits_for_it_instead_of_a_cold_start(
+    harness: HostHarness,
+):
+    harness.write_workflow("steps", STEPS)
+    harness.add_plugin("slow_fork_server", SLOW_FORK_SERVER_PLUGIN)
+    go = harness.project / "zygote-go"
+    host = harness.start_host(ZYGOTE_GO=str(go))
+    zygote = wait_until(
+        lambda: next(
+            (c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()), None
+        ),
+        what="the fork server",
+    )
+    run_id = harness.start_run("steps")
+    wait_until(lambda: harness.workers(run_id), what="the run's claim and its worker record")
+    go.touch()  # the fork server finishes starting
+    # The worker is a child of the fork server, not a cold interpreter the host spawned.
+    worker = psutil.Process(harness.wait_for_pid("b.pid"))
+    assert worker.ppid() == zygote.pid
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
