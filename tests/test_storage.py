@@ -189,6 +189,16 @@ def test_a_blob_written_in_a_rolled_back_savepoint_is_written_again(store):
     assert read_json(blob_hash) == value
 
 
+def test_the_same_bytes_as_text_after_json_are_a_conflict_even_in_one_transaction(store):
+    with pytest.raises(BlobConflictError), store.transaction():
+        put_json({"a": 1})
+        put_text('{"a":1}')
+    with store.transaction():
+        put_json({"a": 1})
+    with pytest.raises(BlobConflictError), store.transaction():
+        put_text('{"a":1}')
+
+
 def test_a_blob_of_a_rolled_back_transaction_is_written_again(store):
     value = {"kept": "next time"}
     with pytest.raises(RuntimeError), store.transaction():

@@ -27,8 +27,9 @@ STORED_HINTS = 8192
 
 
 class _Written(threading.local):
-    """(hash, media type) of the blobs this thread's open `StateStore` transaction
-    inserted or compared with what it asked for, in that order (None: no transaction).
+    """The blobs this thread's open `StateStore` transaction inserted or compared with what
+    it asked for, in that order: hash -> media type (None: no transaction; an address is
+    one row, so it has one media type).
 
     `StateStore` keeps it: empty when a transaction begins, cut back when a savepoint
     rolls back, None again when the transaction ends. A put that finds its blob here
@@ -36,14 +37,14 @@ class _Written(threading.local):
     """
 
     def __init__(self) -> None:
-        self.blobs: dict[tuple[str, str], None] | None = None
+        self.blobs: dict[str, str] | None = None
 
 
 _written = _Written()
-# Addresses that commits made durable: a hint, never trusted alone. A put of one reads
-# the row to compare (so a corrupted blob is still caught) instead of inserting first,
-# and inserts it when it is missing after all.
-_committed: set[tuple[str, str]] = set()
+# Addresses that commits made durable (hash -> media type): a hint, never trusted alone.
+# A put of one reads the row to compare (so a corrupted blob is still caught) instead of
+# inserting first, and inserts it when it is missing after all.
+_committed: dict[str, str] = {}
 
 
 def transaction_began() -> None:
@@ -72,17 +73,17 @@ def transaction_ended(committed: bool) -> None:
 
 def _put(content: bytes, media_type: str) -> str:
     blob_hash = sha256_hex(content)
-    key = (blob_hash, media_type)
     written = _written.blobs
-    if written is not None and key in written:
+    if written is not None and written.get(blob_hash) == media_type:
         return blob_hash
     # Content-addressed: insert, and only when the address was taken already compare
     # what is stored with what was asked for (read first for an address seen stored).
-    stored = statements.select_blob(blob_hash) if key in _committed else None
+    seen = _committed.get(blob_hash) == media_type
+    stored = statements.select_blob(blob_hash) if seen else None
     if stored is None:
         if statements.insert_blob(blob_hash, media_type, content, now_ms()):
             if written is not None:
-                written[key] = None
+                written[blob_hash] = media_type
             return blob_hash
         stored = statements.select_blob(blob_hash)
     if stored != (media_type, len(content), content):
@@ -91,7 +92,7 @@ def _put(content: bytes, media_type: str) -> str:
             "from its address; run 'pi-workflows state verify' and restore from a backup."
         )
     if written is not None:
-        written[key] = None
+        written[blob_hash] = media_type
     return blob_hash
 
 
