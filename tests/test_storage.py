@@ -7,6 +7,7 @@ import hashlib
 import json
 import sqlite3
 
+import peewee
 import pytest
 
 from pi_workflows.builtin import claiming
@@ -35,6 +36,7 @@ from pi_workflows.storage import (
 from pi_workflows.storage.models import Blob, Event, Run, RunQueue
 from pi_workflows.storage.prepared import PreparedQuery, model_instance
 from pi_workflows.storage.runs import run_record, run_records, run_status, run_statuses
+from pi_workflows.storage.statements import run_sql
 from pi_workflows.testing.factories import host_info
 
 
@@ -505,3 +507,36 @@ def test_run_status_gives_the_spec_object_with_output_and_error_decoded(store, m
     }
     assert status["paused"] is False and status["updatedAt"] >= status["createdAt"]
     assert run_statuses(5) == [status]
+
+
+# --- running statements ----------------------------------------------------------------------
+
+
+class _RecordingDatabase(peewee.SqliteDatabase):
+    """A plugin's database that changes how statements run."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[str] = []
+
+    def execute_sql(self, sql, params=None):
+        self.seen.append(sql)
+        return super().execute_sql(sql, params)
+
+
+def test_statements_reach_a_database_that_overrides_execute_sql_and_query_hooks():
+    recording = _RecordingDatabase(":memory:")
+    assert run_sql(recording, "SELECT ?", [1]).fetchall() == [(1,)]
+    assert recording.seen == ["SELECT ?"]
+
+    plain = peewee.SqliteDatabase(":memory:")
+    events: list[peewee.QueryEvent] = []
+    plain.query_hooks.append(events.append)
+    assert run_sql(plain, "SELECT ? + 1", [1]).fetchall() == [(2,)]
+    assert [event.sql for event in events] == ["SELECT ? + 1"]
+
+    plain.query_hooks.clear()
+    assert run_sql(plain, "SELECT 3", []).fetchall() == [(3,)]
+    assert len(events) == 1
+    with pytest.raises(peewee.OperationalError, match="no such table"):
+        run_sql(plain, "SELECT * FROM missing", [])

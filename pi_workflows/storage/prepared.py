@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import peewee
 
 from .models import database_proxy
+from .statements import run_sql
 
 ModelT = TypeVar("ModelT", bound=peewee.Model)
 
@@ -79,7 +80,7 @@ class PreparedQuery:
             ]
         else:
             params = [arguments[value.name] for value in template]
-        return db.execute_sql(sql, params)
+        return run_sql(db, sql, params)
 
     def rows(self, **arguments: Any) -> list[tuple[Any, ...]]:
         return self.execute(**arguments).fetchall()

@@ -33,6 +33,7 @@ from .models import (
 )
 from .prepared import PreparedQuery
 from .revisions import record_run_change
+from .statements import run_sql
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
@@ -560,7 +561,7 @@ def claim_candidates(
     database = RunQueue._meta.database.obj  # the open database behind the models' proxy
     is_postgres = isinstance(database, PostgresqlDatabase)
     sql = _LOCKED_CANDIDATE_SQL if is_postgres else _CANDIDATE_SQL
-    rows = database.execute_sql(sql.replace("?", database.param), params).fetchall()
+    rows = run_sql(database, sql.replace("?", database.param), params).fetchall()
     # The built-in selection's order (builtin/claiming.py): the host takes the first
     # candidate as that selection's answer when nothing else selects.
     ordered = sorted(

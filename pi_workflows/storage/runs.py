@@ -15,7 +15,7 @@ from ..errors import ConflictError, NotFoundError
 from ..records import RunRecord, stored_run_record
 from . import statements
 from .blobs import put_json, put_text, read_json, read_text
-from .models import Lease, Run, RunQueue
+from .models import Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
 from .revisions import create_run_row
 
@@ -222,9 +222,9 @@ _RECORD_COLUMNS = f"""
 
 
 def _run_rows(columns: str, where: str, params: list[Any], suffix: str = "") -> list[tuple]:
-    database = Run._meta.database
+    database = database_proxy.obj
     sql = f"SELECT {columns} WHERE {where} {suffix}".replace("?", database.param)
-    return database.execute_sql(sql, params).fetchall()
+    return statements.run_sql(database, sql, params).fetchall()
 
 
 def _json(content: Any) -> Any:

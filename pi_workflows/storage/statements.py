@@ -10,6 +10,7 @@ turned into the open database's own.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +22,39 @@ from .models import Run, database_proxy
 def execute(sql: str, params: Sequence[Any] = ()) -> Any:
     """Run one statement on the open state database; returns its cursor."""
     db = database_proxy.obj
-    return db.execute_sql(_in_style(db.param, sql), params)
+    return run_sql(db, _in_style(db.param, sql), params)
+
+
+_DRIVER_ERRORS = peewee.__exception_wrapper__  # the driver's errors as peewee's own
+
+
+@functools.cache
+def _executes_as_peewee_does(database_class: type) -> bool:
+    base = peewee.Database
+    return (
+        database_class.execute_sql is base.execute_sql
+        and database_class._execute_cursor is base._execute_cursor
+        and database_class.cursor is base.cursor
+    )
+
+
+def run_sql(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
+    """`db.execute_sql(sql, params)`, without its per-call logging and hook checks when
+    nothing would see them (the host runs ~130 statements per queued run).
+
+    A database class that changes how statements run, query hooks and peewee's debug
+    log all get the full `execute_sql`; errors are peewee's either way.
+    """
+    if (
+        db.query_hooks
+        or not _executes_as_peewee_does(type(db))
+        or peewee.logger.isEnabledFor(logging.DEBUG)
+    ):
+        return db.execute_sql(sql, params)
+    with _DRIVER_ERRORS:
+        cursor = db.cursor()
+        cursor.execute(sql, params)
+    return cursor
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
