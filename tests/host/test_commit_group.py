@@ -147,9 +147,15 @@ def test_a_failed_start_among_worker_writes_fails_alone_and_one_claim_pass_ends_
     assert passes == [["mixed-a"]]
 
 
-def test_a_failure_of_a_worker_write_that_is_not_ours_fails_the_whole_group(store, make_run):
+def test_a_start_is_answered_only_by_its_group_s_commit(store, make_run):
     with store.transaction():
         make_run("whole-a")
+    seen_in_transaction: list[bool] = []
+
+    def start() -> int:
+        revision = record_run_change("whole-a", event_type="x", actor="test")
+        seen_in_transaction.append(store.in_transaction)
+        return revision
 
     def disk_fails() -> None:
         raise OSError("disk")
@@ -157,11 +163,14 @@ def test_a_failure_of_a_worker_write_that_is_not_ours_fails_the_whole_group(stor
     async def group_of_two() -> list:
         group = CommitGroup(store, _no_claim_pass)
         futures = [
-            group.submit(lambda: record_run_change("whole-a", event_type="x", actor="test")),
-            group.submit(disk_fails),  # a worker write: not contained
+            group.submit(start, contained=True),
+            group.submit(disk_fails),  # a worker write: a failure not ours is the group's
         ]
+        group.commit_now()
         return await asyncio.gather(*futures, return_exceptions=True)
 
-    first, second = asyncio.run(group_of_two())
-    assert isinstance(first, OSError) and isinstance(second, OSError)
+    started, failed = asyncio.run(group_of_two())
+    # The start was applied, but its group never committed: no answer but the failure.
+    assert seen_in_transaction == [True]
+    assert isinstance(started, OSError) and isinstance(failed, OSError)
     assert current_revision("whole-a") == 1
