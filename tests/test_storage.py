@@ -33,10 +33,11 @@ from pi_workflows.storage import (
     run_claims,
     run_events,
 )
+from pi_workflows.storage.blobs import put_json_in_parts_together
 from pi_workflows.storage.models import Blob, Event, Run, RunQueue
 from pi_workflows.storage.prepared import PreparedQuery, model_instance
 from pi_workflows.storage.runs import run_record, run_records, run_status, run_statuses
-from pi_workflows.storage.statements import run_sql
+from pi_workflows.storage.statements import insert_blob, run_sql
 from pi_workflows.testing.factories import host_info
 
 
@@ -223,6 +224,37 @@ def test_a_blob_stored_before_is_stored_again_if_its_row_is_gone(store):
         assert put_text("stored once") == blob_hash
 
     assert read_text(blob_hash) == "stored once"
+
+
+def test_values_stored_together_are_stored_as_each_alone(store):
+    big = {"rows": ["y" * 100] * 100}
+    values = [{"a": 1}, {"state": big, "n": 2}, {"a": 1}, {"b": [2]}]
+    with store.transaction():
+        hashes = put_json_in_parts_together(values)
+    with store.transaction():
+        assert hashes == [put_json_in_parts(value) for value in values]
+        assert put_json_in_parts_together([{"b": [2]}, {"c": 3}]) == [hashes[3], put_json({"c": 3})]
+
+    assert [read_json(blob_hash) for blob_hash in hashes] == values
+    assert Blob.select().where(Blob.blob_hash.in_(hashes)).count() == 3
+
+
+def test_values_stored_together_still_catch_a_corrupted_row(store):
+    # Stored by another writer: this process has not seen the address yet.
+    corrupted = json.dumps({"answer": 42}, separators=(",", ":")).encode()
+    address = hashlib.sha256(corrupted).hexdigest()
+    with store.transaction():
+        insert_blob(address, "application/json", b'{"answer":43}', 1)
+
+    with pytest.raises(BlobConflictError, match=address[:12]), store.transaction():
+        put_json_in_parts_together([{"answer": 42}, {"fresh": True}])
+    with store.transaction():
+        with pytest.raises(RuntimeError), store.savepoint():
+            (fresh, other) = put_json_in_parts_together([{"fresh": True}, {"other": 1}])
+            raise RuntimeError("this block fails")
+        put_json_in_parts_together([{"fresh": True}, {"other": 1}])
+
+    assert read_json(fresh) == {"fresh": True} and read_json(other) == {"other": 1}
 
 
 def test_reading_a_missing_blob_or_the_wrong_media_type_fails(store):

@@ -72,7 +72,10 @@ def transaction_ended(committed: bool) -> None:
 
 
 def _put(content: bytes, media_type: str) -> str:
-    blob_hash = sha256_hex(content)
+    return _put_hashed(sha256_hex(content), content, media_type)
+
+
+def _put_hashed(blob_hash: str, content: bytes, media_type: str) -> str:
     written = _written.blobs
     if written is not None and written.get(blob_hash) == media_type:
         return blob_hash
@@ -82,25 +85,78 @@ def _put(content: bytes, media_type: str) -> str:
     stored = statements.select_blob(blob_hash) if seen else None
     if stored is None:
         if statements.insert_blob(blob_hash, media_type, content, now_ms()):
-            if written is not None:
-                written[blob_hash] = media_type
+            _note_written(blob_hash, media_type)
             return blob_hash
         stored = statements.select_blob(blob_hash)
+    _check_stored(blob_hash, stored, media_type, content)
+    return blob_hash
+
+
+def _check_stored(
+    blob_hash: str, stored: tuple[str, int, bytes] | None, media_type: str, content: bytes
+) -> None:
     if stored != (media_type, len(content), content):
         raise BlobConflictError(
             f"Content-addressed blob conflict for {blob_hash[:12]}: the stored value differs "
             "from its address; run 'pi-workflows state verify' and restore from a backup."
         )
-    if written is not None:
-        written[blob_hash] = media_type
-    return blob_hash
+    _note_written(blob_hash, media_type)
+
+
+def _note_written(blob_hash: str, media_type: str) -> None:
+    if _written.blobs is not None:
+        _written.blobs[blob_hash] = media_type
+
+
+def _put_together(contents: list[bytes], media_type: str) -> list[str]:
+    """`_put` of each; those neither written by this transaction nor seen stored before
+    are inserted by one statement."""
+    hashes = [sha256_hex(content) for content in contents]
+    written = _written.blobs or {}
+    fresh: dict[str, bytes] = {}
+    for blob_hash, content in zip(hashes, contents, strict=True):
+        if written.get(blob_hash) == media_type or blob_hash in fresh:
+            continue
+        if _committed.get(blob_hash) == media_type:
+            _put_hashed(blob_hash, content, media_type)
+        else:
+            fresh[blob_hash] = content
+    if len(fresh) > 1:
+        rows = [(blob_hash, media_type, content) for blob_hash, content in fresh.items()]
+        new = statements.insert_blobs(rows, now_ms())
+        for blob_hash, content in fresh.items():
+            if blob_hash in new:
+                _note_written(blob_hash, media_type)
+            else:
+                _check_stored(blob_hash, statements.select_blob(blob_hash), media_type, content)
+    else:
+        for blob_hash, content in fresh.items():
+            _put_hashed(blob_hash, content, media_type)
+    return hashes
+
+
+def _json_content(value: Any) -> bytes:
+    """What `put_json` stores for `value`."""
+    if _is_split_form(value):  # would read back as a split value: store it as one part
+        return canonical_bytes({_SKELETON: None, _PARTS: [[[], _put_part(value)]]})
+    return canonical_bytes(value)
 
 
 def put_json(value: Any) -> str:
     """Store a JSON value by the sha256 of its canonical bytes; returns the hash."""
-    if _is_split_form(value):  # would read back as a split value: store it as one part
-        return _put(canonical_bytes({_SKELETON: None, _PARTS: [[[], _put_part(value)]]}), JSON)
-    return _put(canonical_bytes(value), JSON)
+    return _put(_json_content(value), JSON)
+
+
+def _in_parts_content(value: Any) -> bytes:
+    """What `put_json_in_parts` stores for `value` (its large members stored already)."""
+    if _is_split_form(value):
+        return _json_content(value)
+    whole = canonical_bytes(value)
+    if len(whole) < PART_MIN_BYTES or not isinstance(value, dict):
+        return whole  # encoded once: this is every durable boundary's path
+    parts: list[list[Any]] = []
+    skeleton = _split(value, [], SPLIT_DEPTH, parts)
+    return canonical_bytes({_SKELETON: skeleton, _PARTS: parts})
 
 
 def put_json_in_parts(value: Any) -> str:
@@ -112,14 +168,13 @@ def put_json_in_parts(value: Any) -> str:
     every step. Split, each large member is stored once by its address however many
     values carry it. Small values are stored whole, exactly as `put_json` does.
     """
-    if _is_split_form(value):
-        return put_json(value)
-    whole = canonical_bytes(value)
-    if len(whole) < PART_MIN_BYTES or not isinstance(value, dict):
-        return _put(whole, JSON)  # encoded once: this is every durable boundary's path
-    parts: list[list[Any]] = []
-    skeleton = _split(value, [], SPLIT_DEPTH, parts)
-    return _put(canonical_bytes({_SKELETON: skeleton, _PARTS: parts}), JSON)
+    return _put(_in_parts_content(value), JSON)
+
+
+def put_json_in_parts_together(values: list[Any]) -> list[str]:
+    """`put_json_in_parts` of each value, their new blobs inserted by one statement (a
+    snapshot and its event are written together at every durable boundary)."""
+    return _put_together([_in_parts_content(value) for value in values], JSON)
 
 
 def _split(value: dict | list, path: list, depth: int, parts: list[list[Any]]) -> Any:

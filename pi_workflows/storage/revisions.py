@@ -29,14 +29,16 @@ def record_run_change(
     event_type: str,
     actor: str,
     payload: Any = None,
+    payload_hash: str | None = None,
     expected_revision: int | None = None,
     lease_generation: int | None = None,
     **updates: Any,
 ) -> int:
     """Apply `updates` to the run, bump its revision by one, append one event.
 
-    Call inside a transaction. With `expected_revision`, a run at another revision
-    raises :class:`RevisionConflictError` and nothing changes. Returns the new revision.
+    Call inside a transaction. The event's payload is `payload`, or the blob `payload_hash`
+    the caller stored. With `expected_revision`, a run at another revision raises
+    :class:`RevisionConflictError` and nothing changes. Returns the new revision.
     """
     stamp = now_ms()
     revision = statements.bump_revision(run_id, stamp, updates, expected_revision)
@@ -54,7 +56,7 @@ def record_run_change(
         event_type,
         actor,
         lease_generation,
-        put_json_in_parts(payload if payload is not None else {}),
+        payload_hash or put_json_in_parts(payload if payload is not None else {}),
         stamp,
     )
     run_transitions.note(run_id, event_type)

@@ -18,7 +18,7 @@ from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import MessageContent
 from . import decision_records, statements
-from .blobs import put_json, put_json_in_parts, put_text, read_json
+from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
@@ -278,22 +278,21 @@ def write_snapshot(
             f"A snapshot for run {run_id} must have schema {RUN_STATE_SCHEMA} and its run id."
         )
     status = snapshot["status"]
-    updates: dict[str, Any] = {
-        "status": status,
-        "status_detail": snapshot.get("statusDetail"),
-        "state_hash": put_json_in_parts(snapshot),
-        "final_output_hash": (
+    state_hash, event_hash = put_json_in_parts_together([snapshot, trace_event])
+    revision = record_run_change(
+        run_id,
+        event_type=trace_event["type"],
+        actor=ACTOR,
+        payload_hash=event_hash,
+        expected_revision=expected_revision,
+        status=status,
+        status_detail=snapshot.get("statusDetail"),
+        state_hash=state_hash,
+        final_output_hash=(
             put_json(snapshot["finalOutput"]) if "finalOutput" in snapshot else None
         ),
-        "error_hash": put_text(snapshot["error"]) if snapshot.get("error") else None,
-        "finished_at": now_ms() if status in TERMINAL_RUN_STATUSES else None,
-    }
-    revision = _change(
-        run_id,
-        trace_event["type"],
-        trace_event,
-        expected_revision,
-        **updates,
+        error_hash=put_text(snapshot["error"]) if snapshot.get("error") else None,
+        finished_at=now_ms() if status in TERMINAL_RUN_STATUSES else None,
     )
     _sync_attempts(run_id, snapshot)
     return revision

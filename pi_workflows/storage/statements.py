@@ -81,6 +81,24 @@ def insert_blob(blob_hash: str, media_type: str, content: bytes, stamp: int) -> 
     return cursor.rowcount == 1
 
 
+@functools.lru_cache(maxsize=8)
+def _insert_blobs_sql(count: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?)"] * count)
+    return (
+        "INSERT INTO blobs (blob_hash, media_type, byte_length, content, created_at) "
+        f"VALUES {values} ON CONFLICT (blob_hash) DO NOTHING RETURNING blob_hash"
+    )
+
+
+def insert_blobs(blobs: list[tuple[str, str, bytes]], stamp: int) -> set[str]:
+    """Insert (hash, media type, content) rows of distinct hashes in one statement;
+    returns the hashes that are new (the others were stored already)."""
+    params: list[Any] = []
+    for blob_hash, media_type, content in blobs:
+        params += [blob_hash, media_type, len(content), content, stamp]
+    return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), params)}
+
+
 def select_blob(blob_hash: str) -> tuple[str, int, bytes] | None:
     found = rows(SELECT_BLOB, (blob_hash,))
     if not found:
