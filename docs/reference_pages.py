@@ -187,7 +187,11 @@ def records_page() -> str:
         "",
     ]
     for name, value in vars(records).items():
-        if not inspect.isclass(value) or value.__module__ != records.__name__:
+        if (
+            not inspect.isclass(value)
+            or value.__module__ != records.__name__
+            or name.startswith("_")
+        ):
             continue
         kind = "dataclass" if dataclasses.is_dataclass(value) else "TypedDict"
         parts += [f"## `{name}` ({kind})", "", inspect.getdoc(value) or "", ""]

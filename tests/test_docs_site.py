@@ -68,6 +68,7 @@ def test_the_records_page_documents_every_typed_dict_field():
 
     for record in ("TerminalFacts", "ChannelRequest", "AgentStepRequest", "RunRecord"):
         assert f"## `{record}`" in page
+    assert "## `_" not in page  # the module's private helpers are not records
     assert "| `terminalFingerprint` | `str (optional)` | sha-256 over" in page
     assert "| `origin_session_id` | `str \\| None` | the chat session" in page
 
