@@ -148,14 +148,16 @@ def piw_worker_run_command(
 ) -> WorkerRunCommand | None:
     """Choose what a freshly started worker does with its run (SPEC §7.3).
 
-    :param record: the run's **current** queue record, read when the worker said ready.
+    :param record: the run's **current** queue record, read when the worker said ready
+        (for a run that never ran: read at launch, after the claim committed).
     :param resume_interaction_attempt_id: the waiting agent attempt whose interaction
         deadline the host expired, when the run has one (the engine records it
         ``timed_out``); accepted and validating submissions reach the engine through the
         run state.
     :returns: a :class:`~pi_workflows.records.WorkerRunCommand`, or ``None``.
 
-    Called by the host when a worker reports ``worker.ready``. ``firstresult``. A
+    Called by the host when a worker reports ``worker.ready``, or for a run that never
+    ran when it launches the worker (the answer goes with the launch). ``firstresult``. A
     ``ValueError`` raised here fails the launch with its message. The built-in
     (``pi_workflows.builtin.launch``) applies, in order: initialized run → ``resume``;
     ``restart`` lineage → ``restart``; ``continuation`` lineage → ``continue`` (error when

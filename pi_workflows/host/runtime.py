@@ -622,6 +622,11 @@ class Host:
         await supervisor.start(self.fork_server)
         if active.control:  # cancelled or paused while spawning
             supervisor.stop("cancelled")
+        elif supervisor.process is not None:
+            # Built while the worker loads its workflow: it reads the answer at once.
+            prepared = gateway.prepare_ready()
+            if prepared is not None:
+                supervisor.send(prepared)
         return await supervisor.run()
 
     def _finish_worker(self, active: ActiveRun, result: WorkerExit) -> None:

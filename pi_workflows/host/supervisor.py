@@ -134,6 +134,12 @@ class WorkerSupervisor:
                 self.process.stdin.write(encode_frame(reply, MAX_WORKER_FRAME_BYTES))
                 await self.process.stdin.drain()
 
+    def send(self, message: dict[str, Any]) -> None:
+        """Write a frame the worker did not ask for (worker.ready's answer at launch)."""
+        assert self.process and self.process.stdin
+        with contextlib.suppress(ConnectionError, BrokenPipeError):
+            self.process.stdin.write(encode_frame(message, MAX_WORKER_FRAME_BYTES))
+
     async def _collect_stderr(self) -> None:
         assert self.process and self.process.stderr
         while chunk := await self.process.stderr.read(4096):

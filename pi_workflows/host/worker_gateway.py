@@ -24,6 +24,8 @@ from ..errors import (
 from ..protocol.framing import one_line_error
 from ..protocol.worker_messages import (
     BATCH_OPERATION,
+    PREPARED_MESSAGE_ID,
+    PREPARED_OUTCOME,
     PROCESS_OPERATIONS,
     validate_message,
     worker_response,
@@ -45,6 +47,7 @@ from .process_groups import this_machine
 from .process_identity import start_identity
 
 if TYPE_CHECKING:
+    from ..records import RunRecord
     from .runtime import Host
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,8 @@ class WorkerGateway:
         self._releases_claim = False
         # The run's status as the current store operation has left it (None: read it).
         self._status: str | None = None
+        # worker.ready's answer when it went with the launch (`prepare_ready`).
+        self._prepared: dict[str, Any] | None = None
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
         # A client streaming run.starts goes first (bounded; see host/commit_group.py).
@@ -154,28 +159,42 @@ class WorkerGateway:
         self.active.stop("claimLost")
         return worker_response(message_id, "claimLost", error="Run claim expired")
 
+    def prepare_ready(self) -> dict[str, Any] | None:
+        """worker.ready's answer for a run that never ran, sent with the launch.
+
+        The worker reads it as soon as it has loaded the workflow and goes on to its first
+        write without waiting for the reply to its worker.ready, which still checks the
+        claim (a failed check stops the worker). That first write is claim-fenced and
+        comes before any node code runs, so an answer prepared too early runs nothing.
+        Other runs (resume, restart, continue) are answered at worker.ready (None here).
+        """
+        record = run_record(self.active.run_id)
+        if record.is_initialized or record.lineage_kind or record.parent_run_id:
+            return None
+        try:
+            answer = self._ready_answer(record)
+        except PiWorkflowsError:
+            return None  # worker.ready asks the hook again and refuses the launch
+        self._prepared = answer
+        return worker_response(PREPARED_MESSAGE_ID, PREPARED_OUTCOME, **answer)
+
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
         if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
             return self._claim_lost(message_id)
-        record = run_record(active.run_id)
-        timed_out = run_state.timed_out_interaction_attempt(active.run_id)
-        # The engine's first read, answered now so that it costs no message.
-        state = run_state.read_run_state(active.run_id)
         # The worker's pid and the queue's `running` are bookkeeping: they ride on the
         # next commit, at the latest the worker's first write, which comes before any
         # node code runs (and before any process group it could start). The worker is
         # told the revision that write finds: `mark_running` bumps it once.
-        revision = record.revision
         if active.ready is None:
             active.ready = "deferred"
             self.host.store.defer_write(self._record_ready)
-        if active.ready == "deferred":
-            revision += 1
         if active.supervisor is not None:
             active.supervisor.ready.set()
+        if self._prepared is not None:  # the answer went with the launch
+            return worker_response(message_id, "accepted", revision=self._prepared["revision"])
         try:
-            command = plugins.worker_run_command(record, timed_out)
+            answer = self._ready_answer(run_record(active.run_id))
         except PiWorkflowsError as error:
             cause = error.__cause__ if isinstance(error.__cause__, ValueError) else error
             active.launch_failure = f"Workflow worker launch refused: {cause}"
@@ -183,6 +202,16 @@ class WorkerGateway:
                 active.supervisor.note(f"worker launch refused: {cause}")
             active.stop("crashed")
             return worker_response(message_id, "rejected", error=one_line_error(cause))
+        return worker_response(message_id, "accepted", **answer)
+
+    def _ready_answer(self, record: RunRecord) -> dict[str, Any]:
+        """The run command (`piw_worker_run_command`) and the engine's first reads, with
+        the revision the worker's first write finds (`result`, `revision`)."""
+        active = self.active
+        timed_out = run_state.timed_out_interaction_attempt(active.run_id)
+        command = plugins.worker_run_command(record, timed_out)
+        # The engine's first read, answered now so that it costs no message.
+        state = run_state.read_run_state(active.run_id)
         result = {
             "command": command.to_json(),
             "originSessionId": record.origin_session_id,
@@ -194,7 +223,9 @@ class WorkerGateway:
             # A continuation's engine reads its parked parent next: answered now too.
             parent = result["command"]["parentRunId"]
             result["parentRunState"] = run_state.read_run_state(parent)
-        return worker_response(message_id, "accepted", revision=revision, result=result)
+        # `mark_running` (worker.ready's deferred bookkeeping) bumps the revision once.
+        revision = record.revision + (1 if active.ready in (None, "deferred") else 0)
+        return {"result": result, "revision": revision}
 
     def _record_ready(self) -> None:
         active = self.active

@@ -37,6 +37,12 @@ PROCESS_OPERATIONS = frozenset({"process.register", "process.unregister"})
 # (`exiting: {"status": ...}`), so the exit costs no message of its own.
 BATCH_OPERATION = "store.batch"
 MAX_BATCH_STEPS = 16
+# worker.ready's answer sent with the launch, before the worker asked (a run that never
+# ran): the first frame on the worker's stdin, with this outcome and message id. The
+# reply to the worker's worker.ready still follows; the worker reads it before the reply
+# to its next message.
+PREPARED_OUTCOME = "prepared"
+PREPARED_MESSAGE_ID = "worker.ready"
 OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS | PROCESS_OPERATIONS | {BATCH_OPERATION}
 
 

@@ -9,7 +9,7 @@ from typing import IO, Any
 from ..canonical import canonical_json
 from ..errors import ClaimLostError, PiWorkflowsError, RevisionConflictError
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES
-from ..protocol.worker_messages import LAUNCH_SCHEMA, MESSAGE_SCHEMA
+from ..protocol.worker_messages import LAUNCH_SCHEMA, MESSAGE_SCHEMA, PREPARED_OUTCOME
 
 # A descriptive kind per operation (the host dispatches on the operation).
 KIND_FOR_OPERATION = {
@@ -27,13 +27,28 @@ KIND_FOR_OPERATION = {
 
 
 class HostPipe:
-    """Sends one message at a time and waits for its response."""
+    """Sends one message at a time and waits for its response.
+
+    One exception: when worker.ready's answer came with the launch (the host's first
+    frame, outcome `prepared`), the reply to worker.ready is read just before the reply
+    to the next message, so the worker reaches its first write without waiting for it.
+    """
 
     def __init__(self, envelope: dict[str, Any], reader: IO[bytes], writer: IO[bytes]) -> None:
         self.envelope = envelope
         self.reader = reader
         self.writer = writer
         self.revision = 0
+        # worker.ready was sent and answered at launch; its own reply is still unread.
+        self._ready_reply_unread = False
+
+    def ready(self) -> dict[str, Any]:
+        """Say worker.ready; its answer: the one sent with the launch, else the reply."""
+        self._send("worker.ready", {}, kind=None, attempt_id=None, control=True)
+        reply = self._read_reply(prepared=True)
+        if reply.get("outcome") == PREPARED_OUTCOME:
+            self._ready_reply_unread = True
+        return self._accept(reply, "worker.ready")
 
     def call(
         self,
@@ -44,6 +59,23 @@ class HostPipe:
         attempt_id: str | None = None,
         control: bool = False,
     ) -> Any:
+        self._send(operation, payload, kind=kind, attempt_id=attempt_id, control=control)
+        if self._ready_reply_unread:
+            # The claim check of worker.ready: a lost claim stops the worker here, before
+            # it acts on any answer to the message it just sent.
+            self._ready_reply_unread = False
+            self._accept(self._read_reply(), "worker.ready")
+        return self._accept(self._read_reply(), operation)
+
+    def _send(
+        self,
+        operation: str,
+        payload: dict[str, Any],
+        *,
+        kind: str | None,
+        attempt_id: str | None,
+        control: bool,
+    ) -> None:
         message: dict[str, Any] = {
             "schema": MESSAGE_SCHEMA,
             "launchSchema": LAUNCH_SCHEMA,
@@ -61,10 +93,19 @@ class HostPipe:
             message["attemptId"] = attempt_id
         self.writer.write(canonical_json(message).encode("utf-8") + b"\n")
         self.writer.flush()
-        line = self.reader.readline(MAX_WORKER_FRAME_BYTES + 1)
-        if not line:
-            raise ClaimLostError("The workflow host closed the worker channel.")
-        reply = json.loads(line)
+
+    def _read_reply(self, *, prepared: bool = False) -> dict[str, Any]:
+        """The next reply; an answer sent with the launch is skipped unless `prepared`
+        (a worker that fails to load says worker.exiting instead of worker.ready)."""
+        while True:
+            line = self.reader.readline(MAX_WORKER_FRAME_BYTES + 1)
+            if not line:
+                raise ClaimLostError("The workflow host closed the worker channel.")
+            reply = json.loads(line)
+            if prepared or reply.get("outcome") != PREPARED_OUTCOME:
+                return reply
+
+    def _accept(self, reply: dict[str, Any], operation: str) -> Any:
         if isinstance(reply.get("revision"), int):
             self.revision = reply["revision"]
         outcome = reply.get("outcome")

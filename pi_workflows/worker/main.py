@@ -87,7 +87,7 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
             control=True,
         )
         return EXIT_FAILED
-    ready = pipe.call("worker.ready", {}, control=True)
+    ready = pipe.ready()
     first_reads = {None: ready["runState"]} if ready.get("runState") is not None else {}
     if ready.get("parentRunState") is not None:
         first_reads[ready["command"]["parentRunId"]] = ready["parentRunState"]

@@ -84,3 +84,48 @@ def test_the_run_s_last_write_and_the_worker_s_goodbye_are_one_message():
     assert last_write["payload"]["exiting"] == {"status": "completed"}
     assert goodbye["operation"] == "worker.exiting"
     assert goodbye["payload"] == {"status": "completed"}
+
+
+def test_an_answer_sent_with_the_launch_stops_the_worker_when_worker_ready_is_refused():
+    from_worker, to_host = os.pipe()
+    from_host, to_worker = os.pipe()
+    envelope = {"runId": "run-1", "generation": 1, "workerEpoch": "epoch-1"}
+    pipe = HostPipe(envelope, os.fdopen(from_host, "rb"), os.fdopen(to_host, "wb"))
+    sent = os.fdopen(from_worker, "rb")
+    prepared = {"messageId": "worker.ready", "outcome": "prepared", "revision": 2}
+    answer = {"command": {"kind": "start"}, "runState": {"state": None}}
+    os.write(to_worker, json.dumps({**prepared, "result": answer}).encode() + b"\n")
+    try:
+        # Nothing answered worker.ready itself yet: the worker goes on with the answer.
+        assert pipe.ready() == answer
+        assert json.loads(sent.readline())["operation"] == "worker.ready"
+        refused = {"messageId": "m", "outcome": "claimLost", "error": "Run claim expired"}
+        accepted = {"messageId": "m", "outcome": "accepted", "result": {}, "revision": 3}
+        for reply in (refused, accepted):
+            os.write(to_worker, json.dumps(reply).encode() + b"\n")
+        # worker.ready's reply is read before the write's: the refusal stops the worker.
+        with pytest.raises(ClaimLostError, match="Run claim expired"):
+            pipe.call("store.writeSnapshot", {"snapshot": {}})
+        write = json.loads(sent.readline())
+        assert (write["operation"], write["expectedRevision"]) == ("store.writeSnapshot", 2)
+    finally:
+        pipe.reader.close()
+        pipe.writer.close()
+        sent.close()
+        os.close(to_worker)
+
+
+def test_a_worker_that_fails_to_load_skips_the_answer_sent_with_the_launch():
+    from_worker, to_host = os.pipe()
+    from_host, to_worker = os.pipe()
+    host, received = _answering_host(from_worker, to_worker)
+    prepared = {"messageId": "worker.ready", "outcome": "prepared", "result": {"command": {}}}
+    os.write(to_worker, json.dumps(prepared).encode() + b"\n")
+    envelope = {"runId": "run-1", "generation": 1, "workerEpoch": "epoch-1"}
+    pipe = HostPipe(envelope, os.fdopen(from_host, "rb"), os.fdopen(to_host, "wb"))
+    # worker.exiting's reply is the host's answer to it, not the launch's.
+    assert pipe.call("worker.exiting", {"status": "workflowLoadFailed"}, control=True) == {}
+    pipe.writer.close()
+    host.join(10)
+    pipe.reader.close()
+    assert [message["operation"] for message in received] == ["worker.exiting"]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows.storage.models import Run
+from pi_workflows.storage.models import Lease, Run
 from pi_workflows.storage.runs import create_run
 
 from .conftest import HostHarness, wait_until
-from .workflows import CHECKPOINTED, STALE_LAUNCH_PLUGIN, STEPS
+from .workflows import CHECKPOINTED, GATED_IMPORT, STALE_LAUNCH_PLUGIN, STEPS
 
 # worker.ready keeps no replay record (it is a read), so the commands the host answered
 # are logged by a plugin wrapping the built-in launch hook.
@@ -96,6 +96,32 @@ def test_a_stale_worker_gets_claim_lost_and_writes_nothing(harness: HostHarness,
     harness.wait_for_pid("b.pid", previous=first)
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
+
+
+def test_a_start_answered_at_launch_runs_no_node_once_its_claim_is_lost(
+    harness: HostHarness, tmp_path: Path
+):
+    harness.write_workflow("gated", GATED_IMPORT)
+    _start_logging_host(harness, tmp_path)
+    run_id = harness.start_run("gated")
+    harness.wait_for_pid("import.pid")
+    # The worker is still importing, before worker.ready: its command was chosen already,
+    # the answer went with the launch.
+    wait_until(lambda: _ready_commands(tmp_path, run_id), what="the command chosen at launch")
+    store = harness.open_store()
+    try:
+        with store.transaction():  # another host's claim, as after this one expired
+            Lease.update(token_hash="0" * 64).where(Lease.run == run_id).execute()
+    finally:
+        store.close()
+    (harness.project / "release-import").touch()
+
+    wait_until(lambda: "Run claim expired" in _diagnostics(harness, run_id), what="claimLost")
+    wait_until(lambda: harness.workers(run_id)[0][1] == "claimLost", what="the worker to stop")
+    assert not (harness.project / "trace").exists()  # node a never ran
+    events = harness.query("SELECT event_type FROM events WHERE run_id = ?", run_id)
+    assert not [e for (e,) in events if "node" in e], events
+    assert [c["kind"] for c in _ready_commands(tmp_path, run_id)] == ["start"]
 
 
 def test_start_and_resume_commands(harness: HostHarness, tmp_path: Path):

@@ -223,3 +223,31 @@ WORKFLOW = workflow(
     edges=[edge("a", "b"), edge("b", "c")],
 )
 """
+
+# One node that appends "a" to <project>/trace; in a worker, the import writes the
+# worker's pid to <project>/import.pid and waits for <project>/release-import, so a test
+# can act between the launch and worker.ready.
+GATED_IMPORT = """
+import os
+import time
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+if "PI_WORKFLOWS_WORKER_LAUNCH" in os.environ:
+    (Path.cwd() / "import.pid").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 120
+    while not (Path.cwd() / "release-import").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("release-import never appeared")
+        time.sleep(0.02)
+
+
+def a(ctx):
+    with open(Path.cwd() / "trace", "a") as handle:
+        handle.write("a\\n")
+    return {"a": 1}
+
+
+WORKFLOW = workflow(name="gated", start_at="a", nodes={"a": compute(a)}, edges=[])
+"""
