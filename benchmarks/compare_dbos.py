@@ -16,7 +16,8 @@ Workloads (every round runs both systems, one after the other):
            CPU of the whole process tree for them (pi-workflows: host, fork server and
            workers; DBOS: its process) and, for pi-workflows at 4 workers, of the host
            process alone (user + system, psutil); each run is waited for in turn, as
-           DBOS waits on its handles; pi-workflows at PI_WORKFLOWS_MAX_WORKERS 4 and 8;
+           DBOS waits on its handles; pi-workflows at PI_WORKFLOWS_MAX_WORKERS 1, 2, 4
+           and 8 (how it scales with its workers);
            pi-workflows' starts also pipelined (one request per run, up to 32 sent ahead
            of their answers) and as one run.startBatch;
   answer   a run waits (checkpoint / human decision; DBOS: recv) and the answer is
@@ -441,6 +442,8 @@ def dbos_cli(python: Path) -> dict[str, float]:
 ROWS = (
     ("3-node workflow start->result p50", "seq.p50_ms", "ms", False),
     ("3-node workflow start->result p95", "seq.p95_ms", "ms", False),
+    ("{queued} queued runs, runs/s (1 worker)", "queue1.runs_per_s", "/s", True),
+    ("{queued} queued runs, runs/s (2 workers)", "queue2.runs_per_s", "/s", True),
     ("{queued} queued runs, runs/s (4 workers)", "queue4.runs_per_s", "/s", True),
     ("{queued} queued runs, runs/s (8 workers)", "queue8.runs_per_s", "/s", True),
     ("enqueue, starts/s (one request per run)", "queue4.starts_per_s", "/s", True),
@@ -489,6 +492,9 @@ def main() -> None:
                 lambda: pi_queue(args.queued, 4),
             )
         )
+        # How throughput scales with PI_WORKFLOWS_MAX_WORKERS: DBOS has no worker count.
+        steps.append(("queue1", lambda: {}, lambda: pi_queue(args.queued, 1)))
+        steps.append(("queue2", lambda: {}, lambda: pi_queue(args.queued, 2)))
         steps.append(("queue8", lambda: {}, lambda: pi_queue(args.queued, 8)))
         steps.append(("pipelined", lambda: {}, lambda: pi_pipelined_start(args.queued)))
         steps.append(("batch", lambda: {}, lambda: pi_batch_start(args.queued)))
