@@ -163,8 +163,13 @@ class ForkServer:
         if self._starting is not None and not self._starting.done():
             self._starting.set_result(ready)
 
-    async def launch(self, spec: WorkerProcessSpec) -> ForkedWorker | None:
-        """Fork a worker for `spec`, or None when the fork server cannot serve it now."""
+    async def launch(
+        self, spec: WorkerProcessSpec, first_frame: bytes = b""
+    ) -> ForkedWorker | None:
+        """Fork a worker for `spec`, or None when the fork server cannot serve it now.
+
+        `first_frame` is on the worker's stdin before the worker gets the pipe.
+        """
         if not can_serve(spec):
             return None
         if not self._ready and self._starting is not None and not self._starting.done():
@@ -176,6 +181,7 @@ class ForkServer:
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
+        unwritten = _write_ahead(stdin_w, first_frame)
         launch_id = secrets.token_hex(8)
         pid_future: asyncio.Future = loop.create_future()
         self._launches[launch_id] = pid_future
@@ -211,6 +217,8 @@ class ForkServer:
         stdout = await _reader_for(stdout_r)
         stderr = await _reader_for(stderr_r)
         stdin = await _writer_for(stdin_w)
+        if unwritten:
+            stdin.write(unwritten)
         return ForkedWorker(pid, stdin, stdout, stderr, exit_future)
 
     async def close(self) -> None:
@@ -233,6 +241,18 @@ class ForkServer:
                 os.killpg(self._process.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._process.wait(), 5)
+
+
+def _write_ahead(fd: int, data: bytes) -> bytes:
+    """Write what the empty pipe `fd` takes at once; returns the rest."""
+    if not data:
+        return data
+    os.set_blocking(fd, False)
+    try:
+        written = os.write(fd, data)
+    except BlockingIOError:
+        written = 0
+    return data[written:]
 
 
 async def _reader_for(fd: int) -> asyncio.StreamReader:

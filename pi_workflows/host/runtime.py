@@ -619,14 +619,11 @@ class Host:
         )
         active.supervisor = supervisor
         # The pid is recorded with worker.ready (WorkerGateway), not in a commit of its own.
-        await supervisor.start(self.fork_server)
+        # A run that never ran gets worker.ready's answer with the launch: it waits in the
+        # pipe when the worker reads.
+        await supervisor.start(self.fork_server, first_frame=gateway.prepare_ready())
         if active.control:  # cancelled or paused while spawning
             supervisor.stop("cancelled")
-        elif supervisor.process is not None:
-            # Built while the worker loads its workflow: it reads the answer at once.
-            prepared = gateway.prepare_ready()
-            if prepared is not None:
-                supervisor.send(prepared)
         return await supervisor.run()
 
     def _finish_worker(self, active: ActiveRun, result: WorkerExit) -> None:

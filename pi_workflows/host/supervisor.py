@@ -60,10 +60,17 @@ class WorkerSupervisor:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    async def start(self, fork_server: ForkServer | None = None) -> None:
-        """Fork the worker from the fork server when it can serve the spec, else spawn it."""
+    async def start(
+        self, fork_server: ForkServer | None = None, *, first_frame: dict[str, Any] | None = None
+    ) -> None:
+        """Fork the worker from the fork server when it can serve the spec, else spawn it.
+
+        `first_frame`: a frame the worker reads before it asks anything (worker.ready's
+        answer sent with the launch).
+        """
+        frame = b"" if first_frame is None else encode_frame(first_frame, MAX_WORKER_FRAME_BYTES)
         if fork_server is not None:
-            self.process = await fork_server.launch(self.spec)
+            self.process = await fork_server.launch(self.spec, frame)
             if self.process is not None or self._requested_outcome is not None:
                 return  # forked, or stopped while the fork was pending: start nothing
         env = {**os.environ, **self.spec.env}
@@ -77,6 +84,8 @@ class WorkerSupervisor:
             start_new_session=True,  # own process group: stop() signals the whole tree
             limit=MAX_WORKER_FRAME_BYTES + 1,
         )
+        if frame:
+            self.process.stdin.write(frame)
 
     async def run(self) -> WorkerExit:
         """Pump frames until the worker exits; returns how it ended."""
@@ -133,12 +142,6 @@ class WorkerSupervisor:
             with contextlib.suppress(ConnectionError, BrokenPipeError):
                 self.process.stdin.write(encode_frame(reply, MAX_WORKER_FRAME_BYTES))
                 await self.process.stdin.drain()
-
-    def send(self, message: dict[str, Any]) -> None:
-        """Write a frame the worker did not ask for (worker.ready's answer at launch)."""
-        assert self.process and self.process.stdin
-        with contextlib.suppress(ConnectionError, BrokenPipeError):
-            self.process.stdin.write(encode_frame(message, MAX_WORKER_FRAME_BYTES))
 
     async def _collect_stderr(self) -> None:
         assert self.process and self.process.stderr

@@ -41,6 +41,13 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
+# `json.loads` with options builds a decoder on every call; these serve every frame.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+_UNIQUE_KEYS_DECODER = json.JSONDecoder(
+    parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys
+)
+
+
 def decode_frame(
     line: bytes, limit: int = MAX_FRAME_BYTES, *, unique_keys: bool = False
 ) -> dict[str, Any]:
@@ -49,9 +56,10 @@ def decode_frame(
     which value counts would depend on the parser."""
     if len(line) > limit:
         raise FrameError(f"Protocol message exceeds {limit // (1024 * 1024)} MiB")
-    hook = _refuse_duplicate_keys if unique_keys else None
+    decoder = _UNIQUE_KEYS_DECODER if unique_keys else _DECODER
     try:
-        value = json.loads(line, parse_constant=_refuse_constant, object_pairs_hook=hook)
+        # As json.loads reads bytes: UTF-8, -16 or -32 by their first bytes.
+        value = decoder.decode(line.decode(json.detect_encoding(line), "surrogatepass"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise FrameError(f"Protocol message is not JSON: {exc}") from None
     if not isinstance(value, dict):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pi_workflows.client.start_request import start_payload
 from pi_workflows.storage.models import Lease, Run
 from pi_workflows.storage.runs import create_run
 
@@ -110,8 +111,10 @@ def test_a_start_answered_at_launch_runs_no_node_once_its_claim_is_lost(
     wait_until(lambda: _ready_commands(tmp_path, run_id), what="the command chosen at launch")
     store = harness.open_store()
     try:
-        with store.transaction():  # another host's claim, as after this one expired
-            Lease.update(token_hash="0" * 64).where(Lease.run == run_id).execute()
+        # The claim's generation moves on (the heartbeat still renews it: only the fence
+        # at worker.ready and at the first write can see the claim is gone).
+        with store.transaction():
+            Lease.update(generation=Lease.generation + 1).where(Lease.run == run_id).execute()
     finally:
         store.close()
     (harness.project / "release-import").touch()
@@ -122,6 +125,22 @@ def test_a_start_answered_at_launch_runs_no_node_once_its_claim_is_lost(
     events = harness.query("SELECT event_type FROM events WHERE run_id = ?", run_id)
     assert not [e for (e,) in events if "node" in e], events
     assert [c["kind"] for c in _ready_commands(tmp_path, run_id)] == ["start"]
+
+
+def test_an_answer_at_launch_larger_than_the_pipe_reaches_the_worker_whole(
+    harness: HostHarness,
+):
+    harness.start_host()
+    # The answer carries the input twice (the command and the run state): far more than
+    # a pipe holds before the worker reads, so the rest follows once the worker reads.
+    name = "x" * 400_000
+    client = harness.client()
+    try:
+        run_id = client.start_run(start_payload("hello", harness.project, {"name": name}))["runId"]
+    finally:
+        client.close()
+    final = harness.wait_for_status(run_id, "completed")["finalOutput"]
+    assert final == {"greeting": f"Hello, {name}!"}
 
 
 def test_start_and_resume_commands(harness: HostHarness, tmp_path: Path):
