@@ -25,7 +25,7 @@ import psutil
 
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES
 from ..records import WorkerProcessSpec
-from ..worker.command import LAUNCH_ENV, worker_argv, worker_pythonpath
+from ..worker.command import LAUNCH_ENV, is_worker_command, worker_argv, worker_pythonpath
 
 FORK_SERVER_ENV = "PI_WORKFLOWS_FORK_SERVER"
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
@@ -43,8 +43,7 @@ def can_serve(spec: WorkerProcessSpec) -> bool:
     """True when a forked worker behaves exactly like a cold launch of `spec`."""
     return (
         spec.forkable
-        and bool(spec.argv)
-        and spec.argv == worker_argv(spec.argv[0])
+        and is_worker_command(spec.argv)
         and LAUNCH_ENV in spec.env
         and set(spec.env) <= {LAUNCH_ENV, "PYTHONPATH"}
         and spec.env.get("PYTHONPATH", worker_pythonpath()) == worker_pythonpath()

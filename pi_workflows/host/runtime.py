@@ -37,6 +37,7 @@ from ..storage import (
 )
 from ..storage.models import RunWorker
 from ..storage.runs import current_status, run_fields, run_record, run_records
+from ..worker.command import is_worker_command
 from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
 from .commit_group import CommitGroup
@@ -620,8 +621,10 @@ class Host:
         active.supervisor = supervisor
         # The pid is recorded with worker.ready (WorkerGateway), not in a commit of its own.
         # A run that never ran gets worker.ready's answer with the launch: it waits in the
-        # pipe when the worker reads.
-        await supervisor.start(self.fork_server, first_frame=gateway.prepare_ready())
+        # pipe when the worker reads. Only this package's worker expects it; a worker
+        # process of a plugin's own keeps the round trip.
+        prepared = gateway.prepare_ready() if is_worker_command(spec.argv) else None
+        await supervisor.start(self.fork_server, first_frame=prepared)
         if active.control:  # cancelled or paused while spawning
             supervisor.stop("cancelled")
         return await supervisor.run()

@@ -18,6 +18,11 @@ def worker_argv(python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "pi_workflows.worker"]
 
 
+def is_worker_command(argv: list[str]) -> bool:
+    """True when `argv` runs this package's worker (with any Python)."""
+    return bool(argv) and argv == worker_argv(argv[0])
+
+
 def worker_pythonpath() -> str:
     """PYTHONPATH that lets a worker import this very pi_workflows, even from a tree."""
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
