@@ -20,6 +20,7 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Callable
 
 import psutil
 
@@ -163,11 +164,12 @@ class ForkServer:
             self._starting.set_result(ready)
 
     async def launch(
-        self, spec: WorkerProcessSpec, first_frame: bytes = b""
+        self, spec: WorkerProcessSpec, first_frame: Callable[[], bytes] | None = None
     ) -> ForkedWorker | None:
         """Fork a worker for `spec`, or None when the fork server cannot serve it now.
 
-        `first_frame` is on the worker's stdin before the worker gets the pipe.
+        `first_frame()` is built while the fork server hands the worker its pipes and is
+        written to the worker's stdin before anything else.
         """
         if not can_serve(spec):
             return None
@@ -180,7 +182,6 @@ class ForkServer:
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
-        unwritten = _write_ahead(stdin_w, first_frame)
         launch_id = secrets.token_hex(8)
         pid_future: asyncio.Future = loop.create_future()
         self._launches[launch_id] = pid_future
@@ -198,6 +199,7 @@ class ForkServer:
             for fd in (stdin_r, stdout_w, stderr_w):
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        unwritten = _write_ahead(stdin_w, _built(first_frame))
         exit_future: asyncio.Future = loop.create_future()
         try:
             pid = await asyncio.wait_for(pid_future, FORK_REPLY_TIMEOUT_S)
@@ -240,6 +242,18 @@ class ForkServer:
                 os.killpg(self._process.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._process.wait(), 5)
+
+
+def _built(first_frame: Callable[[], bytes] | None) -> bytes:
+    """The first frame, or nothing when it cannot be built (the launch goes on: the
+    worker then gets its answer at worker.ready)."""
+    if first_frame is None:
+        return b""
+    try:
+        return first_frame()
+    except Exception:
+        log.exception("worker.ready's answer could not be prepared at launch")
+        return b""
 
 
 def _write_ahead(fd: int, data: bytes) -> bytes:

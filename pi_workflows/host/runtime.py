@@ -623,7 +623,7 @@ class Host:
         # A run that never ran gets worker.ready's answer with the launch: it waits in the
         # pipe when the worker reads. Only this package's worker expects it; a worker
         # process of a plugin's own keeps the round trip.
-        prepared = gateway.prepare_ready() if is_worker_command(spec.argv) else None
+        prepared = gateway.prepare_ready if is_worker_command(spec.argv) else None
         await supervisor.start(self.fork_server, first_frame=prepared)
         if active.control:  # cancelled or paused while spawning
             supervisor.stop("cancelled")

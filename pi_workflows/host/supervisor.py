@@ -61,14 +61,25 @@ class WorkerSupervisor:
         return self.process.pid if self.process else None
 
     async def start(
-        self, fork_server: ForkServer | None = None, *, first_frame: dict[str, Any] | None = None
+        self,
+        fork_server: ForkServer | None = None,
+        *,
+        first_frame: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         """Fork the worker from the fork server when it can serve the spec, else spawn it.
 
-        `first_frame`: a frame the worker reads before it asks anything (worker.ready's
-        answer sent with the launch).
+        `first_frame()`: a frame the worker reads before it asks anything (worker.ready's
+        answer sent with the launch), or None; asked once, while the worker starts.
         """
-        frame = b"" if first_frame is None else encode_frame(first_frame, MAX_WORKER_FRAME_BYTES)
+        built: list[bytes] = []
+
+        def frame() -> bytes:
+            if not built:
+                message = first_frame() if first_frame is not None else None
+                limit = MAX_WORKER_FRAME_BYTES
+                built.append(b"" if message is None else encode_frame(message, limit))
+            return built[0]
+
         if fork_server is not None:
             self.process = await fork_server.launch(self.spec, frame)
             if self.process is not None or self._requested_outcome is not None:
@@ -84,8 +95,8 @@ class WorkerSupervisor:
             start_new_session=True,  # own process group: stop() signals the whole tree
             limit=MAX_WORKER_FRAME_BYTES + 1,
         )
-        if frame:
-            self.process.stdin.write(frame)
+        if frame():
+            self.process.stdin.write(frame())
 
     async def run(self) -> WorkerExit:
         """Pump frames until the worker exits; returns how it ended."""
