@@ -19,6 +19,7 @@ from ..errors import AnswerNotAllowedError
 from ..hookspecs import hookimpl
 from ..records import MessageContent
 from ..storage import decision_records
+from ..storage.runs import origin_session_id
 from ..storage.workflow_messages import create_workflow_message
 
 # The message key: revision 1 of the request, first presentation (SPEC §9.2).
@@ -88,7 +89,7 @@ class SessionChannel(_QuietSettlement):
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
         def write() -> dict[str, Any]:
             decision_id, run_id = request["decisionId"], request["runId"]
-            session_id = decision_records.origin_session_id(run_id)
+            session_id = origin_session_id(run_id)
             if session_id is None:
                 return {"delivered": False, "reason": "the run has no origin session"}
             if decision_records.get_decision(decision_id).status != "pending":

@@ -20,7 +20,7 @@ from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
 from ..storage import decision_records, read_json
 from ..storage.models import HumanDecision
-from ..storage.runs import current_revision, get_run
+from ..storage.runs import current_revision, get_run, origin_session_id
 from .decision_channel_runner import ChannelRunner
 from .features import feature_hook
 from .receipts import OperationResult, outcome_for_error
@@ -213,7 +213,7 @@ class HumanDecisions:
             {
                 "decisionId": decision.decision_id,
                 "runId": decision.run_id,
-                "originSessionId": decision_records.origin_session_id(decision.run_id),
+                "originSessionId": origin_session_id(decision.run_id),
                 "sessionId": session_id,
             }
         )

@@ -336,9 +336,6 @@ def is_decision_node(run_id: str, node_id: str) -> bool:
 _DECISION = PreparedQuery(
     lambda p: HumanDecision.select().where(HumanDecision.decision_id == p.decision_id)
 )
-_ORIGIN_SESSION = PreparedQuery(
-    lambda p: Run.select(Run.origin_session_id).where(Run.run_id == p.run_id)
-)
 
 
 def get_decision(decision_id: str) -> HumanDecision:
@@ -348,11 +345,6 @@ def get_decision(decision_id: str) -> HumanDecision:
             f"Human decision {decision_id} does not exist; see 'pi-workflows decision list'."
         )
     return model_instance(HumanDecision, row)
-
-
-def origin_session_id(run_id: str) -> str | None:
-    """The session that started the run (None: started outside a session)."""
-    return _ORIGIN_SESSION.scalar(run_id=run_id)
 
 
 # --- resolutions --------------------------------------------------------------------------

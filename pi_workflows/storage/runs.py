@@ -142,6 +142,9 @@ _QUEUE_PRIORITY = PreparedQuery(
 )
 _RUN_REVISION = PreparedQuery(lambda p: Run.select(Run.revision).where(Run.run_id == p.run_id))
 _RUN_STATUS = PreparedQuery(lambda p: Run.select(Run.status).where(Run.run_id == p.run_id))
+_RUN_ORIGIN_SESSION = PreparedQuery(
+    lambda p: Run.select(Run.origin_session_id).where(Run.run_id == p.run_id)
+)
 
 
 def get_run(run_id: str) -> Run:
@@ -175,6 +178,11 @@ def current_revision(run_id: str) -> int | None:
 def current_status(run_id: str) -> str | None:
     """The run's status (None: no such run)."""
     return _RUN_STATUS.scalar(run_id=run_id)
+
+
+def origin_session_id(run_id: str) -> str | None:
+    """The session that started the run (None: started outside a session)."""
+    return _RUN_ORIGIN_SESSION.scalar(run_id=run_id)
 
 
 # One round trip per question: the host asks these on every claim pass and status call,
