@@ -64,6 +64,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sqlite_only: the test is about the SQLite file itself; one backend only"
     )
+    config.addinivalue_line(
+        "markers",
+        "scenario(id, ...): the test asserts the reference scenario(s) of that id in "
+        "../shared/reference/scenarios.md (see pytest --scenarios)",
+    )
+    config.addinivalue_line(
+        "markers", "integration: the test kills or stops a host process (not the in-process tier)"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
