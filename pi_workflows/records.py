@@ -429,7 +429,7 @@ class WorkerLaunchEnvelope(TypedDict):
     definitionDigest: str
     inputHash: str
     protocolVersion: int
-    #: the host's database URL, or None for the home's SQLite file.
+    #: the host's database URL with its password masked, or None for the home's SQLite file.
     databaseUrl: str | None
     #: the state home directory.
     home: str

@@ -184,15 +184,21 @@ class PostgresServer:
     host: str
     port: int
     user: str
+    password: str | None = None
 
     def url(self, database: str) -> str:
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+        login = f"{self.user}:{self.password}" if self.password else self.user
+        return f"postgresql://{login}@{self.host}:{self.port}/{database}"
 
     def _execute(self, statement: str) -> None:
         import psycopg2
 
         connection = psycopg2.connect(
-            host=self.host, port=self.port, user=self.user, dbname="postgres"
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname="postgres",
         )
         try:
             connection.autocommit = True
@@ -215,6 +221,77 @@ class PostgresServer:
     def drop_database(self, url: str) -> None:
         name = url.rsplit("/", 1)[1]
         self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+class PostgresCluster:
+    """A PostgreSQL cluster of one test or session: initdb'd, started, restartable.
+
+    With a `password`, connections over TCP must give it (scram-sha-256), as on a real
+    server; without one they are trusted.
+    """
+
+    def __init__(self, *, password: str | None = None) -> None:
+        missing = [tool for tool in ("initdb", "pg_ctl", "postgres") if shutil.which(tool) is None]
+        if missing:
+            pytest.fail(
+                f"PostgreSQL server binaries not on PATH: {', '.join(missing)}; install them "
+                "(.ci/run does) and put their bin directory on PATH.",
+                pytrace=False,
+            )
+        # Not under pytest's private tmp root: the postgres user must be able to reach it.
+        self.base = Path(tempfile.mkdtemp(prefix="piw-postgres-"))
+        self.data_dir, socket_dir = self.base / "data", self.base / "socket"
+        self.log_file = self.base / "server.log"
+        socket_dir.mkdir()
+        initdb = ["initdb", "-D", str(self.data_dir), "-U", "postgres", "--no-sync"]
+        if password is None:
+            initdb += ["-A", "trust"]
+        else:
+            password_file = self.base / "password"
+            password_file.write_text(password + "\n")
+            initdb += [
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                f"--pwfile={password_file}",
+            ]
+        if os.geteuid() == 0:
+            for path in (self.base, socket_dir, *self.base.glob("password")):
+                shutil.chown(path, user="postgres")
+        self.port = _free_port()
+        _run_postgres_tool(initdb, self.log_file)
+        self.options = f"-p {self.port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self.server = PostgresServer("127.0.0.1", self.port, "postgres", password)
+        self.start()
+
+    def start(self) -> None:
+        _run_postgres_tool(
+            ["pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file)]
+            + ["-o", self.options, "-w", "start"],
+            self.log_file,
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        _run_postgres_tool(
+            ["pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop"], self.log_file
+        )
+
+    def is_running(self) -> bool:
+        status = subprocess.run(
+            _as_postgres_user(["pg_ctl", "-D", str(self.data_dir), "status"]),
+            capture_output=True,
+            timeout=60,
+        )
+        return status.returncode == 0
+
+    def destroy(self) -> None:
+        subprocess.run(
+            _as_postgres_user(
+                ["pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"]
+            ),
+            capture_output=True,
+            timeout=120,
+        )
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 def _free_port() -> int:
@@ -244,40 +321,22 @@ def _run_postgres_tool(command: list[str], log_file: Path) -> None:
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """A real PostgreSQL server for the whole session (fails loudly without the binaries)."""
-    missing = [tool for tool in ("initdb", "pg_ctl", "postgres") if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(
-            f"PostgreSQL server binaries not on PATH: {', '.join(missing)}; install them "
-            "(.ci/run does) and put their bin directory on PATH.",
-            pytrace=False,
-        )
-    # Not under pytest's private tmp root: the postgres user must be able to reach it.
-    base = Path(tempfile.mkdtemp(prefix="piw-postgres-"))
-    data_dir, socket_dir, log_file = base / "data", base / "socket", base / "server.log"
-    socket_dir.mkdir()
-    if os.geteuid() == 0:
-        shutil.chown(base, user="postgres")
-        shutil.chown(socket_dir, user="postgres")
-    port = _free_port()
-    _run_postgres_tool(
-        ["initdb", "-D", str(data_dir), "-A", "trust", "-U", "postgres", "--no-sync"], log_file
-    )
-    server_options = f"-p {port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-    _run_postgres_tool(
-        ["pg_ctl", "-D", str(data_dir), "-l", str(log_file), "-o", server_options, "-w", "start"],
-        log_file,
-    )
+    cluster = PostgresCluster()
     try:
-        server = PostgresServer("127.0.0.1", port, "postgres")
-        _create_schema_template(server)
-        yield server
+        _create_schema_template(cluster.server)
+        yield cluster.server
     finally:
-        subprocess.run(
-            _as_postgres_user(["pg_ctl", "-D", str(data_dir), "-m", "immediate", "-w", "stop"]),
-            capture_output=True,
-            timeout=120,
-        )
-        shutil.rmtree(base, ignore_errors=True)
+        cluster.destroy()
+
+
+@pytest.fixture
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A PostgreSQL cluster of the test's own, with a password: the test may stop it."""
+    cluster = PostgresCluster(password=f"pw-{uuid.uuid4().hex}")
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 def _create_schema_template(server: PostgresServer) -> None:

@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..errors import HostUnavailableError
-from ..home import Home, prepare_home
+from ..home import DATABASE_ENV, Home, prepare_home
 from .connection import HostConnection
 
 STARTUP_DEADLINE_S = 20.0
@@ -37,12 +37,17 @@ def start_background_host(home: Home, database_url: str | None) -> int:
     log_path = home.logs_dir / "host.log"
     fd = os.open(log_path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     argv = [sys.executable, "-m", "pi_workflows", "--home", str(home.root)]
-    if database_url:
-        argv += ["--database", database_url]
     argv += ["host", "run", "--log-file", str(log_path)]
+    # The URL may hold a password: any local user reads a command line (ps), only this
+    # user reads a process's environment. No URL means the home's SQLite file, so an
+    # inherited variable must not point the host elsewhere.
+    env = {key: value for key, value in os.environ.items() if key != DATABASE_ENV}
+    if database_url:
+        env[DATABASE_ENV] = database_url
     try:
         process = subprocess.Popen(
             argv,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=fd,
             stderr=fd,

@@ -9,22 +9,11 @@ from __future__ import annotations
 import os
 import stat
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from .. import plugins
 from ..engine.agents import DEFAULT_EXECUTOR, EXECUTOR_ENV
 from ..home import Home
-
-
-def masked_url(url: str) -> str:
-    """`url` with its password (if any) replaced by ``***``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+from ..storage.database import masked_url
 
 
 def log_file() -> str | None:

@@ -35,6 +35,7 @@ from ..storage import (
     run_claims,
     run_workers,
 )
+from ..storage.database import masked_url
 from ..storage.models import RunWorker
 from ..storage.runs import current_status, run_fields, run_record, run_records
 from ..worker.command import is_worker_command
@@ -537,7 +538,8 @@ class Host:
             "definitionDigest": definition_digest,
             "inputHash": input_hash,
             "protocolVersion": PROTOCOL_VERSION,
-            "databaseUrl": self.database_url,
+            # Recorded with the worker row and read by plugins: never the password.
+            "databaseUrl": masked_url(self.database_url) if self.database_url else None,
             "home": str(self.home.root),
         }
         progress = run_progress.progress_mark(run_id)

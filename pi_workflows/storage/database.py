@@ -10,6 +10,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import peewee
 
@@ -188,6 +189,21 @@ def describe_location(db: peewee.Database) -> str:
     return f"postgresql database {db.database!r}"
 
 
+def masked_url(url: str) -> str:
+    """`url` with its password (if any) replaced by ``***``, for messages and status."""
+    try:
+        parts = urlsplit(url)
+        password, port = parts.password, parts.port
+    except ValueError:  # not a URL we can take apart: say nothing of what follows the '@'
+        return url.rsplit("@", 1)[-1]
+    if password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port_text = f":{port}" if port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port_text}"))
+
+
 def _announce(transition: run_transitions.RunTransition) -> None:
     plugins.run_transition(
         transition.run_id, transition.old_status, transition.new_status, transition.detail
@@ -328,7 +344,9 @@ def open_state(home: Home, url: str | None = None) -> StateStore:
     prepare_home(home)
     db = plugins.open_database(url, home.root)
     if db is None:
-        raise DatabaseUrlError(f"No storage plugin can open {url!r}; check --database.")
+        raise DatabaseUrlError(
+            f"No storage plugin can open {masked_url(url or '')!r}; check --database."
+        )
     if isinstance(db, peewee.SqliteDatabase):
         path = Path(db.database)
         _refuse_foreign_sqlite(path)
@@ -339,7 +357,8 @@ def open_state(home: Home, url: str | None = None) -> StateStore:
     try:
         db.connect(reuse_if_open=True)
     except peewee.OperationalError as exc:
-        raise DatabaseUrlError(f"Cannot connect to {url or db.database}: {exc}".strip()) from exc
+        where = masked_url(url) if url else db.database
+        raise DatabaseUrlError(f"Cannot connect to {where}: {exc}".strip()) from exc
     if isinstance(db, peewee.SqliteDatabase):
         for pragma, value in SQLITE_PRAGMAS:
             db.pragma(pragma, value, permanent=True)

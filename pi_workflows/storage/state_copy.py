@@ -13,7 +13,7 @@ import peewee
 
 from .. import plugins
 from ..errors import DatabaseUrlError, InvalidInputError
-from .database import StateStore, check_schema_meta, describe_location
+from .database import StateStore, check_schema_meta, describe_location, masked_url
 from .models import ALL_MODELS, SchemaMeta
 
 BATCH_ROWS = 500
@@ -27,7 +27,9 @@ def copy_state(source: StateStore, target_url: str) -> dict[str, Any]:
     """
     target = plugins.open_database(target_url, source.home.root)
     if target is None:
-        raise DatabaseUrlError(f"No storage plugin can open {target_url!r}; check --to.")
+        raise DatabaseUrlError(
+            f"No storage plugin can open {masked_url(target_url)!r}; check --to."
+        )
     where = describe_location(target)
     if source.url == target_url or (
         isinstance(target, peewee.SqliteDatabase) and source.location == target.database
