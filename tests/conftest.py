@@ -29,8 +29,9 @@ from pi_workflows.testing import WorkflowHome, installed_entry_points
 from pi_workflows.testing import run_record as kit_run_record
 
 # The test kit is also a pytest11 entry point; naming it here keeps a venv whose metadata
-# predates that entry point working (pytest registers a module once).
-pytest_plugins = ("pi_workflows.testing.pytest_plugin",)
+# predates that entry point working (pytest registers a module once). scenario_coverage
+# registers the `scenario` marker and `pytest --scenarios`.
+pytest_plugins = ("pi_workflows.testing.pytest_plugin", "tests.scenario_coverage")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
@@ -63,11 +64,6 @@ BOTH_BACKEND_SUITES = (
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sqlite_only: the test is about the SQLite file itself; one backend only"
-    )
-    config.addinivalue_line(
-        "markers",
-        "scenario(id, ...): the test asserts the reference scenario(s) of that id in "
-        "../shared/reference/scenarios.md (see pytest --scenarios)",
     )
     config.addinivalue_line(
         "markers", "integration: the test kills or stops a host process (not the in-process tier)"

@@ -6,6 +6,7 @@ import json
 import sqlite3
 
 import click
+import pytest
 from click.testing import CliRunner
 
 from pi_workflows import __version__, plugins
@@ -80,6 +81,7 @@ def test_state_status_reports_schema_and_counts(home_env, store, make_run):
     )
 
 
+@pytest.mark.scenario("11.5")
 def test_state_backup_produces_a_database_that_state_verify_accepts(
     home_env, store, make_run, tmp_path
 ):
@@ -102,6 +104,7 @@ def test_state_backup_produces_a_database_that_state_verify_accepts(
     connection.close()
 
 
+@pytest.mark.scenario("11.5")
 def test_state_backup_refuses_to_overwrite(home_env, tmp_path):
     destination = tmp_path / "exists.sqlite"
     destination.write_text("keep me")

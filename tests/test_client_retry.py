@@ -8,6 +8,8 @@ import socket
 import threading
 from pathlib import Path
 
+import pytest
+
 from pi_workflows import __version__
 from pi_workflows.client import WorkflowClient
 from pi_workflows.home import Home, prepare_home
@@ -32,6 +34,7 @@ def _serve(listener: socket.socket, seen: list[dict]) -> None:
             stream.flush()
 
 
+@pytest.mark.scenario("4.13")
 def test_a_dropped_request_is_retried_with_the_same_identity(tmp_path: Path):
     home = prepare_home(Home(tmp_path / "h"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from pi_workflows.testing import WorkflowHome
 
 
+@pytest.mark.scenario("2.19")
 def test_concurrent_first_commands_on_a_fresh_home_all_succeed(home_env: WorkflowHome):
     for trial in range(3):
         home = home_env.root / f"fresh-{trial}"

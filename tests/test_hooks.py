@@ -30,6 +30,7 @@ HOST = HostInfo(host_id="host-a", epoch=1, active_workers=0, max_workers=4)
 # --- storage ---------------------------------------------------------------------------------
 
 
+@pytest.mark.scenario("11.1")
 def test_open_database_builtin_answers_every_supported_form(tmp_path):
     default = plugins.open_database(None, tmp_path)
     by_url = plugins.open_database(f"sqlite:///{tmp_path}/a.sqlite", tmp_path)
@@ -126,6 +127,7 @@ def test_run_claimed_notifies_plugins(run_record):
 # --- worker launch ---------------------------------------------------------------------------
 
 
+@pytest.mark.scenario("A.1")
 def test_worker_run_command_resumes_an_initialized_run(run_record):
     record = run_record(status="running", lineage_kind="restart")
     command = plugins.worker_run_command(record, "a-7")
@@ -134,6 +136,7 @@ def test_worker_run_command_resumes_an_initialized_run(run_record):
     assert plain.to_json() == {"kind": "resume"}
 
 
+@pytest.mark.scenario("A.1")
 def test_worker_run_command_restarts_a_restart_child(run_record):
     record = run_record(parent_run_id="parent", lineage_kind="restart", input={"n": 1})
     assert plugins.worker_run_command(record, None).to_json() == {
@@ -142,6 +145,7 @@ def test_worker_run_command_restarts_a_restart_child(run_record):
     }
 
 
+@pytest.mark.scenario("3.4", "A.1")
 def test_worker_run_command_continues_with_the_human_decision(run_record):
     record = run_record(
         parent_run_id="parent",
@@ -156,6 +160,7 @@ def test_worker_run_command_continues_with_the_human_decision(run_record):
     }
 
 
+@pytest.mark.scenario("A.1")
 def test_worker_run_command_refuses_a_continuation_without_parent(run_record):
     with pytest.raises(PluginError) as failure:
         plugins.worker_run_command(run_record(run_id="orphan", lineage_kind="continuation"), None)
@@ -164,6 +169,7 @@ def test_worker_run_command_refuses_a_continuation_without_parent(run_record):
     assert isinstance(failure.value.__cause__, ValueError)
 
 
+@pytest.mark.scenario("A.1")
 def test_worker_run_command_refuses_a_parent_without_lineage(run_record):
     with pytest.raises(PluginError) as failure:
         plugins.worker_run_command(run_record(run_id="odd", parent_run_id="p"), None)
@@ -171,6 +177,7 @@ def test_worker_run_command_refuses_a_parent_without_lineage(run_record):
     assert isinstance(failure.value.__cause__, ValueError)
 
 
+@pytest.mark.scenario("A.1")
 def test_worker_run_command_starts_a_fresh_run(run_record):
     assert plugins.worker_run_command(run_record(input=[1, 2]), None).to_json() == {
         "kind": "start",
@@ -244,6 +251,7 @@ def _facts(status: str) -> dict:
     }
 
 
+@pytest.mark.scenario("6.4", "8.3")
 def test_presentation_instructions_use_the_prompt_only_for_completed_runs(run_record):
     run = run_record(presentation_prompt="  Summarise the greeting in one line.  ")
 

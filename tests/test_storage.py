@@ -50,6 +50,7 @@ def _file_fingerprint(path):
 
 
 @pytest.mark.sqlite_only
+@pytest.mark.scenario("1.1", "11.1")
 def test_a_new_home_gets_a_private_database_with_schema_meta(store, home_env):
     path = home_env.home.database_path
     assert oct(path.stat().st_mode & 0o777) == oct(0o600)
@@ -59,6 +60,7 @@ def test_a_new_home_gets_a_private_database_with_schema_meta(store, home_env):
     assert rows == [(SCHEMA_NAME, SCHEMA_VERSION)]
 
 
+@pytest.mark.scenario("11.3")
 def test_another_schema_version_is_refused_before_any_write(home_env):
     open_state(home_env.home).close()
     path = home_env.home.database_path
@@ -93,6 +95,7 @@ def test_the_cli_refuses_another_schema_version_with_exit_1(home_env):
     assert _file_fingerprint(path) == before
 
 
+@pytest.mark.scenario("11.3")
 def test_a_foreign_sqlite_database_is_refused_untouched(home_env, tmp_path):
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as connection:
@@ -126,6 +129,7 @@ def test_a_database_path_and_sqlite_url_open_the_same_file(home_env, tmp_path):
 # --- blobs -----------------------------------------------------------------------------------
 
 
+@pytest.mark.scenario("11.2")
 def test_json_and_text_blobs_round_trip_by_content_address(store):
     value = {"b": [1, 2.5, None], "a": "ünïcode", "nested": {"z": True}}
     with store.transaction():
@@ -202,6 +206,7 @@ def test_the_same_bytes_as_text_after_json_are_a_conflict_even_in_one_transactio
         put_text('{"a":1}')
 
 
+@pytest.mark.scenario("2.17")
 def test_a_blob_of_a_rolled_back_transaction_is_written_again(store):
     value = {"kept": "next time"}
     with pytest.raises(RuntimeError), store.transaction():
@@ -269,6 +274,7 @@ def test_reading_a_missing_blob_or_the_wrong_media_type_fails(store):
 # --- transactions ----------------------------------------------------------------------------
 
 
+@pytest.mark.scenario("2.17")
 def test_an_inner_failure_dooms_the_outer_transaction(store, make_run):
     with pytest.raises(TransactionAborted), store.transaction():
         make_run("outer-run")
@@ -284,6 +290,7 @@ def test_an_inner_failure_dooms_the_outer_transaction(store, make_run):
     assert not store.in_transaction
 
 
+@pytest.mark.scenario("2.17")
 def test_an_outer_failure_rolls_back_a_successful_inner_block(store, make_run):
     with pytest.raises(RuntimeError, match="after inner"), store.transaction():
         with store.transaction():
@@ -345,6 +352,7 @@ def test_transactions_take_the_sqlite_write_lock_up_front(store, home_env):
 # --- run revisions ---------------------------------------------------------------------------
 
 
+@pytest.mark.scenario("11.12", "2.16")
 def test_each_run_change_bumps_the_revision_once_and_appends_one_event(store, make_run):
     with store.transaction():
         make_run("rev-run")
@@ -374,6 +382,7 @@ def test_each_run_change_bumps_the_revision_once_and_appends_one_event(store, ma
     assert events[2].payload == {"output": 1} and events[2].lease_generation == 1
 
 
+@pytest.mark.scenario("2.12", "2.14")
 def test_a_stale_expected_revision_changes_nothing(store, make_run):
     with store.transaction():
         make_run("stale-run")
@@ -393,6 +402,7 @@ def test_a_stale_expected_revision_changes_nothing(store, make_run):
     assert Event.select().where(Event.run == "stale-run").count() == 2
 
 
+@pytest.mark.scenario("2.16")
 def test_changing_a_missing_run_is_not_found(store):
     with pytest.raises(NotFoundError, match="ghost"), store.transaction():
         record_run_change("ghost", event_type="run.started", actor="host")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from .conftest import HostHarness, decision_workflow, pending_decision, wait_until, write_channels
 
 STUCK_CHANNEL = """
@@ -204,6 +206,7 @@ def piw_register_decision_channels(register):
 """
 
 
+@pytest.mark.scenario("10.17")
 def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHarness):
     """An audience whose only channel failed every automatic attempt is not stuck: the
     operator retries the delivery once the channel works again."""
@@ -233,6 +236,7 @@ def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHar
     assert wait_until(lambda: delivery()["status"] == "applied", what="the delivery applied")
 
 
+@pytest.mark.scenario("10.12")
 def test_a_channel_without_deliver_or_settle_is_recorded_by_the_decisions_own_commits(
     harness: HostHarness,
 ):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.host.workflows import CHECKPOINTED
 
 from .conftest import HostHarness
 
 
+@pytest.mark.scenario("1.18", "2.10", "2.11", "9.13")
 def test_checkpoint_answer_continues_and_a_repeat_adopts(harness: HostHarness):
     harness.write_workflow("checkpointed", CHECKPOINTED)
     harness.start_host()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from .conftest import HostHarness, decision_workflow, pending_decision, wait_past, wait_until
 
 SESSION = "session-under-test"
@@ -40,6 +42,7 @@ def _continuation(harness: HostHarness, decision_id: str) -> str:
     )
 
 
+@pytest.mark.scenario("1.18", "10.3", "10.6")
 def test_an_answer_before_the_deadline_routes_on_its_choice(harness: HostHarness):
     harness.start_host()
     run_id = _start_decision_run(harness, 60_000, session=True)
@@ -105,6 +108,7 @@ def test_an_answer_before_the_deadline_routes_on_its_choice(harness: HostHarness
     assert len(_resolutions(harness, decision_id)) == 1
 
 
+@pytest.mark.scenario("10.6", "10.8", "10.15")
 def test_the_deadline_applies_the_default_and_a_later_answer_learns_the_winner(
     harness: HostHarness,
 ):
@@ -122,6 +126,7 @@ def test_the_deadline_applies_the_default_and_a_later_answer_learns_the_winner(
     assert "its timeout default" in late["error"]
 
 
+@pytest.mark.scenario("10.9")
 def test_simultaneous_answers_from_two_channels_have_one_winner(harness: HostHarness):
     harness.start_host()
     run_id = _start_decision_run(harness, None, session=True)
@@ -159,6 +164,7 @@ def test_simultaneous_answers_from_two_channels_have_one_winner(harness: HostHar
     assert route == {"cli": "ship", "session": "stop"}[winner]
 
 
+@pytest.mark.scenario("10.7", "5.8")
 def test_cancelling_the_run_cancels_its_open_decision(harness: HostHarness):
     harness.start_host()
     run_id = _start_decision_run(harness, 60_000)
@@ -173,6 +179,7 @@ def test_cancelling_the_run_cancels_its_open_decision(harness: HostHarness):
     assert harness.query("SELECT COUNT(*) FROM runs WHERE parent_run_id = ?", run_id) == [(0,)]
 
 
+@pytest.mark.scenario("10.10")
 def test_a_host_restarted_across_the_deadline_applies_the_default_once(harness: HostHarness):
     harness.start_host()
     run_id = _start_decision_run(harness, 2_500)

@@ -32,6 +32,7 @@ def _request(**changes: object) -> dict:
     return {**request, **changes}
 
 
+@pytest.mark.scenario("10.1", "10.19")
 def test_request_records_are_deterministic_immutable_and_keep_the_subject(store, make_run):
     with store.transaction():
         make_run("run-1")
@@ -77,6 +78,7 @@ def test_answers_are_checked_against_the_choices():
         check(choices, {"choice": "ship", "input": {"why": "x"}}, "a")
 
 
+@pytest.mark.scenario("10.12", "10.17")
 def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: StateStore):
     begin, finish = decision_records.begin_channel_effect, decision_records.finish_channel_effect
     effect_id = decision_records.channel_effect_id("decision-1", "hook", "delivery")
@@ -150,6 +152,7 @@ secret_file = "{secret}"
         load_channel_config(tmp_path)
 
 
+@pytest.mark.scenario("10.8")
 def test_a_decision_without_a_default_never_expires(store, make_run):
     with store.transaction():
         make_run("run-2")
@@ -172,6 +175,7 @@ def _stored_continuation(decision_id: str) -> str | None:
     return HumanDecisionResolution.get_by_id(decision_id).continuation_run_id
 
 
+@pytest.mark.scenario("2.10")
 def test_an_answer_to_a_parked_run_reserves_its_continuation_with_the_stored_winner(
     store, make_run
 ):
@@ -205,6 +209,7 @@ def test_an_answer_to_a_parked_run_reserves_its_continuation_with_the_stored_win
     assert not other.won and other.winner == won.winner
 
 
+@pytest.mark.scenario("10.10")
 def test_an_answer_before_its_run_parks_gets_its_continuation_once_the_run_parks(store, make_run):
     with store.transaction():
         make_run("run-4")

@@ -68,6 +68,7 @@ def test_cancel_ends_the_active_attempt_and_the_run(runs, tmp_path: Path) -> Non
     assert Effect.get(Effect.run == run_id).status == "applied"
 
 
+@pytest.mark.scenario("5.12", "9.6")
 def test_park_then_resume_reruns_only_the_interrupted_node(runs, tmp_path: Path) -> None:
     definition, a_file, b_file = three_steps(tmp_path, idempotent_effect("b"))
     run_id = runs.create(definition)
@@ -122,6 +123,7 @@ def test_resume_of_a_finished_run_writes_nothing(runs) -> None:
     assert Run.get_by_id(outcome["runId"]).revision == revision
 
 
+@pytest.mark.scenario("3.3")
 def test_restart_starts_a_new_run_from_the_beginning(runs) -> None:
     definition = workflow("again", "a", {"a": compute(lambda ctx: ctx.input)}, [])
     first = runs.start(definition, {"x": 1})
@@ -134,6 +136,7 @@ def test_restart_starts_a_new_run_from_the_beginning(runs) -> None:
     assert read_json(started.payload_hash)["payload"]["restartOf"] == first["runId"]
 
 
+@pytest.mark.scenario("9.9")
 def test_a_changed_definition_refuses_to_run(runs) -> None:
     original = workflow("v", "a", {"a": compute(lambda ctx: 1)}, [])
     changed = workflow("v", "a", {"a": compute(lambda ctx: 1, status_detail="new")}, [])
@@ -157,6 +160,7 @@ class LosingStore(LocalRunBackend):
         return super().write_snapshot(snapshot, trace_event)
 
 
+@pytest.mark.scenario("2.20")
 def test_claim_loss_stops_the_engine_without_further_writes(runs, store) -> None:
     definition = workflow(
         "lost", "a", {"a": compute(lambda ctx: 1), "b": compute(lambda ctx: 2)}, [edge("a", "b")]
@@ -217,6 +221,7 @@ class _DiesAfterRunStarted(LocalRunBackend):
         return revision
 
 
+@pytest.mark.scenario("9.11")
 def test_a_continuation_interrupted_before_its_next_node_resumes_past_the_checkpoint(
     runs,
 ) -> None:

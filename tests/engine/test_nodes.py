@@ -166,6 +166,7 @@ def test_notify_without_an_origin_session_fails(runs) -> None:
     assert outcome["status"] == "failed" and "has no origin session" in outcome["error"]
 
 
+@pytest.mark.scenario("9.1")
 def test_checkpoint_waits_and_a_continuation_routes_on_the_answer(runs) -> None:
     definition = workflow(
         "ask",
@@ -192,6 +193,7 @@ def test_checkpoint_waits_and_a_continuation_routes_on_the_answer(runs) -> None:
     assert state["carriedStepCount"] == 2 and len(state["steps"]) == 3
 
 
+@pytest.mark.scenario("10.14")
 def test_human_decision_request_and_continuation(runs) -> None:
     definition = example("human-decision")
     parent = runs.start(definition, {"goal": "release"}, session="s", mode="interactive")

@@ -10,6 +10,8 @@ import os
 import signal
 import socket
 
+import pytest
+
 from pi_workflows.canonical import canonical_json
 from pi_workflows.protocol.client_messages import SCHEMA
 from pi_workflows.protocol.framing import MAX_FRAME_BYTES
@@ -86,6 +88,7 @@ def test_run_list_over_the_frame_limit_arrives_whole(harness: HostHarness):
         assert status["finalOutput"]["rows"] == ["x" * 100] * 4000
 
 
+@pytest.mark.scenario("3.17", "3.18")
 def test_content_references_are_read_in_checked_chunks_by_their_connection_only(
     harness: HostHarness,
 ):
@@ -158,6 +161,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("3.15")
 def test_a_run_with_more_than_2_mib_of_state_resumes_after_its_worker_dies(
     harness: HostHarness,
 ):

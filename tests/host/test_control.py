@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
@@ -46,6 +48,7 @@ def test_cancel_a_running_run_stops_its_worker(harness: HostHarness):
     assert repeat.returncode == 1 and "already terminal" in repeat.stderr
 
 
+@pytest.mark.scenario("5.5")
 def test_cancel_a_parked_run(harness: HostHarness):
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host()
@@ -85,6 +88,7 @@ def test_pause_resume_and_cancel_pending_runs(harness: HostHarness):
     assert status["finalOutput"] == {"greeting": "Hello, paused!"}
 
 
+@pytest.mark.scenario("5.5", "5.11")
 def test_cancel_right_after_pause_is_accepted_while_the_worker_still_stops(
     harness: HostHarness,
 ):

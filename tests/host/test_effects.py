@@ -39,6 +39,7 @@ def _effects(harness: HostHarness, *args: str) -> list[dict]:
     return json.loads(harness.cli("effects", "list", "--json", *args).stdout)
 
 
+@pytest.mark.scenario("3.11")
 def test_worker_sigkill_during_an_idempotent_shell_node_runs_the_node_again(
     harness: HostHarness,
 ):
@@ -56,6 +57,7 @@ def test_worker_sigkill_during_an_idempotent_shell_node_runs_the_node_again(
     assert effect["status"] == "applied" and effect["attempts"] == 2
 
 
+@pytest.mark.scenario("3.13")
 def test_a_shell_command_and_its_descendants_die_with_their_worker(harness: HostHarness):
     harness.write_workflow("slowshell", slow_shell("idempotent"))
     harness.start_host()
@@ -70,6 +72,7 @@ def test_a_shell_command_and_its_descendants_die_with_their_worker(harness: Host
 
 
 @pytest.mark.parametrize("control", ["cancel", "pause"])
+@pytest.mark.scenario("3.13")
 def test_cancel_or_pause_kills_the_shell_command_and_its_descendants(
     harness: HostHarness, control: str
 ):
@@ -92,6 +95,7 @@ def test_a_clean_host_stop_kills_the_shell_command_it_hands_off(harness: HostHar
     assert all(process_gone(pid) for pid in group), group
 
 
+@pytest.mark.scenario("1.5")
 def test_host_sigkill_during_a_shell_node_the_next_host_kills_the_old_group_first(
     harness: HostHarness,
 ):
@@ -129,6 +133,7 @@ def _park_a_manual_effect_in_doubt(harness: HostHarness) -> tuple[str, dict]:
     return run_id, effect
 
 
+@pytest.mark.scenario("3.12")
 def test_a_manual_effect_in_doubt_is_resolved_by_confirming_it(harness: HostHarness):
     run_id, effect = _park_a_manual_effect_in_doubt(harness)
     refused = harness.cli("run", "resume", run_id, check=False)
@@ -150,6 +155,7 @@ def test_a_manual_effect_in_doubt_is_resolved_by_confirming_it(harness: HostHarn
     assert _effects(harness, "--ambiguous") == []
 
 
+@pytest.mark.scenario("3.12")
 def test_a_manual_effect_in_doubt_is_resolved_by_retrying_it(harness: HostHarness):
     run_id, effect = _park_a_manual_effect_in_doubt(harness)
     client = harness.client()
@@ -178,6 +184,7 @@ echo '{"reply": "done"}'
 """
 
 
+@pytest.mark.scenario("3.13")
 def test_a_headless_agent_command_and_its_children_die_with_their_worker(
     harness: HostHarness, tmp_path
 ):

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER, SILENT_WORKER_PLUGIN
 
 
+@pytest.mark.scenario("3.10", "9.9")
 def test_a_changed_workflow_source_parks_the_run_until_restored(harness: HostHarness):
     path = harness.write_workflow("blocker", BLOCKER)
     original = path.read_bytes()
@@ -46,6 +49,7 @@ def test_a_changed_workflow_source_parks_the_run_until_restored(harness: HostHar
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"released": True}
 
 
+@pytest.mark.scenario("3.6")
 def test_a_worker_that_never_says_ready_is_stopped_as_timed_out(
     harness: HostHarness, tmp_path: Path
 ):

@@ -7,6 +7,7 @@ import os
 import signal
 
 import psutil
+import pytest
 
 from tests.polling import process_gone
 
@@ -14,6 +15,7 @@ from .conftest import HostHarness, wait_until
 from .workflows import STEPS
 
 
+@pytest.mark.scenario("1.2")
 def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
     first = harness.start_host()
     result = harness.cli("host", "run", check=False)
@@ -23,6 +25,7 @@ def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
     assert f"(PID {first.pid}, epoch " in harness.cli("host", "status").stdout
 
 
+@pytest.mark.scenario("1.10")
 def test_the_status_receipt_counts_runs_and_names_no_process(harness: HostHarness):
     harness.start_host()
     client = harness.client()
@@ -38,6 +41,7 @@ def test_the_status_receipt_counts_runs_and_names_no_process(harness: HostHarnes
     assert not {"pid", "hostId", "processStartIdentity", "startIdentity"} & set(receipt)
 
 
+@pytest.mark.scenario("1.1")
 def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: HostHarness):
     started = json.loads(harness.cli("host", "start", "--json").stdout)
     again = json.loads(harness.cli("host", "start", "--json").stdout)
@@ -50,6 +54,7 @@ def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: Host
     assert process_gone(started["pid"])
 
 
+@pytest.mark.scenario("1.6", "2.3")
 def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
     first = harness.start_host()
@@ -75,6 +80,7 @@ def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harnes
     assert (harness.project / "trace").read_text().split() == ["a", "b", "b", "c"]
 
 
+@pytest.mark.scenario("3.21")
 def test_clean_stop_parks_a_running_run_and_the_next_host_finishes_it(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
     first = harness.start_host()

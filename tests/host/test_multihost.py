@@ -111,6 +111,7 @@ def _host_id(harness: HostHarness) -> str:
     return next(h["hostId"] for h in status["hosts"] if h["self"])
 
 
+@pytest.mark.scenario("2.18")
 def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
     hosts: list[HostHarness],
 ):
@@ -234,6 +235,7 @@ def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
     assert sorted(h["hostId"] for h in status["hosts"]) == sorted([ids[0], ids[2]])
 
 
+@pytest.mark.scenario("1.6", "1.7")
 def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     hosts: list[HostHarness],
 ):

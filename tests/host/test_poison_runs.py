@@ -13,6 +13,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from .conftest import HostHarness, wait_until
 
 # `a` completes (real progress), then `boom` kills its own worker every time.
@@ -54,6 +56,7 @@ def _boom_count(harness: HostHarness) -> int:
     return len((harness.project / "boom.count").read_text())
 
 
+@pytest.mark.scenario("A.2")
 def test_a_node_that_kills_its_worker_is_relaunched_once_then_parked(harness: HostHarness):
     harness.write_workflow("suicidal", SUICIDAL)
     harness.start_host()
@@ -77,6 +80,7 @@ def test_a_node_that_kills_its_worker_is_relaunched_once_then_parked(harness: Ho
     assert why["blockedRuns"] == 2
 
 
+@pytest.mark.scenario("A.2")
 def test_the_crash_limit_is_a_setting_and_survives_a_host_restart(harness: HostHarness):
     harness.write_workflow("suicidal", SUICIDAL)
     harness.start_host(PI_WORKFLOWS_MAX_NODE_CRASHES="2")
@@ -120,6 +124,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("3.12")
 def test_host_status_counts_an_effect_a_dead_worker_left_uncertain(harness: HostHarness):
     harness.write_workflow("manual", MANUAL_ACTION)
     harness.start_host()

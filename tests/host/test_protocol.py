@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import socket
 
+import pytest
+
 from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.protocol.client_messages import SCHEMA
@@ -16,6 +18,7 @@ def _start_payload(harness: HostHarness, name: str = "hello") -> dict:
     return start_payload("hello", harness.project, {"name": name})
 
 
+@pytest.mark.scenario("4.7", "4.8", "4.9")
 def test_repeated_request_id_and_idempotency_key_adopt_the_stored_receipt(harness: HostHarness):
     harness.start_host()
     with HostConnection(harness.home.socket_path) as connection:
@@ -41,6 +44,7 @@ def test_repeated_request_id_and_idempotency_key_adopt_the_stored_receipt(harnes
     assert runs == [(first.receipt["runId"],)]
 
 
+@pytest.mark.scenario("4.8")
 def test_a_new_client_with_the_same_request_id_still_adopts(harness: HostHarness):
     harness.start_host()
     payload = _start_payload(harness)
@@ -63,6 +67,7 @@ def _raw_connection(harness: HostHarness) -> tuple[socket.socket, object]:
     return sock, reader
 
 
+@pytest.mark.scenario("4.2")
 def test_malformed_and_oversize_frames_close_only_that_connection(harness: HostHarness):
     harness.start_host()
     with HostConnection(harness.home.socket_path) as bystander:

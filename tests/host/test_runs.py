@@ -6,12 +6,15 @@ import json
 import os
 import signal
 
+import pytest
+
 from pi_workflows.client.start_request import start_payload
 
 from .conftest import HostHarness, wait_until
 from .workflows import CRASHY, STEPS
 
 
+@pytest.mark.scenario("4.18")
 def test_run_start_hello_wait_starts_the_host_and_prints_the_greeting(harness: HostHarness):
     result = harness.cli("run", "start", "hello", "--input-json", '{"name": "Ada"}', "--wait")
     assert "Hello, Ada!" in result.stdout
@@ -45,6 +48,7 @@ def test_run_start_json_prints_the_status_object(harness: HostHarness):
     assert [run["runId"] for run in listed] == [status["runId"]]
 
 
+@pytest.mark.scenario("3.1")
 def test_shell_workflow_completes_in_a_worker(harness: HostHarness):
     harness.start_host()
     result = harness.cli("run", "start", "shell", "--wait", "--json", "--no-autostart")
@@ -60,6 +64,7 @@ def test_no_autostart_refuses_without_a_host(harness: HostHarness):
     assert not harness.home.lock_path.exists()
 
 
+@pytest.mark.scenario("2.1", "2.21", "3.1", "9.6")
 def test_worker_sigkill_mid_node_resumes_with_a_higher_generation(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
     harness.start_host()
@@ -82,6 +87,7 @@ def test_worker_sigkill_mid_node_resumes_with_a_higher_generation(harness: HostH
     assert workers[0][0] < workers[1][0]
 
 
+@pytest.mark.scenario("3.6", "3.7", "A.2")
 def test_worker_dying_before_progress_is_parked_and_not_relaunched(harness: HostHarness):
     harness.write_workflow("crashy", CRASHY)
     (harness.project / "crash-on-load").touch()

@@ -160,6 +160,7 @@ def test_a_socket_served_by_another_user_gets_nothing(harness: HostHarness):
         impostor.close()
 
 
+@pytest.mark.scenario("4.17")
 def test_a_host_of_another_package_version_is_reported_and_gets_nothing(harness: HostHarness):
     # Our own user and a private home, but the "host" greets as pi-workflows 0.
     harness.home.host_dir.mkdir(parents=True, mode=0o700)

@@ -60,6 +60,7 @@ def _diagnostics(harness: HostHarness, run_id: str) -> str:
     return "\n".join(bytes(row[0]).decode() for row in rows)
 
 
+@pytest.mark.scenario("2.1", "2.2", "2.12", "2.14", "A.2")
 def test_a_stale_worker_gets_claim_lost_and_writes_nothing(harness: HostHarness, tmp_path: Path):
     (tmp_path / "stale_launch.py").write_text(STALE_LAUNCH_PLUGIN)
     harness.write_workflow("steps", STEPS)
@@ -99,6 +100,7 @@ def test_a_stale_worker_gets_claim_lost_and_writes_nothing(harness: HostHarness,
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
 
 
+@pytest.mark.scenario("2.2")
 def test_a_start_answered_at_launch_runs_no_node_once_its_claim_is_lost(
     harness: HostHarness, tmp_path: Path
 ):
@@ -182,6 +184,7 @@ def _derived_run(harness: HostHarness, parent_id: str | None, **lineage) -> str:
         store.close()
 
 
+@pytest.mark.scenario("3.3", "8.11")
 def test_restart_command_starts_the_same_definition_again(harness: HostHarness, tmp_path: Path):
     _start_logging_host(harness, tmp_path)
     parent = harness.start_run("hello", {"name": "Ada"})
@@ -199,6 +202,7 @@ def test_restart_command_starts_the_same_definition_again(harness: HostHarness, 
     assert [c["kind"] for c in _ready_commands(tmp_path, child)] == ["restart"]
 
 
+@pytest.mark.scenario("3.4", "9.1")
 def test_continue_command_carries_the_parent_and_input(harness: HostHarness, tmp_path: Path):
     harness.write_workflow("checkpointed", CHECKPOINTED)
     _start_logging_host(harness, tmp_path)
@@ -218,6 +222,7 @@ def test_continue_command_carries_the_parent_and_input(harness: HostHarness, tmp
         ({"lineage_kind": None}, "has a parent without a lineage kind"),
     ],
 )
+@pytest.mark.scenario("A.1")
 def test_run_command_errors_fail_the_launch(harness: HostHarness, lineage: dict, message: str):
     harness.start_host()
     template = harness.start_run("hello")

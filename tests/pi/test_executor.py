@@ -283,6 +283,7 @@ def test_pause_mid_step_ends_pi_and_resume_runs_the_step_again(pi_host, model_se
     assert (resumed_attempt["outcome"], resumed_attempt["complete"]) == ("completed", True)
 
 
+@pytest.mark.scenario("3.13")
 def test_worker_sigkill_mid_step_leaves_no_pi_behind_and_the_step_runs_again(pi_host, model_server):
     model_server.script(
         ToolCalls(ToolCall("bash", {"command": "sleep 300"})),

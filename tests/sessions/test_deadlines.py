@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.host.conftest import wait_until
 
 SLOW = """
@@ -68,6 +70,7 @@ def _event_times(harness, run_id, event_type):
     return [row[0] for row in rows]
 
 
+@pytest.mark.scenario("5.2", "7.10")
 def test_idle_and_paused_time_move_a_step_deadline(sessions, harness):
     harness.write_workflow("slow", SLOW)
     run_id = sessions.start("slow", "session-slow")
@@ -119,6 +122,7 @@ def _working_on_step(sessions, harness, name, source, session_id):
     return run_id, session, message, turn
 
 
+@pytest.mark.scenario("7.11")
 def test_an_expired_step_times_out_and_routes_through_its_result(sessions, harness):
     run_id, session, message, turn = _working_on_step(
         sessions, harness, "routed", ROUTED, "session-routed"
@@ -149,6 +153,7 @@ def test_an_expired_step_times_out_and_routes_through_its_result(sessions, harne
     assert ended.receipt["ownership"] == "settled"
 
 
+@pytest.mark.scenario("6.9", "7.11")
 def test_no_expiry_without_an_active_coordinator_turn(sessions, harness):
     run_id, session, _, _ = _working_on_step(
         sessions, harness, "plain", UNROUTED, "session-plain-deadline"
@@ -172,6 +177,7 @@ def test_no_expiry_without_an_active_coordinator_turn(sessions, harness):
     assert _deadline(harness, run_id)[2] == "timed_out"
 
 
+@pytest.mark.scenario("6.9", "6.10")
 def test_a_step_clock_stops_while_its_session_has_no_coordinator(sessions, harness):
     """Reference 6.9 and 6.10: closing (or replacing) the coordinator stops the clock of a
     step whose turn is open; the next coordinator's branch report gives that time back."""
@@ -203,6 +209,7 @@ def test_a_step_clock_stops_while_its_session_has_no_coordinator(sessions, harne
     assert len(_event_times(harness, run_id, "interaction.turn_resumed")) == 2
 
 
+@pytest.mark.scenario("6.10")
 def test_a_host_outage_during_an_open_turn_is_not_charged_to_the_step(sessions, harness):
     run_id, session, message, turn = _working_on_step(
         sessions, harness, "slow", SLOW, "session-outage"

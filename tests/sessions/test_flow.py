@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 
+
+@pytest.mark.scenario("11.8", "6.1", "7.1", "7.3")
 def test_two_agent_steps_complete_through_the_session_client(sessions, harness):
     run_id = sessions.start("two-steps", "session-a")
     session = sessions.open("session-a")
@@ -54,6 +57,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("6.4", "6.5")
 def test_a_notify_node_reaches_its_session_before_the_step(sessions, harness):
     harness.write_workflow("notes", NOTES)
     run_id = sessions.start("notes", "session-notes")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from pi_workflows.client.session_client import SessionClient
 from tests.host.conftest import HostHarness
 
@@ -23,6 +25,7 @@ def _start(harness: HostHarness, workflow: str, session: str, *, check: bool = T
     )
 
 
+@pytest.mark.scenario("6.14")
 def test_a_session_holds_one_unfinished_run(harness: HostHarness):
     harness.start_host()
     first = _start(harness, "echo", "session-one").stdout.strip()
@@ -44,6 +47,7 @@ def test_a_session_holds_one_unfinished_run(harness: HostHarness):
     assert harness.wait_for_status(second, "completed")["status"] == "completed"
 
 
+@pytest.mark.scenario("6.13", "8.4")
 def test_a_finished_run_leaves_the_view_after_its_result_was_presented(harness: HostHarness):
     harness.start_host(PI_WORKFLOWS_TERMINAL_VIEW_MS="500")
     run_id = _start(harness, "hello", "session-view").stdout.strip()

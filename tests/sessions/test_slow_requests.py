@@ -9,6 +9,8 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from pi_workflows.canonical import canonical_json
 from pi_workflows.protocol.client_messages import SCHEMA
 from tests.polling import wait_until
@@ -89,6 +91,7 @@ def _connect(harness) -> Iterator[tuple[socket.socket, Any]]:
         yield sock, reader
 
 
+@pytest.mark.scenario("1.12")
 def test_status_is_answered_while_a_submission_on_the_same_connection_validates(sessions, harness):
     run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-slow")
     session.report_turn(step, session.new_turn_id(), "started")
@@ -104,6 +107,7 @@ def test_status_is_answered_while_a_submission_on_the_same_connection_validates(
     harness.wait_for_status(run_id, "completed")
 
 
+@pytest.mark.scenario("11.9", "4.14")
 def test_a_submission_retried_after_its_connection_dropped_is_adopted(sessions, harness):
     """Reference 4.13/4.14: the client resends a request whose connection dropped with the
     same request id, idempotency key and payload; the host adopts the first submission."""
@@ -130,6 +134,7 @@ def test_a_submission_retried_after_its_connection_dropped_is_adopted(sessions, 
     harness.wait_for_status(run_id, "completed")
 
 
+@pytest.mark.scenario("4.14")
 def test_a_retry_with_new_ids_under_the_same_idempotency_key_is_adopted(sessions, harness):
     """Reference 4.14: another request id and another submission id, the same idempotency key:
     adopted, and only the first submission is stored."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.host.conftest import HostHarness
 
 from .conftest import TWO_STEPS, Sessions
@@ -47,6 +49,7 @@ def _started_step_turn(sessions: Sessions, session_id: str) -> tuple:
     return run_id, session, message, turn
 
 
+@pytest.mark.scenario("A.5")
 def test_the_unproductive_turn_limit_comes_from_the_plugin(harness: HostHarness):
     sessions = _sessions(harness, limit_one=LIMIT_ONE)
     try:

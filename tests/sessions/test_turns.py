@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 UNPRODUCTIVE = "Workflow step ended three times without a valid submission"
 
 
@@ -23,6 +25,7 @@ def _unproductive_turn(session, message, *, stop_reason="error"):
     return turn
 
 
+@pytest.mark.scenario("7.4", "7.8", "A.5", "A.7")
 def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness):
     racing_run = sessions.start("echo", "session-race")
     plain_run = sessions.start("two-steps", "session-plain")
@@ -92,6 +95,7 @@ def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness
     assert _turn_rows(harness, racing_run) == rows
 
 
+@pytest.mark.scenario("11.14", "5.2", "6.1", "6.8", "7.1", "7.5", "7.6", "7.7", "A.4")
 def test_every_start_and_end_rule(sessions, harness):
     run_id = sessions.start("two-steps", "session-rules")
     session = sessions.open("session-rules")
@@ -141,6 +145,7 @@ def test_every_start_and_end_rule(sessions, harness):
     assert (restart.outcome, restart.receipt["ownership"]) == ("adopted", "settled")
 
 
+@pytest.mark.scenario("6.7")
 def test_a_replaced_coordinator_is_fenced(sessions):
     sessions.start("two-steps", "session-fence")
     old = sessions.open("session-fence")
@@ -166,6 +171,7 @@ def test_a_replaced_coordinator_is_fenced(sessions):
     assert new.report_turn(message, new.new_turn_id(), "started").receipt["ownership"] == "active"
 
 
+@pytest.mark.scenario("6.2")
 def test_branch_evidence_marks_sent_and_vanished_steps_come_back(sessions):
     sessions.start("two-steps", "session-branch")
     session = sessions.open("session-branch")

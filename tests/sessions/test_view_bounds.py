@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from pi_workflows.bounded_values import truncation_marker
 from pi_workflows.canonical import canonical_json
 from pi_workflows.host.session_views import MAX_VIEW_MESSAGES, PROMPT_MARKER
@@ -25,6 +27,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("11.13", "6.4")
 def test_a_view_shows_a_bounded_window_of_messages_and_cuts_the_result(sessions, harness):
     harness.write_workflow("chatty", CHATTY)
     run_id = sessions.start("chatty", "session-chatty")
@@ -66,6 +69,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("11.13")
 def test_a_step_with_a_huge_prompt_still_fits_its_view(sessions, harness):
     run_id, session, step = sessions.first_step("big-prompt", BIG_PROMPT, "session-prompt")
 

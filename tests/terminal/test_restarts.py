@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.host.conftest import HostHarness, wait_until
 
 from .helpers import start_interactive, terminal_messages
@@ -39,6 +41,7 @@ def _facts(harness: HostHarness, run_id: str) -> dict:
     return found[0]["details"]["terminal"]
 
 
+@pytest.mark.scenario("8.9")
 def test_a_restart_chain_runs_fresh_adopts_repeats_and_stops_after_three(harness: HostHarness):
     harness.write_workflow("counting", COUNTING)
     harness.start_host()
@@ -76,6 +79,7 @@ def test_a_restart_chain_runs_fresh_adopts_repeats_and_stops_after_three(harness
     assert refused.stderr.strip() == "Error: Workflow restart limit reached (3 restarts)"
 
 
+@pytest.mark.scenario("8.8")
 def test_restarts_refused_for_cancelled_headless_unfinished_and_repeated_outcomes(
     harness: HostHarness,
 ):

@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from peewee import fn
 
 from pi_workflows.builtin.terminal import (
@@ -35,6 +36,7 @@ def _only_terminal_message(harness: HostHarness, run_id: str) -> dict:
     return found[0]
 
 
+@pytest.mark.scenario("8.3", "8.5")
 def test_a_completed_run_gets_the_reference_layout(harness: HostHarness):
     harness.start_host()
     run_id = start_interactive(harness, "hello", {"name": "Ada"})
@@ -73,6 +75,7 @@ def test_a_completed_run_gets_the_reference_layout(harness: HostHarness):
     assert message["status"] == "pending"
 
 
+@pytest.mark.scenario("8.2")
 def test_every_path_that_ends_a_run_writes_exactly_one_terminal_message(harness: HostHarness):
     harness.write_workflow("failing", FAILING)
     harness.write_workflow("blocker", BLOCKER)
@@ -183,6 +186,7 @@ def _cleanup_state(harness: HostHarness, run_id: str) -> dict[str, str]:
     return state
 
 
+@pytest.mark.scenario("11.14", "5.8", "7.9")
 def test_ending_a_run_ends_its_turns_lost_and_cancels_messages_by_kind(harness: HostHarness):
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host()
@@ -224,6 +228,7 @@ def _fault_env(harness: HostHarness, tmp_path: Path, failure: str) -> dict[str, 
     }
 
 
+@pytest.mark.scenario("5.5", "8.1", "A.3")
 def test_a_failing_renderer_never_loses_the_terminal_state_or_the_message(
     harness: HostHarness, tmp_path: Path
 ):
@@ -238,6 +243,7 @@ def test_a_failing_renderer_never_loses_the_terminal_state_or_the_message(
     assert f"terminal workflow message reconciliation failed for {run_id}" in harness.host_log()
 
 
+@pytest.mark.scenario("8.1", "A.3")
 def test_a_host_killed_before_the_message_writes_it_before_serving_again(
     harness: HostHarness, tmp_path: Path
 ):
@@ -267,6 +273,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("8.7")
 def test_a_large_result_is_cut_in_the_terminal_message_and_whole_in_run_status(
     harness: HostHarness,
 ):
@@ -312,6 +319,7 @@ WORKFLOW = workflow(
 """
 
 
+@pytest.mark.scenario("8.7")
 def test_a_completed_but_blocked_result_says_the_user_must_decide(harness: HostHarness):
     harness.write_workflow("blocked", BLOCKED)
     harness.start_host()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from pi_workflows.testing import WorkflowHome, WorkflowHost
 
 
@@ -22,6 +24,7 @@ def test_the_plugin_is_listed_only_where_it_is_enabled(workflow_home: WorkflowHo
     }
 
 
+@pytest.mark.scenario("11.12")
 def test_events_and_summary_of_runs_a_host_executed(workflow_host: WorkflowHost):
     workflow_host.use_entry_points("audit")
     workflow_host.start()

@@ -120,6 +120,7 @@ def _configure(host: WorkflowHost, url: str) -> None:
         os.chmod(path, 0o600)
 
 
+@pytest.mark.scenario("10.16", "10.19")
 def test_a_host_delivers_signed_requests_and_accepts_one_signed_answer(
     workflow_host: WorkflowHost, receiver: Receiver
 ):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from piw_pi.node import DISTRIBUTION_DIR
 
 from tests.host.conftest import HostHarness
@@ -34,6 +35,7 @@ def test_doctor_checks_node_pi_the_extension_and_the_host_one_line_each(harness:
     assert lines[3].startswith("host: ok (running for ")
 
 
+@pytest.mark.scenario("4.18")
 def test_socket_starts_a_host_unless_told_not_to(harness: HostHarness):
     refused = harness.cli("--no-autostart", "pi", "socket", check=False)
     assert refused.returncode == 1

@@ -9,6 +9,8 @@ import signal
 import uuid
 from collections import Counter
 
+import pytest
+
 from tests.pi.model_server import Hold, Text
 from tests.pi.session.relay import Relay
 from tests.pi.session.workflow_pi import WorkflowPi, submit, two_turn_script
@@ -37,6 +39,7 @@ def _finish_two_turn(pi_session: WorkflowPi, pi, session_id: str) -> list[dict]:
     return hosted
 
 
+@pytest.mark.scenario("6.16", "7.12", "7.15", "8.4", "8.12")
 def test_lost_branch_acknowledgements_resend_nothing_and_keep_the_turn_order(
     pi_session: WorkflowPi, relay: Relay
 ):
@@ -93,6 +96,7 @@ def test_lost_branch_acknowledgements_resend_nothing_and_keep_the_turn_order(
         ), message["kind"]
 
 
+@pytest.mark.scenario("7.19", "7.20")
 def test_a_lost_end_acknowledgement_is_repeated_and_a_late_start_keeps_its_reply(
     pi_session: WorkflowPi, relay: Relay
 ):
@@ -151,6 +155,7 @@ def test_a_lost_end_acknowledgement_is_repeated_and_a_late_start_keeps_its_reply
     assert saved == (reports[1]["responseSessionEntryId"],)
 
 
+@pytest.mark.scenario("7.12", "7.17")
 def test_a_turn_the_host_does_not_grant_is_never_reported_as_ended(
     pi_session: WorkflowPi, relay: Relay
 ):
@@ -186,6 +191,7 @@ def test_a_turn_the_host_does_not_grant_is_never_reported_as_ended(
     assert status["paused"] is True
 
 
+@pytest.mark.scenario("7.14")
 def test_a_new_pi_gets_its_own_turn_accepted_instead_of_taking_over_an_open_one(
     pi_session: WorkflowPi, relay: Relay
 ):

@@ -6,11 +6,14 @@ import json
 import uuid
 from collections import Counter
 
+import pytest
+
 from tests.pi.model_server import Hold, Text, ToolCall, ToolCalls
 from tests.pi.session.workflow_pi import WorkflowPi, two_turn_script
 from tests.polling import wait_until
 
 
+@pytest.mark.scenario("6.15", "7.13", "7.18")
 def test_two_turn_runs_in_the_session_and_ends_with_one_explained_result(pi_session: WorkflowPi):
     pi_session.server.script(*two_turn_script())
     pi = pi_session.start()
@@ -97,6 +100,7 @@ def test_a_model_that_never_submits_gets_two_reminders_then_the_run_fails(pi_ses
     )
 
 
+@pytest.mark.scenario("8.12")
 def test_a_person_answers_a_decision_the_model_may_not(pi_session: WorkflowPi):
     attempt = ToolCall("workflow", {"action": "answer", "input": {"choice": "continue"}})
     pi_session.server.script(
@@ -140,6 +144,7 @@ def test_a_person_answers_a_decision_the_model_may_not(pi_session: WorkflowPi):
     assert [m["kind"] for m in pi_session.host_messages(session_id)] == ["decision", "terminal"]
 
 
+@pytest.mark.scenario("6.15", "7.21")
 def test_a_step_that_arrives_during_a_chat_turn_is_delivered_once_after_it(pi_session: WorkflowPi):
     """Reference 7.21 and 6.15: ordinary chat neither blocks delivery nor becomes a step turn."""
     pi_session.server.script(Hold(then=Text("Chatting.")), *two_turn_script())

@@ -9,11 +9,14 @@ import socket
 import uuid
 from collections import Counter
 
+import pytest
+
 from tests.pi.model_server import Hold, Text
 from tests.pi.session.workflow_pi import CLI, WorkflowPi, submit, two_turn_script
 from tests.polling import process_gone, wait_until
 
 
+@pytest.mark.scenario("1.11")
 def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplicates(
     pi_session: WorkflowPi,
 ):
