@@ -5,15 +5,11 @@ Fixtures here are generic on purpose; every test package of the project may use 
 
 from __future__ import annotations
 
-import fcntl
 import importlib.metadata
 import os
 import shutil
-import site
 import socket
 import subprocess
-import sys
-import sysconfig
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -121,49 +117,29 @@ def plugin_env() -> Iterator[pytest.MonkeyPatch]:
 # --- the plugin distributions of plugins/ ----------------------------------------------------
 
 
-def _is_installed(distribution: str) -> bool:
+def readme_setup_command() -> str:
+    """The first command of README.md's Quick start: it installs everything the tests use."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0]
+    return block.splitlines()[0]
+
+
+def require_distribution(distribution: str) -> None:
+    """Fail the test, naming the README's set-up command, when `distribution` is missing."""
     try:
         importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def _ensure_plugin_installed(distribution: str, directory: Path) -> None:
-    """Pip-install a plugin distribution of `plugins/` (editable) unless it is installed.
-
-    The install is real (pip, entry point metadata), so subprocesses load it exactly as a
-    user's installation would. Parallel test workers take turns (a lock in site-packages).
-    """
-    purelib = sysconfig.get_paths()["purelib"]
-    with open(Path(purelib) / ".piw-test-install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _is_installed(distribution):
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--no-deps",
-                    "--no-build-isolation",
-                    "-e",
-                    str(directory),
-                ],
-                check=True,
-                timeout=300,
-            )
-    # Process the new editable-install .pth here too, as a fresh interpreter would.
-    site.addsitedir(purelib)
-    importlib.invalidate_caches()
-    plugins.reload()
+        pytest.fail(
+            f"{distribution} is not installed: run README.md's first command "
+            f"({readme_setup_command()}).",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
 def audit_plugin() -> str:
-    """Make sure `plugins/pi-workflows-audit` is pip-installed; returns its entry point name."""
-    _ensure_plugin_installed("pi-workflows-audit", AUDIT_PLUGIN_DIR)
+    """`plugins/pi-workflows-audit`, installed by the README's set-up; its entry point name."""
+    require_distribution("pi-workflows-audit")
     return "audit"
 
 
