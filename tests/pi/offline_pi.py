@@ -45,7 +45,8 @@ def pi_executable() -> Path:
     if not PI_BIN.exists():
         pytest.fail(
             f"The Pi coding agent is not installed ({PI_BIN} is missing): run "
-            "`(cd plugins/pi-workflows-pi && npm ci)` with Node >= 20 (README.md's first command does, through scripts/setup).",
+            "`(cd plugins/pi-workflows-pi && npm ci)` with Node >= 20 "
+            "(README.md's first command does, through scripts/setup).",
             pytrace=False,
         )
     return PI_BIN
@@ -57,7 +58,8 @@ def bundled_node() -> Path:
     if not BUNDLED_NODE.exists():
         pytest.fail(
             f"The Node that pi runs on is not installed ({BUNDLED_NODE} is missing): run "
-            "`(cd plugins/pi-workflows-pi && npm ci)` on Linux x64 (README.md's first command does, through scripts/setup).",
+            "`(cd plugins/pi-workflows-pi && npm ci)` on Linux x64 "
+            "(README.md's first command does, through scripts/setup).",
             pytrace=False,
         )
     return BUNDLED_NODE
