@@ -27,7 +27,7 @@ from ..home import check_private_dir
 from ..limits import human_size
 from ..protocol.client_messages import SCHEMA
 from ..protocol.framing import MAX_FRAME_BYTES
-from .content import ContentError, has_references, materialize
+from .content import ContentError, materialize, needs_decoding
 
 # Requests a pipelining client keeps unanswered; the host reads at most 32 ahead per
 # connection (host/server.py MAX_REQUESTS_IN_FLIGHT).
@@ -209,7 +209,7 @@ class HostConnection:
 
     def _response(self, request_id: str, reply: dict[str, Any]) -> Response:
         receipt = reply.get("receipt")
-        if has_references(receipt):  # an answer too big for one frame
+        if needs_decoding(receipt):  # references to read back, user values to unwrap
             receipt = materialize(receipt, self._read_chunk)
         return Response(
             request_id=request_id,

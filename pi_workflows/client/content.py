@@ -2,8 +2,11 @@
 
 A host answer too big for one frame has its largest values replaced by
 ``{"$content": {"sha256", "bytes"}}``; the client reads each with ``content.read`` in
-chunks on the same connection, checks every chunk's place and the whole value's sha256,
-and puts the parsed value back where the reference was.
+chunks on the same connection, checks every chunk's digest, place and size and the whole
+value's sha256, and puts the parsed value back where the reference was. User objects
+with a ``$content`` or ``$escaped`` key of their own arrive wrapped as
+``{"$escaped": object}`` (protocol/content_values.py) and are unwrapped here, so they are
+never read as references.
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import PiWorkflowsError
-
-CONTENT_KEY = "$content"
+from ..protocol.content_values import CONTENT_KEY, ESCAPE_KEY
 
 # (sha256, bytes, offset) -> the content.read receipt
 ChunkReader = Callable[[str, int, int], dict[str, Any]]
@@ -27,36 +29,50 @@ class ContentError(PiWorkflowsError):
     """A referenced value could not be read back intact."""
 
 
-def has_references(value: Any) -> bool:
+def needs_decoding(value: Any) -> bool:
+    """Whether `value` holds a content reference or a wrapped user object."""
     if isinstance(value, dict):
-        return _reference(value) is not None or any(has_references(v) for v in value.values())
+        if CONTENT_KEY in value or ESCAPE_KEY in value:
+            return True
+        return any(map(needs_decoding, value.values()))
     if isinstance(value, list):
-        return any(has_references(item) for item in value)
+        return any(map(needs_decoding, value))
     return False
 
 
 def materialize(value: Any, read_chunk: ChunkReader) -> Any:
-    """`value` with every content reference replaced by the value it stands for."""
-    reference = _reference(value) if isinstance(value, dict) else None
-    if reference is not None:
-        return _read_whole(reference, read_chunk)
+    """`value` with every content reference replaced by the value it stands for and every
+    wrapped user object unwrapped."""
     if isinstance(value, dict):
+        if CONTENT_KEY in value:
+            return materialize(_read_whole(_reference(value), read_chunk), read_chunk)
+        if ESCAPE_KEY in value:
+            inner = value[ESCAPE_KEY]
+            if len(value) != 1 or not isinstance(inner, dict):
+                raise ContentError("The host sent a malformed escaped value.")
+            value = inner
         return {key: materialize(child, read_chunk) for key, child in value.items()}
     if isinstance(value, list):
         return [materialize(item, read_chunk) for item in value]
     return value
 
 
-def _reference(value: dict[str, Any]) -> dict[str, Any] | None:
-    if set(value) != {CONTENT_KEY} or not isinstance(value[CONTENT_KEY], dict):
-        return None
+def _reference(value: dict[str, Any]) -> tuple[str, int]:
     reference = value[CONTENT_KEY]
-    ok = isinstance(reference.get("sha256"), str) and type(reference.get("bytes")) is int
-    return reference if ok else None
+    if (
+        len(value) != 1
+        or not isinstance(reference, dict)
+        or set(reference) != {"sha256", "bytes"}
+        or not isinstance(reference["sha256"], str)
+        or type(reference["bytes"]) is not int
+        or reference["bytes"] < 0
+    ):
+        raise ContentError("The host sent a malformed content reference.")
+    return reference["sha256"], reference["bytes"]
 
 
-def _read_whole(reference: dict[str, Any], read_chunk: ChunkReader) -> Any:
-    sha, size = reference["sha256"], reference["bytes"]
+def _read_whole(reference: tuple[str, int], read_chunk: ChunkReader) -> Any:
+    sha, size = reference
     data = bytearray()
     while len(data) < size:
         receipt = read_chunk(sha, size, len(data))
@@ -65,12 +81,16 @@ def _read_whole(reference: dict[str, Any], read_chunk: ChunkReader) -> Any:
         except (KeyError, TypeError, binascii.Error):
             raise ContentError(f"A chunk of content {sha[:16]}… is invalid.") from None
         if (
-            receipt.get("offset") != len(data)
+            receipt.get("sha256") != sha
+            or receipt.get("offset") != len(data)
             or not chunk
             or receipt.get("nextOffset") != len(data) + len(chunk)
-            or len(data) + len(chunk) > size
         ):
             raise ContentError(f"A chunk of content {sha[:16]}… is invalid.")
+        if len(data) + len(chunk) > size:
+            raise ContentError(
+                f"Content {sha[:16]}… does not match its size ({size} bytes); repeat the request."
+            )
         data += chunk
     if hashlib.sha256(data).hexdigest() != sha:
         raise ContentError(f"Content {sha[:16]}… does not match its sha256; repeat the request.")

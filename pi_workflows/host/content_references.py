@@ -6,21 +6,28 @@ its largest values are replaced, largest first, by ``{"$content": {"sha256", "by
 bytes. The client reads them with ``content.read {sha256, bytes, offset}`` in chunks that
 each fit a frame, checks the digest and puts the value back (reference 3.16–3.18). Only
 the connection the reference was sent on can read it; a reference the connection does not
-hold (another connection's, or one dropped to bound memory) is ``notFound``.
+hold (another connection's, or one dropped to bound memory) is ``notFound``. User values
+that look like a reference are wrapped first (protocol/content_values.py).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 from collections import OrderedDict
 from typing import Any
 
 from ..canonical import canonical_json
 from ..errors import InvalidInputError, NotFoundError
+from ..protocol.content_values import (
+    CONTENT_KEY,
+    ESCAPE_KEY,
+    RESERVED_KEY_MARKERS,
+    escape_user_values,
+)
 from ..protocol.framing import MAX_FRAME_BYTES, FrameError, encode_frame
 
-CONTENT_KEY = "$content"
 # A chunk is sent base64-encoded (4/3 larger), so 256 KiB stays far below a frame.
 CHUNK_BYTES = 256 * 1024
 # Values smaller than this stay inline: a reference would save too little.
@@ -69,12 +76,20 @@ class HeldContent:
 
 
 def frame_within_limit(message: dict[str, Any], held: HeldContent) -> bytes:
-    """`message` as one frame, its largest receipt values moved into `held` if need be."""
-    try:
+    """`message` as one frame: receipt values that look like references wrapped, its
+    largest receipt values moved into `held` if need be."""
+    if "receipt" not in message:
         return encode_frame(message)
+    try:
+        frame = encode_frame(message)
     except FrameError:
-        if "receipt" not in message:
-            raise
+        frame = None
+    if frame is not None and not any(marker in frame for marker in RESERVED_KEY_MARKERS):
+        return frame
+    message = {**message, "receipt": escape_user_values(message["receipt"])}
+    if frame is not None:
+        with contextlib.suppress(FrameError):  # the wrappers may take it over the limit
+            return encode_frame(message)
     receipt = message["receipt"]
     excess = len(canonical_json(message).encode("utf-8")) + 1 - MAX_FRAME_BYTES
     for _size, path in sorted(_large_leaves(receipt), key=lambda found: -found[0]):
@@ -93,17 +108,23 @@ def frame_within_limit(message: dict[str, Any], held: HeldContent) -> bytes:
 
 
 def _large_leaves(value: Any, path: tuple = ()) -> list[tuple[int, tuple]]:
-    """Paths of the smallest values over `MIN_REFERENCE_BYTES` (none of their parts is)."""
+    """Paths of the smallest values over `MIN_REFERENCE_BYTES` (none of their parts is).
+
+    An escape wrapper is moved whole or not at all: the object it wraps, on its own, would
+    read as unwrapped (as a reference, even)."""
     size = len(canonical_json(value).encode("utf-8"))
     if size < MIN_REFERENCE_BYTES:
         return []
-    if isinstance(value, dict):
-        children = list(value.items())
+    if isinstance(value, dict) and ESCAPE_KEY in value:
+        inner = value[ESCAPE_KEY]
+        children = [((ESCAPE_KEY, key), child) for key, child in inner.items()]
+    elif isinstance(value, dict):
+        children = [((key,), child) for key, child in value.items()]
     elif isinstance(value, list):
-        children = list(enumerate(value))
+        children = [((index,), child) for index, child in enumerate(value)]
     else:
         children = []
-    found = [leaf for key, child in children for leaf in _large_leaves(child, (*path, key))]
+    found = [leaf for keys, child in children for leaf in _large_leaves(child, (*path, *keys))]
     return found or [(size, path)]
 
 

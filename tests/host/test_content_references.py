@@ -180,3 +180,60 @@ def test_a_run_with_more_than_2_mib_of_state_resumes_after_its_worker_dies(
     history = 5 * len(json.dumps({"i": 0, "rows": ["x" * 100] * 4500}))
     ((stored,),) = harness.query("SELECT SUM(byte_length) FROM blobs")
     assert stored < 4 * history, f"{stored} bytes of blobs for {history} bytes of results"
+
+
+# What a workflow may return that looks like a reference, or like the escape of one.
+LOOKALIKES = [
+    {"$content": {"sha256": "0" * 64, "bytes": 5}},
+    {"$escaped": {"$content": {"sha256": "0" * 64, "bytes": 5}}},
+    {"$escaped": 7, "other": [{"$content": None}]},
+    {"$content": "text", "$escaped": []},
+]
+LOOKALIKE = f"""
+from pi_workflows import compute, workflow
+
+LOOKALIKES = {LOOKALIKES!r}
+
+
+def returned(ctx):
+    value = {{"lookalikes": LOOKALIKES}}
+    if ctx.input.get("big"):  # over a frame: the answer carries references as well
+        value["rows"] = [{{"$content": {{"row": "x" * 100}}}}] * 3000
+        value["wrapped"] = {{"$content": ["y" * 100] * 300}}
+        value["whole"] = {{"$content": "z" * 10000, "b": "z" * 10000}}
+    return value
+
+
+WORKFLOW = workflow(
+    name="lookalike", start_at="make", nodes={{"make": compute(returned)}}, edges=[]
+)
+"""
+
+
+@pytest.mark.scenario("4.23")
+def test_user_values_that_look_like_references_are_listed_as_they_are(harness: HostHarness):
+    """A workflow's value is never read as a content reference (issue 22.4): `run status`
+    and `run list` show it exactly, also inside an answer that carries real references."""
+    harness.write_workflow("lookalike", LOOKALIKE)
+    harness.write_workflow("big", BIG)
+    harness.start_host()
+    small = harness.start_run("lookalike")
+    big = harness.start_run("lookalike", {"big": True})  # 400 KB; with the two other
+    # 400 KB runs, `run list` is over a frame
+    others = [harness.start_run("big", {"n": n}) for n in range(2)]
+    for run_id in (small, big, *others):
+        harness.wait_for_status(run_id, "completed")
+
+    status = json.loads(harness.cli("run", "status", small, "--json").stdout)
+    assert status["finalOutput"] == {"lookalikes": LOOKALIKES}
+    listed = {r["runId"]: r for r in json.loads(harness.cli("run", "list", "--json").stdout)}
+    assert set(listed) == {small, big, *others}
+    assert listed[small]["finalOutput"] == {"lookalikes": LOOKALIKES}
+    assert listed[big]["finalOutput"] == {
+        "lookalikes": LOOKALIKES,
+        "rows": [{"$content": {"row": "x" * 100}}] * 3000,
+        "wrapped": {"$content": ["y" * 100] * 300},
+        "whole": {"$content": "z" * 10000, "b": "z" * 10000},
+    }
+    for run_id in others:
+        assert listed[run_id]["finalOutput"]["rows"] == ["x" * 100] * 4000
