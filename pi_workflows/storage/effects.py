@@ -21,6 +21,8 @@ from .prepared import PreparedQuery
 from .revisions import record_run_change
 
 AMBIGUOUS_CODE = "effectAmbiguous"
+# Marks the stored request of a run effect an operator confirmed or retried (see `resolve`).
+VERDICT_KEY = "operatorVerdict"
 EFFECT_STATUSES = ("pending", "applying", "applied", "rejected", "ambiguous", "cancelled")
 LIST_LIMIT = 500
 
@@ -76,6 +78,15 @@ _UNSETTLED = PreparedQuery(
 def has_unsettled(run_id: str) -> bool:
     """Whether the run has an effect left `applying` or in doubt (a read only)."""
     return _UNSETTLED.exists(run_id=run_id)
+
+
+def judged_by_operator(effect: Effect) -> bool:
+    """Whether an operator's verdict (`effects confirm|retry`) replaced the effect's request.
+
+    The node's next reservation of it then takes the verdict whatever it requests.
+    """
+    payload = read_json(effect.payload_hash) if effect.payload_hash is not None else None
+    return isinstance(payload, dict) and VERDICT_KEY in payload
 
 
 def ambiguous_effect_ids(run_id: str) -> list[str]:
@@ -164,18 +175,22 @@ def resolve(effect_id: str, action: str, result: Any, actor: str) -> dict[str, A
         decision_records.recover_channel_effect(effect_id, action)
         return {"effectId": effect_id, "action": action, "runId": None, "runReleased": False}
     stamp = now_ms()
+    # The verdict is about this effect, not about one request: a node whose request
+    # differs on each attempt (an attempt id in its command) must still get it.
+    judged = put_json({"nodeId": describe(effect)["nodeId"], VERDICT_KEY: action})
     if action == "confirm":
         Effect.update(
             status="applied",
+            payload_hash=judged,
             result_hash=put_json(result),
             error_hash=None,
             settled_at=stamp,
             updated_at=stamp,
         ).where(Effect.effect_id == effect_id).execute()
     else:
-        Effect.update(status="pending", error_hash=None, updated_at=stamp).where(
-            Effect.effect_id == effect_id
-        ).execute()
+        Effect.update(
+            status="pending", payload_hash=judged, error_hash=None, updated_at=stamp
+        ).where(Effect.effect_id == effect_id).execute()
     run_id = effect.run_id
     is_terminal = Run.get_by_id(run_id).status in TERMINAL_RUN_STATUSES
     released = not is_terminal and not ambiguous_effect_ids(run_id)

@@ -17,7 +17,7 @@ from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import MessageContent
-from . import decision_records, statements
+from . import decision_records, effects, statements
 from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -460,7 +460,14 @@ def reserve_effect(
             updated_at=stamp,
         )
         return _effect_change(run_id, effect, "reserved", expected_revision)
-    if effect.payload_hash != payload_hash:
+    if effect.status == "ambiguous" or (effect.status == "applying" and effect.policy == "manual"):
+        # A manual effect whose action may or may not have happened: only an operator
+        # can tell, so the run must not guess by running it again (whatever it requests).
+        Effect.update(status="ambiguous", updated_at=stamp).where(
+            Effect.effect_id == effect.effect_id
+        ).execute()
+        return _effect_change(run_id, effect, "ambiguous", expected_revision)
+    if effect.payload_hash != payload_hash and not effects.judged_by_operator(effect):
         return {
             "effectId": effect.effect_id,
             "outcome": "conflict",
@@ -468,21 +475,21 @@ def reserve_effect(
             "revision": _revision(run_id),
         }
     if effect.status == "applied":
+        if effect.payload_hash != payload_hash:  # the verdict now holds this request
+            Effect.update(payload_hash=payload_hash).where(
+                Effect.effect_id == effect.effect_id
+            ).execute()
         return {
             "effectId": effect.effect_id,
             "outcome": "adopted",
             "result": read_json(effect.result_hash),
             "revision": _revision(run_id),
         }
-    if effect.status == "ambiguous" or (effect.status == "applying" and effect.policy == "manual"):
-        # A manual effect whose action may or may not have happened: only an operator
-        # can tell, so the run must not guess by running it again.
-        Effect.update(status="ambiguous", updated_at=stamp).where(
-            Effect.effect_id == effect.effect_id
-        ).execute()
-        return _effect_change(run_id, effect, "ambiguous", expected_revision)
     Effect.update(
-        status="applying", attempt_count=Effect.attempt_count + 1, updated_at=stamp
+        status="applying",
+        payload_hash=payload_hash,
+        attempt_count=Effect.attempt_count + 1,
+        updated_at=stamp,
     ).where(Effect.effect_id == effect.effect_id).execute()
     return _effect_change(run_id, effect, "reserved", expected_revision)
 

@@ -12,7 +12,7 @@ import pytest
 from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
-from .workflows import slow_shell
+from .workflows import PAY, slow_shell
 
 
 def _starts(harness: HostHarness) -> int:
@@ -172,6 +172,69 @@ def test_a_manual_effect_in_doubt_is_resolved_by_retrying_it(harness: HostHarnes
     assert status["finalOutput"]["work"]["stdout"] == "done"
     [settled] = _effects(harness, "--run", run_id)
     assert settled["status"] == "applied"
+
+
+def _charges(harness: HostHarness) -> int:
+    path = harness.project / "charges"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _kill_the_paying_worker(harness: HostHarness, run_id: str, previous: int | None) -> dict:
+    """SIGKILL the worker of `pay` mid-command; the run parks with the effect in doubt."""
+    shell_pid = harness.wait_for_pid("shell.pid", previous=previous)
+    os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
+    status = harness.wait_for_status(run_id, "waiting")
+    assert status["errorCode"] == "effectAmbiguous"
+    [effect] = _effects(harness, "--ambiguous")
+    assert effect["runId"] == run_id and effect["nodeId"] == "pay"
+    return {"shellPid": shell_pid, **effect}
+
+
+@pytest.mark.scenario("3.12")
+def test_retrying_a_manual_effect_runs_its_action_once_more_even_when_its_request_changes(
+    harness: HostHarness,
+):
+    harness.write_workflow("pay", PAY)
+    harness.start_host()
+    run_id = harness.start_run("pay")
+    parked = _kill_the_paying_worker(harness, run_id, None)
+    assert _charges(harness) == 1
+
+    harness.cli("effects", "retry", parked["effectId"])
+    # A retry of the retry: killed again mid-command, parked again, retried again.
+    again = _kill_the_paying_worker(harness, run_id, parked["shellPid"])
+    assert again["effectId"] == parked["effectId"] and again["attempts"] == 2
+    assert _charges(harness) == 2
+    harness.cli("effects", "retry", again["effectId"])
+    harness.wait_for_pid("shell.pid", previous=again["shellPid"])
+    (harness.project / "release").touch()
+
+    status = harness.wait_for_status(run_id, "completed", "failed")
+    assert status["status"] == "completed", status["error"]
+    assert status["finalOutput"] == {"paid": "paid"}
+    assert _charges(harness) == 3  # the first run and one per retry, no more
+    [settled] = _effects(harness, "--run", run_id)
+    assert settled["effectId"] == parked["effectId"]
+    assert settled["status"] == "applied" and settled["attempts"] == 3
+
+
+@pytest.mark.scenario("3.12")
+def test_confirming_a_manual_effect_carries_on_without_running_its_action(
+    harness: HostHarness,
+):
+    harness.write_workflow("pay", PAY)
+    harness.start_host()
+    run_id = harness.start_run("pay")
+    parked = _kill_the_paying_worker(harness, run_id, None)
+
+    harness.cli("effects", "confirm", parked["effectId"], "--result-json", '{"stdout": "by hand"}')
+    status = harness.wait_for_status(run_id, "completed", "failed")
+    assert status["status"] == "completed", status["error"]
+    assert status["finalOutput"] == {"paid": "by hand"}
+    assert _charges(harness) == 1  # confirmed, so never run again
+    [settled] = _effects(harness, "--run", run_id)
+    assert settled["effectId"] == parked["effectId"]
+    assert settled["status"] == "applied" and settled["attempts"] == 1
 
 
 AGENT_SCRIPT = """

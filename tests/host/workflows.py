@@ -251,3 +251,32 @@ def a(ctx):
 
 WORKFLOW = workflow(name="gated", start_at="a", nodes={"a": compute(a)}, edges=[])
 """
+
+
+# `pay`: a shell node with a manual effect whose command names its attempt (so each
+# attempt's request differs), appends a line to <project>/charges each time it runs, writes
+# its pid to <project>/shell.pid and finishes once <project>/release exists.
+PAY = """
+from pi_workflows import compute, edge, manual_effect, shell, workflow
+
+SCRIPT = (
+    "echo charged {attempt} >> charges; echo $$ > shell.pid; "
+    "while [ ! -e release ]; do sleep 0.05; done; printf paid"
+)
+
+WORKFLOW = workflow(
+    name="pay",
+    start_at="pay",
+    nodes={
+        "pay": shell(
+            exec=lambda ctx: {
+                "command": "sh",
+                "args": ["-c", SCRIPT.format(attempt=ctx.attempt_id)],
+            },
+            effect=manual_effect("payment"),
+        ),
+        "receipt": compute(lambda ctx: {"paid": ctx.outputs["pay"]["stdout"]}),
+    },
+    edges=[edge("pay", "receipt")],
+)
+"""
