@@ -190,14 +190,32 @@ def _kill_the_paying_worker(harness: HostHarness, run_id: str, previous: int | N
     return {"shellPid": shell_pid, **effect}
 
 
+def _start_paying_and_park_it(harness: HostHarness) -> tuple[str, dict]:
+    harness.write_workflow("pay", PAY)
+    harness.start_host()
+    run_id = harness.start_run("pay")
+    return run_id, _kill_the_paying_worker(harness, run_id, None)
+
+
+def _assert_paid(
+    harness: HostHarness, run_id: str, parked: dict, *, paid: str, charges: int, attempts: int
+) -> None:
+    """The run completed with `paid`; the command ran `charges` times in all, and the
+    one effect record of the node settled `applied` after `attempts` reservations."""
+    status = harness.wait_for_status(run_id, "completed", "failed")
+    assert status["status"] == "completed", status["error"]
+    assert status["finalOutput"] == {"paid": paid}
+    assert _charges(harness) == charges
+    [settled] = _effects(harness, "--run", run_id)
+    assert settled["effectId"] == parked["effectId"]
+    assert settled["status"] == "applied" and settled["attempts"] == attempts
+
+
 @pytest.mark.scenario("3.12")
 def test_retrying_a_manual_effect_runs_its_action_once_more_even_when_its_request_changes(
     harness: HostHarness,
 ):
-    harness.write_workflow("pay", PAY)
-    harness.start_host()
-    run_id = harness.start_run("pay")
-    parked = _kill_the_paying_worker(harness, run_id, None)
+    run_id, parked = _start_paying_and_park_it(harness)
     assert _charges(harness) == 1
 
     harness.cli("effects", "retry", parked["effectId"])
@@ -208,33 +226,20 @@ def test_retrying_a_manual_effect_runs_its_action_once_more_even_when_its_reques
     harness.cli("effects", "retry", again["effectId"])
     harness.wait_for_pid("shell.pid", previous=again["shellPid"])
     (harness.project / "release").touch()
+    # the first attempt and one per retry, no more
 
-    status = harness.wait_for_status(run_id, "completed", "failed")
-    assert status["status"] == "completed", status["error"]
-    assert status["finalOutput"] == {"paid": "paid"}
-    assert _charges(harness) == 3  # the first run and one per retry, no more
-    [settled] = _effects(harness, "--run", run_id)
-    assert settled["effectId"] == parked["effectId"]
-    assert settled["status"] == "applied" and settled["attempts"] == 3
+    _assert_paid(harness, run_id, parked, paid="paid", charges=3, attempts=3)
 
 
 @pytest.mark.scenario("3.12")
 def test_confirming_a_manual_effect_carries_on_without_running_its_action(
     harness: HostHarness,
 ):
-    harness.write_workflow("pay", PAY)
-    harness.start_host()
-    run_id = harness.start_run("pay")
-    parked = _kill_the_paying_worker(harness, run_id, None)
+    run_id, parked = _start_paying_and_park_it(harness)
 
     harness.cli("effects", "confirm", parked["effectId"], "--result-json", '{"stdout": "by hand"}')
-    status = harness.wait_for_status(run_id, "completed", "failed")
-    assert status["status"] == "completed", status["error"]
-    assert status["finalOutput"] == {"paid": "by hand"}
-    assert _charges(harness) == 1  # confirmed, so never run again
-    [settled] = _effects(harness, "--run", run_id)
-    assert settled["effectId"] == parked["effectId"]
-    assert settled["status"] == "applied" and settled["attempts"] == 1
+    # confirmed, so the command never runs again: one charge, from the killed attempt
+    _assert_paid(harness, run_id, parked, paid="by hand", charges=1, attempts=1)
 
 
 AGENT_SCRIPT = """
