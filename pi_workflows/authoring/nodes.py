@@ -187,7 +187,13 @@ def agent(
     timeout_ms: int | None = DEFAULT_TIMEOUT_MS,
     status_detail: str | None = None,
 ) -> Node:
-    """A model step: the prompt goes to an agent, its JSON output becomes the node's."""
+    """A model step: the prompt goes to an agent, its JSON output becomes the node's.
+
+    `validate(output, ctx)` checks each output the agent submits: raise to reject it (the
+    agent gets the message and may submit again), return the value to keep (a normalised
+    output, say), or return None to keep the submitted output unchanged. A step's output
+    therefore cannot be made null by its validator.
+    """
     _check_callable(prompt, "agent prompt", allow_str=True)
     if expected_output is not None and not isinstance(expected_output, str):
         raise fail("agent expected_output must be a string describing the output shape")

@@ -1088,10 +1088,16 @@ class Engine:
 
     @staticmethod
     def _checked_agent_output(node: Node, output: Any, ctx: NodeContext) -> Any:
-        """engine.md §4.5: tolerant parse, the node's validator, then the JSON round trip."""
+        """engine.md §4.5: tolerant parse, the node's validator, then the JSON round trip.
+
+        A validator returns the value to keep, or None to keep the submission as it is: a
+        validator that only raises on bad output must not turn good output into null.
+        """
         value = parse_output(output)
         if node.validate is not None:
-            value = node.validate(value, ctx)
+            kept = node.validate(value, ctx)
+            if kept is not None:
+                value = kept
         return _as_json(value, "The agent output")
 
 
