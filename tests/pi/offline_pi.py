@@ -167,6 +167,7 @@ class PiRpc:
         home: PiHome,
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
+        executable: Path | None = None,
     ) -> None:
         self.home = home
         self.events: list[dict[str, Any]] = []
@@ -174,7 +175,7 @@ class PiRpc:
         self._changed = threading.Condition()
         self.stderr_path = home.root / f"pi-stderr-{uuid.uuid4().hex[:8]}.log"
         argv = [
-            str(pi_executable()),
+            str(executable or pi_executable()),
             "--mode",
             "rpc",
             "--no-session",

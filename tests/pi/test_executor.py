@@ -339,7 +339,8 @@ def test_run_transcript_shows_what_the_agent_did_in_each_attempt(pi_host, model_
 
     text = pi_host.harness.cli("run", "transcript", run_id).stdout
     assert text.startswith("== count attempt 1 (completed) ==")
-    assert "prompt reason=initial" in text and "Count the files." in text
+    assert "prompt model=scripted-model provider=scripted reason=initial" in text
+    assert "Count the files." in text
     assert "tool_call" in text and '"action": "update"' in text
     assert "Update published" in text
     assert "isError=true" in text and "count must be an integer" in text
@@ -389,6 +390,40 @@ def test_a_failing_provider_fails_the_step_within_seconds_with_pis_default_retri
     assert (prompt["kind"], error["kind"]) == ("prompt", "error")
     # From the prompt to the failure: the provider SDK's own quick retries, not Pi's 14 s.
     assert error["at"] - prompt["at"] < FAIL_FAST_SECONDS * 1000
+
+
+@pytest.mark.parametrize(
+    ("model", "reason"),
+    [
+        pytest.param(
+            "scripted/nope",
+            "Pi does not know the model scripted/nope (PI_WORKFLOWS_PI_MODEL=scripted/nope): "
+            "provider scripted has scripted/scripted-model; `pi --list-models` lists the models "
+            "Pi can use.",
+            id="model",
+        ),
+        # Pi refuses an unknown provider itself; its own line names the model.
+        pytest.param(
+            "elsewhere/nope",
+            'pi exited with code 1: Error: Model "elsewhere/nope" not found. Use --list-models',
+            id="provider",
+        ),
+    ],
+)
+def test_a_model_pi_does_not_know_fails_the_step_naming_it(
+    harness, model_server, pi_bin, model, reason
+):
+    """Pi only warns about an unknown model of a known provider and sends the name to the
+    provider anyway (a scripted server answers anything): the step must fail first."""
+    pi_host = PiHost(harness, PiHome(harness.root / "pi", model_server))
+    harness.env["PI_WORKFLOWS_PI_MODEL"] = model
+    harness.start_host()
+    model_server.script(submit({"reply": "from a model that does not exist"}))
+    run_id = pi_host.start_headless("echo", {"task": "Say hello"})
+    status = _finished(pi_host, run_id)
+    assert status["status"] == "failed", status
+    assert reason in status["error"] and "\n" not in status["error"]
+    assert model_server.requests == []
 
 
 def test_a_runs_pi_starts_with_the_run_so_earlier_work_overlaps_its_start_up(pi_host, model_server):

@@ -1,15 +1,13 @@
 """`pi-workflows pi ...`: the Pi coding agent side of a workflow session (SPEC §16).
 
-`extension-path` and `doctor` are for people; `socket` and `start-payload` are what the
-interactive extension asks the CLI, so that finding (and autostarting) the host and
-resolving workflows stay in Python.
+`extension-path`, `install`, `uninstall` and `doctor` are for people; `socket` and
+`start-payload` are what the interactive extension asks the CLI, so that finding (and
+autostarting) the host and resolving workflows stay in Python.
 """
 
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,12 +16,12 @@ import click
 from pi_workflows.cli.context import CliContext, emit_json, json_option, pass_cli
 from pi_workflows.client.connection import HostConnection
 from pi_workflows.client.start_request import start_payload
+from pi_workflows.engine.agents import AgentExecutorError
 from pi_workflows.errors import HostUnavailableError, InvalidInputError
 
-from .node import DISTRIBUTION_DIR, PINNED_PI_VERSION, SESSION_EXTENSION, pi_command
-
-MIN_NODE_MAJOR = 20
-PROBE_TIMEOUT_S = 30
+from . import doctor, install
+from .executor import PiSettings
+from .node import SESSION_EXTENSION
 
 
 @click.group("pi")
@@ -77,49 +75,6 @@ def start_payload_command(workflow: str, input_json: str | None, project: Path |
     emit_json(payload)
 
 
-def _probe(argv: list[str]) -> str | None:
-    """The first line a program prints, or None when it cannot run."""
-    try:
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    lines = (done.stdout or done.stderr).strip().splitlines()
-    return lines[0].strip() if lines else ""
-
-
-def _check_node() -> tuple[bool, str]:
-    version = _probe(["node", "--version"])
-    if version is None:
-        return False, f"node: not found; install Node.js {MIN_NODE_MAJOR} or newer"
-    major = re.match(r"v?(\d+)", version)
-    if major is None or int(major.group(1)) < MIN_NODE_MAJOR:
-        return False, f"node: {version} is too old; Pi needs Node.js {MIN_NODE_MAJOR} or newer"
-    return True, f"node: ok ({version})"
-
-
-def _check_pi() -> tuple[bool, str]:
-    command = pi_command()
-    hint = f"run 'npm ci' in {DISTRIBUTION_DIR} or set PI_WORKFLOWS_PI_COMMAND"
-    if command is None:
-        return False, f"pi: not found; {hint}"
-    version = _probe([command, "--version"])
-    if version is None:
-        return False, f"pi: {command} does not run; {hint}"
-    if version != PINNED_PI_VERSION:
-        return False, f"pi: {version} at {command}; pi-workflows is tested with {PINNED_PI_VERSION}"
-    return True, f"pi: ok ({version} at {command})"
-
-
-def _check_extension() -> tuple[bool, str]:
-    if not SESSION_EXTENSION.is_file():
-        return False, f"extension: {SESSION_EXTENSION} is missing; reinstall pi-workflows-pi"
-    return True, f"extension: ok ({SESSION_EXTENSION})"
-
-
 def _check_host(cli_ctx: CliContext) -> tuple[bool, str]:
     try:
         HostConnection(cli_ctx.home.socket_path, timeout_s=5).close()
@@ -128,11 +83,43 @@ def _check_host(cli_ctx: CliContext) -> tuple[bool, str]:
     return True, f"host: ok (running for {cli_ctx.home.root})"
 
 
+@pi_group.command("install")
+@click.option(
+    "--bin-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to link `pi` (default: this Python environment's scripts directory).",
+)
+def install_command(bin_dir: Path | None) -> None:
+    """Make plain `pi` load the workflow-session extension, and put `pi` on PATH."""
+    for line in install.install(bin_dir or install.default_bin_dir()):
+        click.echo(line)
+
+
+@pi_group.command("uninstall")
+def uninstall_command() -> None:
+    """Undo what `pi-workflows pi install` did (and nothing else)."""
+    for line in install.uninstall():
+        click.echo(line)
+
+
 @pi_group.command("doctor")
 @pass_cli
 def doctor_command(cli_ctx: CliContext) -> None:
-    """Check Node, the pi version, the extension and the host; one line each."""
-    results = [_check_node(), _check_pi(), _check_extension(), _check_host(cli_ctx)]
+    """Check Node, pi, the extension, Pi's models and provider, the host; one line each."""
+    results = [
+        doctor.check_node(),
+        doctor.check_pi(),
+        doctor.check_pi_on_path(),
+        doctor.check_extension(Path.cwd()),
+    ]
+    try:
+        settings = PiSettings.from_environment()
+    except AgentExecutorError as error:
+        results.append((False, f"model: not checked ({error})"))
+    else:
+        results += doctor.check_models(settings)
+    results.append(_check_host(cli_ctx))
     for _, line in results:
         click.echo(line)
     if not all(ok for ok, _ in results):

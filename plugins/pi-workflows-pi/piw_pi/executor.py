@@ -39,11 +39,11 @@ from pi_workflows.engine.agents import AgentExecutorError
 from pi_workflows.engine.context import AbortSignal, NodeAborted
 
 from .bridge_server import SOCKET_ENV, BridgeServer
+from .models import known_model, model_name, requested_model
 from .node import BRIDGE_EXTENSION, PI_COMMAND_ENV, pi_command, pi_on_bundled_node
 from .rpc import PiProcess, PiProcessError, PiWaitStopped
 from .transcript import record_event
 
-MODEL_ENV = "PI_WORKFLOWS_PI_MODEL"
 ARGS_ENV = "PI_WORKFLOWS_PI_ARGS"
 MAX_REMINDERS = 2
 START_TIMEOUT_SECONDS = 60.0
@@ -83,8 +83,7 @@ class PiSettings:
                 "The 'pi' agent executor found no `pi`: run `npm ci` in "
                 f"plugins/pi-workflows-pi, put `pi` on PATH, or set {PI_COMMAND_ENV}."
             )
-        model = os.environ.get(MODEL_ENV, "").strip() or None
-        return cls(command, model, tuple(shlex.split(os.environ.get(ARGS_ENV, ""))))
+        return cls(command, requested_model(), tuple(shlex.split(os.environ.get(ARGS_ENV, ""))))
 
     def argv(self) -> list[str]:
         model = ["--model", self.model] if self.model else []
@@ -103,11 +102,13 @@ class PiSettings:
 class PiSession:
     """A started pi with its bridge socket; serves one step at a time.
 
-    Starting it only spawns pi; `ready()` waits until pi answers and knows its model.
-    `signal` is the abort signal of the step being served: setting it ends any wait for pi.
+    Starting it only spawns pi; `ready()` waits until pi answers and checks that Pi knows
+    its model. `signal` is the abort signal of the step being served: setting it ends any
+    wait for pi.
     """
 
     def __init__(self, settings: PiSettings) -> None:
+        self.settings = settings
         self.signal = AbortSignal()
         self.bridge = BridgeServer()
         env = {**os.environ, SOCKET_ENV: self.bridge.path}
@@ -116,26 +117,28 @@ class PiSession:
         except BaseException:
             self.bridge.close()
             raise
-        self.model_name: str | None = None
+        self.model: dict[str, Any] | None = None
         self.is_fresh = True
+
+    @property
+    def model_name(self) -> str:
+        return model_name(self.model or {})
 
     def ready(self) -> None:
         """Wait for pi's first answer (once); a pi that cannot serve is closed."""
-        if self.model_name is not None:
+        if self.model is not None:
             return
         try:
             state = self._command({"type": "get_state"}, START_TIMEOUT_SECONDS)
+            available = self._command({"type": "get_available_models"}, COMMAND_TIMEOUT_SECONDS)
+            self.model = known_model(
+                (state.get("data") or {}).get("model"),
+                (available.get("data") or {}).get("models") or [],
+                self.settings.model,
+            )
         except BaseException:
             self.close()
             raise
-        model = (state.get("data") or {}).get("model")
-        if not model:
-            self.close()
-            raise AgentExecutorError(
-                f"pi has no model to use: set {MODEL_ENV} (e.g. provider/model) or "
-                "defaultProvider/defaultModel in Pi's settings.json."
-            )
-        self.model_name = f"{model.get('provider')}/{model.get('id')}"
 
     def _command(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
@@ -218,7 +221,15 @@ class PiStep:
             self.session.bridge.handler = None
 
     def _prompt(self, text: str, reason: str) -> None:
-        self.transcript.add("prompt", reason=reason, text=text)
+        # The transcript names who answers: the provider and model this pi prompts.
+        model = self.session.model or {}
+        self.transcript.add(
+            "prompt",
+            reason=reason,
+            provider=model.get("provider"),
+            model=model.get("id"),
+            text=text,
+        )
         self.session.prompt(text)
 
     def _reminder(self, number: int) -> str:

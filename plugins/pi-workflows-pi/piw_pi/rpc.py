@@ -168,7 +168,10 @@ class PiProcess:
             reader.join(timeout=1.0)
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
-                stream.close()
+                try:
+                    stream.close()
+                except BrokenPipeError:
+                    pass  # stdin still held a command pi exited before reading
 
 
 def _signal_group(process_group: int, signum: int) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
-from piw_pi.node import DISTRIBUTION_DIR
+from piw_pi.node import BUNDLED_PI, DISTRIBUTION_DIR, SESSION_EXTENSION
 
 from tests.host.conftest import HostHarness
+from tests.pi.session.workflow_pi import WorkflowPi
 
 
 def test_extension_path_names_the_entry_file_pi_loads(harness: HostHarness):
@@ -17,22 +19,107 @@ def test_extension_path_names_the_entry_file_pi_loads(harness: HostHarness):
     assert "export default function" in path.read_text()
 
 
-def test_doctor_checks_node_pi_the_extension_and_the_host_one_line_each(harness: HostHarness):
-    result = harness.cli("pi", "doctor")
-    lines = result.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["node", "pi", "extension", "host"]
-    assert lines[1].startswith("pi: ok (0.73.1 at ")
-    assert "not running" in lines[3]
+def _doctor(harness: HostHarness, env: dict[str, str]) -> tuple[int, dict[str, str]]:
+    """`pi doctor`'s exit code and its lines by check name."""
+    result = harness.cli("pi", "doctor", check=False, **env)
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    return result.returncode, lines
 
-    harness.start_host()
+
+CHECKS = ["node", "pi", "pi on PATH", "extension", "models", "model", "provider", "host"]
+
+# A person's own extension, listed before pi-workflows is installed.
+MINE = """
+export default function (pi) {
+	pi.registerCommand("mine", { description: "mine", handler: async () => {} });
+}
+"""
+
+
+def test_install_makes_plain_pi_load_the_extension_and_uninstall_undoes_only_that(
+    pi_session: WorkflowPi,
+):
+    harness, home = pi_session.harness, pi_session.pi_home
+    bin_dir, settings_path = home.root / "bin", home.agent_dir / "settings.json"
+    (home.agent_dir / "mine.ts").write_text(MINE)
+    before = {**json.loads(settings_path.read_text()), "extensions": ["./mine.ts"]}
+    settings_path.write_text(json.dumps(before))
+    env = {**home.env, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+    code, lines = _doctor(harness, env)
+    assert code == 1 and list(lines) == CHECKS
+    assert lines["pi on PATH"].startswith("none; run 'pi-workflows pi install'")
+    assert lines["extension"] == "plain pi does not load it; run 'pi-workflows pi install'"
+
+    installed = harness.cli("pi", "install", "--bin-dir", str(bin_dir), **env)
+    assert installed.stdout.splitlines() == [
+        f"extension: added to 'extensions' in {settings_path}",
+        f"pi: linked {bin_dir / 'pi'} -> {BUNDLED_PI}",
+    ]
+    after = json.loads(settings_path.read_text())
+    assert after == {**before, "extensions": ["./mine.ts", str(SESSION_EXTENSION.resolve())]}
+
+    code, lines = _doctor(harness, env)
+    assert code == 0, lines
+    assert lines["pi on PATH"] == f"ok ({bin_dir / 'pi'}, the bundled pi)"
+    assert lines["extension"] == f"ok (listed in {settings_path})"
+    assert lines["model"] == "ok (scripted/scripted-model, Pi's default)"
+
+    # Plain `pi` from PATH, no -e: the extension is loaded and reaches the host.
+    pi = pi_session.start(plain=bin_dir / "pi")
+    commands = {c["name"] for c in pi.send({"type": "get_commands"})["data"]["commands"]}
+    assert {"workflow", "mine"} <= commands
+    pi.prompt("/workflow list")
+    pi.wait_for(
+        lambda e: e.get("method") == "notify" and "two-turn" in e.get("message", ""),
+        what="the /workflow list notice",
+    )
+
+    uninstalled = harness.cli("pi", "uninstall", **env)
+    assert uninstalled.stdout.splitlines() == [
+        f"extension: removed from 'extensions' in {settings_path}",
+        f"pi: removed the link {bin_dir / 'pi'}",
+    ]
+    assert json.loads(settings_path.read_text()) == before
+    assert not (bin_dir / "pi").exists()
+    again = harness.cli("pi", "uninstall", **env)
+    assert again.stdout.strip() == "nothing to undo: 'pi-workflows pi install' changed nothing here"
+
+
+def test_doctor_names_each_missing_piece_of_pis_set_up_with_its_fix(pi_session: WorkflowPi):
+    harness, home = pi_session.harness, pi_session.pi_home
+    env = home.env
+
+    code, lines = _doctor(harness, {**env, "PI_WORKFLOWS_PI_MODEL": "scripted/nope"})
+    assert code == 1
+    assert lines["model"] == (
+        "Pi does not know the model scripted/nope (PI_WORKFLOWS_PI_MODEL=scripted/nope): "
+        "provider scripted has scripted/scripted-model; `pi --list-models` lists the models Pi "
+        "can use."
+    )
+
+    base_url = pi_session.server.base_url
+    pi_session.server.stop()
+    code, lines = _doctor(harness, env)
+    assert lines["model"].startswith("ok (scripted/scripted-model")
+    assert lines["provider"] == (
+        f"scripted at {base_url} is unreachable (Connection refused); start "
+        f"it, or fix baseUrl in {home.agent_dir / 'models.json'}"
+    )
+
+    (home.agent_dir / "models.json").unlink()
+    code, lines = _doctor(harness, env)
+    assert code == 1
+    assert lines["models"].startswith("Pi can use no model (no models.json or auth.json in ")
+    assert lines["model"].startswith("pi has no model to use: set PI_WORKFLOWS_PI_MODEL")
+
     broken = harness.cli("pi", "doctor", check=False, PI_WORKFLOWS_PI_COMMAND="/nonexistent/pi")
     assert broken.returncode == 1
-    lines = broken.stdout.splitlines()
-    assert lines[1] == (
+    assert (
         f"pi: /nonexistent/pi does not run; run 'npm ci' in {DISTRIBUTION_DIR} "
         "or set PI_WORKFLOWS_PI_COMMAND"
-    )
-    assert lines[3].startswith("host: ok (running for ")
+    ) in broken.stdout.splitlines()
+    assert f"host: ok (running for {harness.home.root})" in broken.stdout.splitlines()
 
 
 @pytest.mark.scenario("4.18")

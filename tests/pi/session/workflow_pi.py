@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from piw_pi.node import SESSION_EXTENSION
@@ -63,12 +64,17 @@ class WorkflowPi:
         return env
 
     def start(
-        self, session_id: str | None = None, extra_args: list[str] | None = None, **extra: str
+        self,
+        session_id: str | None = None,
+        extra_args: list[str] | None = None,
+        plain: Path | None = None,
+        **extra: str,
     ) -> PiRpc:
+        """A pi with the extension: given with `-e`, or — for a `plain` pi executable — the
+        one its settings load."""
+        loaded = [] if plain else ["-e", str(SESSION_EXTENSION)]
         child = PiRpc(
-            self.pi_home,
-            ["-e", str(SESSION_EXTENSION), *(extra_args or [])],
-            self.env(session_id, **extra),
+            self.pi_home, [*loaded, *(extra_args or [])], self.env(session_id, **extra), plain
         )
         self.children.append(child)
         return child
