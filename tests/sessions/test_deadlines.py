@@ -70,7 +70,7 @@ def _event_times(harness, run_id, event_type):
     return [row[0] for row in rows]
 
 
-@pytest.mark.scenario("5.2", "7.10")
+@pytest.mark.scenario("5.2", "7.2", "7.10")
 def test_idle_and_paused_time_move_a_step_deadline(sessions, harness):
     harness.write_workflow("slow", SLOW)
     run_id = sessions.start("slow", "session-slow")
@@ -86,6 +86,13 @@ def test_idle_and_paused_time_move_a_step_deadline(sessions, harness):
     ((s1, _),) = _turns(harness, run_id)
     after_first = _deadline(harness, run_id)[0]
     assert after_first > initial and abs(after_first - (s1 + 60000)) <= TOLERANCE_MS
+
+    # The same start again, later: adopted, and neither the turn's start nor the deadline move.
+    wait_until(lambda: time.time() * 1000 > s1 + 100, what="time to pass since the start")
+    repeat = session.report_turn(message, first, "started")
+    assert (repeat.outcome, repeat.receipt["ownership"]) == ("adopted", "active")
+    assert _turns(harness, run_id) == [(s1, None)]
+    assert _deadline(harness, run_id)[:2] == (after_first, started_at)
 
     # Second turn: the gap since the first one ended is idle, the first turn's time counts.
     session.report_turn(message, first, "ended", stop_reason="error")
@@ -151,6 +158,31 @@ def test_an_expired_step_times_out_and_routes_through_its_result(sessions, harne
     assert refused.outcome == "conflict" and "stale" in refused.error
     ended = session.report_turn(message, turn, "ended", stop_reason="completed")
     assert ended.receipt["ownership"] == "settled"
+
+
+@pytest.mark.scenario("5.3")
+def test_a_turn_ended_while_paused_does_not_time_the_step_out(sessions, harness):
+    run_id, session, message, turn = _working_on_step(
+        sessions, harness, "plain", UNROUTED, "session-paused-end"
+    )
+    client = harness.client()
+    try:
+        assert client.pause_run(run_id)["paused"] is True
+    finally:
+        client.close()
+    ended = session.report_turn(message, turn, "ended", stop_reason="aborted")
+    assert (ended.outcome, ended.receipt["ownership"]) == ("accepted", "settled")
+
+    deadline_at, _, _, attempt_id = _deadline(harness, run_id)
+    wait_until(
+        lambda: time.time() * 1000 > deadline_at + 1000, what="the deadline and some poll ticks"
+    )
+    status = harness.client().run_status(run_id)
+    assert (status["status"], status["paused"]) == ("waiting", True), status
+    assert harness.query(
+        "SELECT status FROM interactive_requests WHERE attempt_id = ?", attempt_id
+    ) == [("pending",)]
+    assert _deadline(harness, run_id)[2] == "waiting"
 
 
 @pytest.mark.scenario("6.9", "7.11")

@@ -162,3 +162,38 @@ def test_a_retry_with_new_ids_under_the_same_idempotency_key_is_adopted(sessions
         ("first-submission", "accepted")
     ]
     harness.wait_for_status(run_id, "completed")
+
+
+@pytest.mark.integration
+@pytest.mark.scenario("11.7", "3.14")
+def test_one_submission_validates_at_a_time_and_a_restarted_host_finishes_it(sessions, harness):
+    run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-one")
+    session.report_turn(step, session.new_turn_id(), "started")
+    first = _submit_frame(session, step, run_id, "first", "first-submission")
+    second = _submit_frame(session, step, run_id, "second", "second-submission")
+
+    with _connect(harness) as (sock, reader):
+        sock.sendall(first)
+        wait_until(
+            lambda: (
+                harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
+            ),
+            what="the first submission to be validating",
+        )
+        sock.sendall(second)
+        refused = json.loads(reader.readline())
+    assert refused["requestId"] == "second" and refused["outcome"] == "conflict", refused
+    assert "Another submission of this step is still being validated" in refused["error"]
+    assert harness.query("SELECT status FROM interactive_requests") == [("pending",)]
+
+    # The host stops while the first submission validates; the next host validates it.
+    sessions.close()
+    harness.stop()
+    assert harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
+    (harness.project / "release").touch()
+    harness.start_host()
+    wait_until(
+        lambda: harness.query("SELECT outcome FROM interactive_submissions") == [("accepted",)],
+        what="the next host to accept the validating submission",
+    )
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"answer": 42}

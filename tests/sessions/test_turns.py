@@ -171,13 +171,27 @@ def test_a_replaced_coordinator_is_fenced(sessions):
     assert new.report_turn(message, new.new_turn_id(), "started").receipt["ownership"] == "active"
 
 
-@pytest.mark.scenario("6.2")
+@pytest.mark.scenario("6.2", "6.3")
 def test_branch_evidence_marks_sent_and_vanished_steps_come_back(sessions):
     sessions.start("two-steps", "session-branch")
     session = sessions.open("session-branch")
     session.report_branch()
     shown = session.deliver_next()
     entry = shown["sessionEntryId"]
+    # Another session's coordinator cannot claim this session's message as shown.
+    stranger = sessions.open("session-stranger")
+    stranger.report_branch()
+    foreign = stranger.send(
+        "workflowMessage.reportBranch",
+        {
+            "targetSessionId": "session-stranger",
+            "coordinatorEpoch": stranger.epoch,
+            "entries": [{"workflowMessageId": shown["workflowMessageId"], "sessionEntryId": "x"}],
+            "isIdle": True,
+            "hasPendingMessages": False,
+        },
+    )
+    assert foreign.outcome == "rejected" and "wrong origin session" in foreign.error
     conflicting = session.send(
         "workflowMessage.reportBranch",
         {
