@@ -47,6 +47,7 @@ BACKENDS = ("sqlite", "postgresql")
 # `backend` fixture (directly or through `store`, `database_url` or the host harness).
 BOTH_BACKEND_SUITES = (
     "tests/test_storage.py",
+    "tests/test_run_claims.py",
     "tests/test_postgres.py",
     "tests/test_schema_upgrade.py",
     "tests/engine/",

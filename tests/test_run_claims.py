@@ -1,0 +1,186 @@
+"""Fenced run claims in the state store: only the live claim moves a run (SPEC §6).
+
+The host's claim paths (terminate, park, renew, complete) are called here the way the host
+calls them, inside a transaction, with real leases that really expire.
+"""
+
+from __future__ import annotations
+
+import peewee
+import pytest
+
+from pi_workflows.clock import now_ms
+from pi_workflows.errors import NotFoundError
+from pi_workflows.storage import run_claims, run_workers
+from pi_workflows.storage.decision_records import create_request
+from pi_workflows.storage.models import Event, Lease, Run, RunQueue, RunWorker
+from tests.polling import wait_until
+
+
+def _claim(store, run_id, owner, *, lease_ms=30_000):
+    token = run_claims.new_claim_token()
+    with store.transaction():
+        claim = run_claims.claim_run(run_id, owner, token, lease_ms=lease_ms)
+    assert claim is not None, f"{owner} could not claim {run_id}"
+    return token, claim
+
+
+def _expire(claim):
+    wait_until(lambda: now_ms() > claim.expires_at, what="the claim's lease to run out")
+
+
+def _queue(run_id):
+    row = RunQueue.get(RunQueue.run == run_id)
+    return row.status, row.error_code
+
+
+def _trail(run_id):
+    """What a write would change: the run's revision and status, and its event count."""
+    run = Run.get_by_id(run_id)
+    return run.revision, run.status, Event.select().where(Event.run == run_id).count()
+
+
+@pytest.mark.scenario("2.7", "2.22")
+def test_a_claim_that_expired_or_passed_on_cannot_end_the_run(store, make_run):
+    with store.transaction():
+        make_run("run-expired")
+        make_run("run-passed")
+
+    # 2.7: the expired claimant's failure is refused; the row stays claimed.
+    token, claim = _claim(store, "run-expired", "host-1", lease_ms=50)
+    _expire(claim)
+    before = _trail("run-expired")
+    with store.transaction():
+        assert not run_claims.terminate_run(
+            "run-expired", token, status="failed", code="workflowLoadFailed", error="late"
+        )
+    assert _queue("run-expired") == ("starting", None)
+    assert _trail("run-expired") == before
+
+    # 2.22: the claim passed from token-a to token-b; token-a's failure writes nothing.
+    token_a, claim_a = _claim(store, "run-passed", "host-a", lease_ms=50)
+    _expire(claim_a)
+    token_b, _ = _claim(store, "run-passed", "host-b")
+    with store.transaction():
+        assert run_claims.mark_running("run-passed", token_b)
+    before = _trail("run-passed")
+    with store.transaction():
+        assert not run_claims.terminate_run(
+            "run-passed", token_a, status="failed", code="workerExited", error="stale"
+        )
+        assert not run_claims.mark_running("run-passed", token_a)
+    assert _trail("run-passed") == before
+    assert _queue("run-passed") == ("running", None)
+    assert Lease.get_by_id("run-passed").owner_id == "host-b"
+
+
+@pytest.mark.scenario("2.8")
+def test_only_the_live_generation_parks_a_run_for_an_ambiguous_effect(store, make_run):
+    with store.transaction():
+        make_run("run-effect")
+    old_token, old_claim = _claim(store, "run-effect", "host-1", lease_ms=50)
+    with store.transaction():
+        assert run_claims.mark_running("run-effect", old_token)
+    _expire(old_claim)
+
+    with store.transaction():
+        assert not run_claims.park_for_ambiguous_effect("run-effect", old_token, ["effect-1"])
+    assert _queue("run-effect") == ("running", None)
+
+    new_token, new_claim = _claim(store, "run-effect", "host-2")
+    assert new_claim.generation == old_claim.generation + 1
+    with store.transaction():
+        assert not run_claims.park_for_ambiguous_effect("run-effect", old_token, ["effect-1"])
+        assert run_claims.park_for_ambiguous_effect("run-effect", new_token, ["effect-1"])
+    assert _queue("run-effect") == ("parked", "effectAmbiguous")
+    lease = Lease.get_by_id("run-effect")
+    assert (lease.owner_id, lease.token_hash, lease.generation) == (None, None, 2)
+    run = Run.get_by_id("run-effect")
+    assert run.status == "waiting"
+    assert run.status_detail.startswith("Effect effect-1 may or may not have happened")
+
+
+@pytest.mark.scenario("2.9")
+def test_park_and_complete_happen_once_per_claim(store, make_run):
+    with store.transaction():
+        make_run("run-twice")
+    first_token, _ = _claim(store, "run-twice", "host-1")
+    with store.transaction():
+        assert run_claims.park_run("run-twice", first_token)
+        assert not run_claims.park_run("run-twice", first_token)  # the park released it
+    assert _queue("run-twice") == ("parked", None)
+
+    second_token, second = _claim(store, "run-twice", "host-2")
+    with store.transaction():
+        assert run_claims.mark_running("run-twice", second_token)
+        # The completing snapshot: the worker gateway checks the claim, then projects it.
+        assert run_claims.claimed_run("run-twice", second_token, second.generation)
+        run_claims.project_lifecycle("run-twice", second.generation, "completed")
+    assert _queue("run-twice") == ("done", None)
+
+    before = _trail("run-twice")
+    with store.transaction():
+        # A second completion with the same token finds no claim to write through.
+        assert run_claims.claimed_run("run-twice", second_token, second.generation) is None
+        assert not run_claims.park_run("run-twice", second_token)
+        assert not run_claims.terminate_run(
+            "run-twice", second_token, status="failed", code="late", error="late"
+        )
+        assert not run_claims.park_run("run-twice", first_token)
+    assert _queue("run-twice") == ("done", None)
+    assert _trail("run-twice") == before
+
+
+@pytest.mark.scenario("2.13")
+def test_only_the_current_lease_renews_or_releases(store, make_run):
+    with store.transaction():
+        make_run("run-lease")
+    token_a, claim_a = _claim(store, "run-lease", "host-a")
+
+    token_b = run_claims.new_claim_token()
+    with store.transaction():
+        assert run_claims.claim_run("run-lease", "host-b", token_b) is None  # nothing, no error
+        assert not run_claims.renew_claim("run-lease", token_b, lease_ms=200)
+        before = now_ms()
+        assert run_claims.renew_claim("run-lease", token_a, lease_ms=200)
+    lease = Lease.get_by_id("run-lease")
+    assert before + 200 <= lease.expires_at <= now_ms() + 200
+    assert (lease.owner_id, lease.generation) == ("host-a", claim_a.generation)
+
+    with store.transaction():
+        assert run_claims.park_run("run-lease", token_a)
+        assert not run_claims.park_run("run-lease", token_a)
+        assert not run_claims.renew_claim("run-lease", token_a)
+    assert Lease.get_by_id("run-lease").owner_id is None
+
+
+@pytest.mark.scenario("3.2")
+def test_a_run_has_one_active_worker_per_generation(store, make_run):
+    with store.transaction():
+        make_run("run-workers")
+    _claim(store, "run-workers", "host-1")
+    with store.transaction():
+        run_workers.record_worker("worker-1", "run-workers", 1, 1, "0" * 64, 1)
+    with pytest.raises(peewee.IntegrityError), store.transaction():
+        run_workers.record_worker("worker-2", "run-workers", 1, 1, "0" * 64, 1)
+
+    with store.transaction():
+        assert run_workers.mark_running("worker-1", 4242, "start-identity")
+        assert not run_workers.mark_running("worker-1", 4242, "start-identity")
+        run_workers.finish_worker("worker-1", "exited", now_ms(), 0, None, None)
+        # Once the first has exited, the next generation records its own worker.
+        run_workers.record_worker("worker-2", "run-workers", 2, 1, "0" * 64, 2)
+    rows = RunWorker.select().where(RunWorker.run == "run-workers").order_by(RunWorker.generation)
+    assert [(w.worker_epoch, w.status, w.pid, w.exit_code) for w in rows] == [
+        ("worker-1", "exited", 4242, 0),
+        ("worker-2", "starting", None, None),
+    ]
+
+
+@pytest.mark.scenario("10.2")
+def test_a_decision_request_needs_a_stored_run(store):
+    request = {"title": "Ship it?", "choices": {"yes": {"label": "Yes"}}}
+    with pytest.raises(NotFoundError, match="Workflow run run-missing does not exist"):
+        with store.transaction():
+            create_request("run-missing", request)
+    assert Event.select().count() == 0
