@@ -5,24 +5,120 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import sqlite3
+import struct
 
 import psutil
 import pytest
 
+from pi_workflows.protocol.client_messages import SCHEMA
 from tests.polling import process_gone
 
 from .conftest import HostHarness, wait_until
 from .workflows import STEPS
 
 
-@pytest.mark.scenario("1.2")
+@pytest.mark.scenario("1.2", "1.3")
 def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
+    harness.write_workflow("steps", STEPS)
     first = harness.start_host()
+    run_id = harness.start_run("steps")
+    worker = harness.wait_for_pid("b.pid")  # a child the first host spawned and registered
     result = harness.cli("host", "run", check=False)
     assert result.returncode == 1
     assert f"A workflow host is already running with PID {first.pid}" in result.stderr
     assert first.poll() is None  # the first host is unharmed
     assert f"(PID {first.pid}, epoch " in harness.cli("host", "status").stdout
+    # The refused host reaped nothing: the first host's worker still runs its node.
+    assert psutil.pid_exists(worker)
+    assert harness.workers(run_id) == [(1, "running", worker)]
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.scenario("1.4")
+def test_a_socket_that_cannot_be_bound_releases_the_epoch_and_the_lock(harness: HostHarness):
+    home = harness.root / ("a" * 70) / ("b" * 70)
+    result = harness.cli("host", "run", check=False, PI_WORKFLOWS_HOME=str(home))
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "is longer than the OS allows (107 bytes); choose a shorter --home" in result.stderr
+    assert not (home / "host" / "host.lock.json").exists()
+    assert not (home / "host" / "host.sock").exists()
+    connection = sqlite3.connect(home / "state.sqlite")
+    try:
+        rows = connection.execute("SELECT host_id, pid, released_at FROM host_state").fetchall()
+    finally:
+        connection.close()
+    assert [(host_id, pid) for host_id, pid, _ in rows] == [(None, None)]
+    assert rows[0][2] is not None
+    # Stopping the host that never started is safe.
+    stopped = harness.cli("host", "stop", check=False, PI_WORKFLOWS_HOME=str(home))
+    assert stopped.returncode == 0, stopped.stderr
+
+
+def _connected(harness: HostHarness) -> socket.socket:
+    """A raw client connection that has read the host's hello."""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(15)
+    client.connect(str(harness.home.socket_path))
+    hello = b""
+    while not hello.endswith(b"\n"):
+        hello += client.recv(65536)
+    assert json.loads(hello)["type"] == "hello"
+    return client
+
+
+def _request(request_id: str, operation: str) -> bytes:
+    return (
+        json.dumps(
+            {
+                "schema": SCHEMA,
+                "type": "request",
+                "requestId": request_id,
+                "clientId": "raw-client",
+                "operation": operation,
+                "idempotencyKey": request_id,
+                "payload": {},
+            }
+        ).encode()
+        + b"\n"
+    )
+
+
+@pytest.mark.scenario("1.8")
+def test_stop_closes_an_idle_client_connection_and_does_not_wait_for_it(harness: HostHarness):
+    process = harness.start_host()
+    idle = _connected(harness)
+    try:
+        harness.stop()
+        assert idle.recv(65536) == b""  # the host closed it
+    finally:
+        idle.close()
+    assert process.returncode == 0  # a clean stop, not the harness's kill after 15 s
+    assert not harness.home.socket_path.exists()
+
+
+@pytest.mark.scenario("1.9")
+def test_a_client_that_resets_its_connection_harms_no_other(harness: HostHarness):
+    harness.start_host()
+    for number in range(20):
+        rude = _connected(harness)
+        rude.sendall(_request(f"status-{number}", "host.status"))
+        # Close with a reset (RST), before the answer is read.
+        rude.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        rude.close()
+    polite = _connected(harness)
+    try:
+        polite.sendall(_request("after", "host.status"))
+        answer = json.loads(polite.makefile("rb").readline())
+    finally:
+        polite.close()
+    assert answer["outcome"] == "accepted" and answer["receipt"]["state"] == "running"
+    assert harness.host_process.poll() is None
+    assert "Traceback" not in harness.host_log()
 
 
 @pytest.mark.scenario("1.10")
