@@ -10,8 +10,10 @@ import pytest
 from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.protocol.client_messages import SCHEMA
+from pi_workflows.protocol.framing import FrameError, encode_frame
 
-from .conftest import HostHarness
+from .conftest import HostHarness, wait_until
+from .workflows import BLOCKER
 
 
 def _start_payload(harness: HostHarness, name: str = "hello") -> dict:
@@ -148,3 +150,90 @@ def test_any_json_spelling_is_read_canonically_and_duplicate_keys_are_refused(
     assert reader.readline() == b""  # closed
     loose.close()
     assert harness.query("SELECT count(*) FROM runs") == [(1,)]
+
+
+@pytest.mark.scenario("4.10", "5.6")
+def test_a_stored_cancel_or_refusal_is_replayed_to_its_repeat(harness: HostHarness):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    with HostConnection(harness.home.socket_path) as connection:
+        started = connection.request("run.start", _start_payload(harness))
+        run_id = started.receipt["runId"]
+        harness.wait_for_status(run_id, "completed")
+
+        # A refusal is stored: the same key under a new request id hears it again.
+        refused = connection.request(
+            "run.cancel", {}, run_id=run_id, request_id="cancel-1", idempotency_key="cancel"
+        )
+        assert refused.outcome == "rejected" and "already terminal" in refused.error
+        replayed = connection.request(
+            "run.cancel", {}, run_id=run_id, request_id="cancel-2", idempotency_key="cancel"
+        )
+        assert (replayed.outcome, replayed.error) == ("rejected", refused.error)
+        assert harness.query(
+            "SELECT request_id, outcome FROM host_commands WHERE idempotency_key = 'cancel'"
+        ) == [("cancel-1", "rejected")]
+
+        # A cancel that went through: its identical repeat adopts the stored receipt.
+        queued = connection.request(
+            "run.start", start_payload("blocker", harness.project, None)
+        ).receipt["runId"]
+        first = connection.request(
+            "run.cancel", {}, run_id=queued, request_id="stop-1", idempotency_key="stop"
+        )
+        again = connection.request(
+            "run.cancel", {}, run_id=queued, request_id="stop-1", idempotency_key="stop"
+        )
+    assert first.outcome == "accepted"
+    assert first.receipt == {"runId": queued, "status": "cancelled"}
+    assert (again.outcome, again.receipt) == ("adopted", first.receipt)
+    assert harness.query(
+        "SELECT COUNT(*) FROM events WHERE run_id = ? AND event_type = 'run.queue_cancelled'",
+        queued,
+    ) == [(1,)]
+
+
+def _padded_status(size: int) -> bytes:
+    """A host.status frame of exactly `size` bytes, newline included."""
+    frame = {
+        "schema": SCHEMA,
+        "type": "request",
+        "requestId": "padded",
+        "clientId": "padding-client",
+        "operation": "host.status",
+        "idempotencyKey": "padded",
+        "payload": {},
+        "pad": "",
+    }
+    bare = len(encode_frame(frame))
+    return encode_frame({**frame, "pad": "x" * (size - bare)})
+
+
+@pytest.mark.scenario("4.3")
+def test_the_frame_limit_counts_the_newline(harness: HostHarness):
+    limit = 1024 * 1024
+    at_limit = _padded_status(limit)
+    assert len(at_limit) == limit and at_limit.endswith(b"\n")
+    with pytest.raises(FrameError, match="exceeds 1 MiB"):
+        _padded_status(limit + 1)  # the client refuses to encode one byte more
+
+    harness.start_host()
+    fits, reader = _raw_connection(harness)
+    fits.sendall(at_limit)
+    answer = json.loads(reader.readline())  # read and answered, not closed
+    assert answer["requestId"] == "padded", answer
+    fits.close()
+    over, over_reader = _raw_connection(harness)
+    # One byte more: the frame without its newline already reaches the limit.
+    over.sendall(at_limit[:-1] + b" \n")
+    assert over_reader.readline() == b""
+    over.close()
+
+    not_object, not_object_reader = _raw_connection(harness)
+    not_object.sendall(b"[]\n")
+    assert not_object_reader.readline() == b""
+    not_object.close()
+    wait_until(
+        lambda: "Protocol message must be a JSON object" in harness.host_log(),
+        what="the host to log why it closed the connection",
+    )
