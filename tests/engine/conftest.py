@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from pi_workflows import action, compute, edge, workflow
 from pi_workflows.authoring import Workflow
 from pi_workflows.engine import Engine
 from pi_workflows.engine.local_backend import LocalRunBackend
 from pi_workflows.storage import StateStore
 from pi_workflows.storage.runs import create_run, new_run_id
+from pi_workflows.testing import wait_until
 
 SOURCE = {"kind": "builtin", "id": "test", "revision": "1"}
 
@@ -26,6 +28,44 @@ def count(path: Path) -> int:
 def bump(path: Path) -> None:
     with path.open("a") as handle:
         handle.write("x\n")
+
+
+def three_steps(tmp_path: Path, effect: Any, **workflow_options: Any) -> tuple:
+    """a → b → c, where b blocks on its first visit until the attempt is stopped."""
+    a_file, b_file = tmp_path / "a.count", tmp_path / "b.count"
+
+    def first(ctx):
+        bump(a_file)
+        return {"a": True}
+
+    def second(ctx):
+        bump(b_file)
+        if count(b_file) == 1:
+            ctx.signal.wait(30)
+        return {"b": count(b_file)}
+
+    definition = workflow(
+        "steps",
+        "a",
+        {
+            "a": compute(first),
+            "b": action(second, effect=effect),
+            "c": compute(lambda ctx: {**ctx.outputs["a"], **ctx.outputs["b"]}),
+        },
+        [edge("a", "b"), edge("b", "c")],
+        **workflow_options,
+    )
+    return definition, a_file, b_file
+
+
+def park_in_b(runs: Runs, definition: Workflow, b_file: Path) -> str:
+    """Start a run of a `three_steps` definition and park it while b runs; its id."""
+    run_id = runs.create(definition)
+    background = runs.in_thread(runs.engine(definition, run_id), {"kind": "start", "input": None})
+    wait_until(lambda: count(b_file) == 1, what="node b to start")
+    background.engine.park()
+    assert background.join()["status"] == "parked"
+    return run_id
 
 
 @dataclass

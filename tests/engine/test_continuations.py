@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows import action, checkpoint, compute, edge, idempotent_effect, workflow
+from pi_workflows import checkpoint, compute, edge, idempotent_effect, workflow
 from pi_workflows.engine import Engine
 from pi_workflows.engine.local_backend import LocalRunBackend
 from pi_workflows.errors import (
@@ -16,9 +16,8 @@ from pi_workflows.errors import (
     WorkflowSourceChangedError,
 )
 from pi_workflows.storage.models import Event, Run
-from tests.polling import wait_until
 
-from .conftest import bump, count
+from .conftest import bump, count, park_in_b, three_steps
 
 
 def _continue(runs, definition, parent_id: str, answer, **options):
@@ -129,36 +128,14 @@ def test_a_crash_right_after_a_checkpoint_keeps_the_run_at_its_gate(runs, tmp_pa
 
 @pytest.mark.scenario("9.12")
 def test_a_resumed_run_counts_its_replayed_steps_toward_max_steps(runs, tmp_path: Path) -> None:
-    b_file = tmp_path / "b.count"
-
-    def second(ctx):
-        bump(b_file)
-        if count(b_file) == 1:
-            ctx.signal.wait(30)
-        return "b"
-
-    definition = workflow(
-        "bounded",
-        "a",
-        {
-            "a": compute(lambda ctx: "a"),
-            "b": action(second, effect=idempotent_effect("b")),
-            "c": compute(lambda ctx: "c"),
-        },
-        [edge("a", "b"), edge("b", "c")],
-        max_steps=2,
-    )
-    run_id = runs.create(definition)
-    background = runs.in_thread(runs.engine(definition, run_id), {"kind": "start", "input": None})
-    wait_until(lambda: count(b_file) == 1, what="node b to start")
-    background.engine.park()
-    assert background.join()["status"] == "parked"
+    definition, _, _ = three_steps(tmp_path, idempotent_effect("b"), max_steps=2)
+    run_id = park_in_b(runs, definition, tmp_path / "b.count")
 
     # a is replayed, b runs again: two steps, so c is one too many, as in a fresh run.
     resumed = runs.engine(definition, run_id).execute({"kind": "resume"})
 
     assert resumed["status"] == "failed"
-    assert resumed["error"] == "Workflow 'bounded' exceeded max_steps (2) before node 'c'"
+    assert resumed["error"] == "Workflow 'steps' exceeded max_steps (2) before node 'c'"
     # A terminal run is not resumed again: it answers its outcome and writes nothing.
     revision = Run.get_by_id(run_id).revision
     assert runs.engine(definition, run_id).execute({"kind": "resume"}) == resumed
@@ -167,25 +144,8 @@ def test_a_resumed_run_counts_its_replayed_steps_toward_max_steps(runs, tmp_path
 
 @pytest.mark.scenario("5.14")
 def test_a_park_before_a_resume_reaches_a_node_holds(runs, tmp_path: Path) -> None:
-    b_file = tmp_path / "b.count"
-
-    def second(ctx):
-        bump(b_file)
-        if count(b_file) == 1:
-            ctx.signal.wait(30)
-        return "b"
-
-    definition = workflow(
-        "held",
-        "a",
-        {"a": compute(lambda ctx: "a"), "b": action(second, effect=idempotent_effect("b"))},
-        [edge("a", "b")],
-    )
-    run_id = runs.create(definition)
-    background = runs.in_thread(runs.engine(definition, run_id), {"kind": "start", "input": None})
-    wait_until(lambda: count(b_file) == 1, what="node b to start")
-    background.engine.park()
-    assert background.join()["status"] == "parked"
+    definition, _, b_file = three_steps(tmp_path, idempotent_effect("b"))
+    run_id = park_in_b(runs, definition, b_file)
 
     resuming = runs.engine(definition, run_id)
     resuming.park()  # the host parks the run while its resume is being prepared

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from pi_workflows import (
-    action,
     checkpoint,
     compute,
     edge,
@@ -22,34 +21,7 @@ from pi_workflows.errors import ClaimLostError, WorkflowSourceChangedError
 from pi_workflows.storage.models import Effect, Event, NodeAttempt, Run
 from tests.polling import process_gone, wait_until
 
-from .conftest import bump, count
-
-
-def three_steps(tmp_path: Path, effect) -> tuple:
-    """a → b → c, where b blocks on its first visit until the attempt is stopped."""
-    a_file, b_file = tmp_path / "a.count", tmp_path / "b.count"
-
-    def first(ctx):
-        bump(a_file)
-        return {"a": True}
-
-    def second(ctx):
-        bump(b_file)
-        if count(b_file) == 1:
-            ctx.signal.wait(30)
-        return {"b": count(b_file)}
-
-    definition = workflow(
-        "steps",
-        "a",
-        {
-            "a": compute(first),
-            "b": action(second, effect=effect),
-            "c": compute(lambda ctx: {**ctx.outputs["a"], **ctx.outputs["b"]}),
-        },
-        [edge("a", "b"), edge("b", "c")],
-    )
-    return definition, a_file, b_file
+from .conftest import count, park_in_b, three_steps
 
 
 def test_cancel_ends_the_active_attempt_and_the_run(runs, tmp_path: Path) -> None:
@@ -102,11 +74,7 @@ def test_park_then_resume_reruns_only_the_interrupted_node(runs, tmp_path: Path)
 
 def test_a_manual_effect_left_applying_parks_the_run_as_ambiguous(runs, tmp_path: Path) -> None:
     definition, _, b_file = three_steps(tmp_path, manual_effect("b"))
-    run_id = runs.create(definition)
-    background = runs.in_thread(runs.engine(definition, run_id), {"kind": "start", "input": None})
-    wait_until(lambda: count(b_file) == 1, what="node b to start")
-    background.engine.park()
-    assert background.join()["status"] == "parked"
+    run_id = park_in_b(runs, definition, b_file)
 
     resumed = runs.engine(definition, run_id).execute({"kind": "resume"})
     assert resumed["status"] == "parked" and resumed["reason"] == "effectAmbiguous"

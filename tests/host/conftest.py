@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.home import DATABASE_ENV
+from pi_workflows.protocol.client_messages import SCHEMA
 from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHost, installed_entry_points, short_temp_dir, wait_until
 from pi_workflows.testing.host import FAST_TIMERS
@@ -85,6 +87,22 @@ class HostHarness(WorkflowHost):
         )
 
 
+def request_frame(
+    request_id: str, operation: str, payload: dict, *, client_id: str = "raw-client"
+) -> bytes:
+    """One client request as a raw protocol line (its idempotency key is its request id)."""
+    request = {
+        "schema": SCHEMA,
+        "type": "request",
+        "requestId": request_id,
+        "clientId": client_id,
+        "operation": operation,
+        "idempotencyKey": request_id,
+        "payload": payload,
+    }
+    return json.dumps(request).encode() + b"\n"
+
+
 def _as_sqlite_returns(row: tuple) -> tuple:
     """PostgreSQL rows as SQLite returns them: bytes for blobs, ints for booleans."""
     return tuple(
@@ -107,4 +125,4 @@ def harness(database_url: str | None) -> Iterator[HostHarness]:
         harness.cleanup()
 
 
-__all__ = ["DATABASE_ENV", "FAST_TIMERS", "HostHarness", "wait_until"]
+__all__ = ["DATABASE_ENV", "FAST_TIMERS", "HostHarness", "request_frame", "wait_until"]

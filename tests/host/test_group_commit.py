@@ -8,27 +8,13 @@ import time
 
 from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
-from pi_workflows.protocol.client_messages import SCHEMA
 
-from .conftest import HostHarness, wait_until
+from .conftest import HostHarness, request_frame, wait_until
 from .workflows import STEPS
 
 
 def _frame(request_id: str, payload: dict) -> bytes:
-    return (
-        json.dumps(
-            {
-                "schema": SCHEMA,
-                "type": "request",
-                "requestId": request_id,
-                "clientId": "burst-client",
-                "operation": "run.start",
-                "idempotencyKey": request_id,
-                "payload": payload,
-            }
-        ).encode()
-        + b"\n"
-    )
+    return request_frame(request_id, "run.start", payload, client_id="burst-client")
 
 
 def _send_together(harness: HostHarness, frames: list[bytes]) -> list[dict]:

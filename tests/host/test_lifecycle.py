@@ -12,10 +12,9 @@ import struct
 import psutil
 import pytest
 
-from pi_workflows.protocol.client_messages import SCHEMA
 from tests.polling import process_gone
 
-from .conftest import HostHarness, wait_until
+from .conftest import HostHarness, request_frame, wait_until
 from .workflows import STEPS
 
 
@@ -71,23 +70,6 @@ def _connected(harness: HostHarness) -> socket.socket:
     return client
 
 
-def _request(request_id: str, operation: str) -> bytes:
-    return (
-        json.dumps(
-            {
-                "schema": SCHEMA,
-                "type": "request",
-                "requestId": request_id,
-                "clientId": "raw-client",
-                "operation": operation,
-                "idempotencyKey": request_id,
-                "payload": {},
-            }
-        ).encode()
-        + b"\n"
-    )
-
-
 @pytest.mark.scenario("1.8")
 def test_stop_closes_an_idle_client_connection_and_does_not_wait_for_it(harness: HostHarness):
     process = harness.start_host()
@@ -106,13 +88,13 @@ def test_a_client_that_resets_its_connection_harms_no_other(harness: HostHarness
     harness.start_host()
     for number in range(20):
         rude = _connected(harness)
-        rude.sendall(_request(f"status-{number}", "host.status"))
+        rude.sendall(request_frame(f"status-{number}", "host.status", {}))
         # Close with a reset (RST), before the answer is read.
         rude.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         rude.close()
     polite = _connected(harness)
     try:
-        polite.sendall(_request("after", "host.status"))
+        polite.sendall(request_frame("after", "host.status", {}))
         answer = json.loads(polite.makefile("rb").readline())
     finally:
         polite.close()

@@ -80,6 +80,13 @@ def _submit_frame(
     )
 
 
+def _wait_until_validating(harness) -> None:
+    wait_until(
+        lambda: harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)],
+        what="the first submission to be validating",
+    )
+
+
 @contextlib.contextmanager
 def _connect(harness) -> Iterator[tuple[socket.socket, Any]]:
     """A raw client connection past the host's hello."""
@@ -117,12 +124,7 @@ def test_a_submission_retried_after_its_connection_dropped_is_adopted(sessions, 
 
     with _connect(harness) as (dropped, _):
         dropped.sendall(submit)
-        wait_until(
-            lambda: (
-                harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
-            ),
-            what="the first submission to be validating",
-        )
+        _wait_until_validating(harness)
     with _connect(harness) as (retry, reader):
         retry.sendall(submit)
         (harness.project / "release").touch()
@@ -145,12 +147,7 @@ def test_a_retry_with_new_ids_under_the_same_idempotency_key_is_adopted(sessions
 
     with _connect(harness) as (sock, reader):
         sock.sendall(first)
-        wait_until(
-            lambda: (
-                harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
-            ),
-            what="the first submission to be validating",
-        )
+        _wait_until_validating(harness)
         sock.sendall(retry)
         (harness.project / "release").touch()
         answers = [json.loads(reader.readline()) for _ in range(2)]
@@ -174,12 +171,7 @@ def test_one_submission_validates_at_a_time_and_a_restarted_host_finishes_it(ses
 
     with _connect(harness) as (sock, reader):
         sock.sendall(first)
-        wait_until(
-            lambda: (
-                harness.query("SELECT outcome FROM interactive_submissions") == [("validating",)]
-            ),
-            what="the first submission to be validating",
-        )
+        _wait_until_validating(harness)
         sock.sendall(second)
         refused = json.loads(reader.readline())
     assert refused["requestId"] == "second" and refused["outcome"] == "conflict", refused

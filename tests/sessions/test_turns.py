@@ -18,6 +18,20 @@ def _turn_rows(harness, run_id):
     )
 
 
+def _report_branch(session, entries):
+    """An idle branch report of exactly `entries`, sent raw so a refusal comes back."""
+    return session.send(
+        "workflowMessage.reportBranch",
+        {
+            "targetSessionId": session.session_id,
+            "coordinatorEpoch": session.epoch,
+            "entries": entries,
+            "isIdle": True,
+            "hasPendingMessages": False,
+        },
+    )
+
+
 def _unproductive_turn(session, message, *, stop_reason="error"):
     turn = session.new_turn_id()
     started = session.report_turn(message, turn, "started")
@@ -153,16 +167,7 @@ def test_a_replaced_coordinator_is_fenced(sessions):
     new = sessions.open("session-fence")
     assert new.epoch != old.epoch
     old.wait_for(lambda v: v["coordinatorActive"] is False)
-    refused = old.send(
-        "workflowMessage.reportBranch",
-        {
-            "targetSessionId": "session-fence",
-            "coordinatorEpoch": old.epoch,
-            "entries": [],
-            "isIdle": True,
-            "hasPendingMessages": False,
-        },
-    )
+    refused = _report_branch(old, [])
     assert refused.outcome == "rejected" and "coordinator was replaced" in refused.error
     new.report_branch()
     message = new.deliver_next()
@@ -181,39 +186,16 @@ def test_branch_evidence_marks_sent_and_vanished_steps_come_back(sessions):
     # Another session's coordinator cannot claim this session's message as shown.
     stranger = sessions.open("session-stranger")
     stranger.report_branch()
-    foreign = stranger.send(
-        "workflowMessage.reportBranch",
-        {
-            "targetSessionId": "session-stranger",
-            "coordinatorEpoch": stranger.epoch,
-            "entries": [{"workflowMessageId": shown["workflowMessageId"], "sessionEntryId": "x"}],
-            "isIdle": True,
-            "hasPendingMessages": False,
-        },
+    foreign = _report_branch(
+        stranger, [{"workflowMessageId": shown["workflowMessageId"], "sessionEntryId": "x"}]
     )
     assert foreign.outcome == "rejected" and "wrong origin session" in foreign.error
-    conflicting = session.send(
-        "workflowMessage.reportBranch",
-        {
-            "targetSessionId": "session-branch",
-            "coordinatorEpoch": session.epoch,
-            "entries": [{"workflowMessageId": shown["workflowMessageId"], "sessionEntryId": "x"}],
-            "isIdle": True,
-            "hasPendingMessages": False,
-        },
+    conflicting = _report_branch(
+        session, [{"workflowMessageId": shown["workflowMessageId"], "sessionEntryId": "x"}]
     )
     assert conflicting.outcome == "rejected" and "conflicting" in conflicting.error
     # The chat client lost its transcript: an idle report without the step re-presents it.
-    session.send(
-        "workflowMessage.reportBranch",
-        {
-            "targetSessionId": "session-branch",
-            "coordinatorEpoch": session.epoch,
-            "entries": [],
-            "isIdle": True,
-            "hasPendingMessages": False,
-        },
-    )
+    _report_branch(session, [])
     view = session.wait_for(lambda v: v["nextWorkflowMessageId"])
     again = session.message(view["nextWorkflowMessageId"])
     assert (
