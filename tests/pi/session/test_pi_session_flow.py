@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tests.pi.model_server import Hold, Text, ToolCall, ToolCalls
-from tests.pi.session.workflow_pi import WorkflowPi, two_turn_script
+from tests.pi.session.workflow_pi import WorkflowPi, submit, two_turn_script
 from tests.polling import wait_until
 
 
@@ -134,7 +134,15 @@ def test_a_person_answers_a_decision_the_model_may_not(pi_session: WorkflowPi):
     (decision,) = json.loads(pi_session.harness.cli("decision", "list", "--json").stdout)
     assert decision["status"] == "pending"
 
-    pi.prompt('/workflow answer {"choice": "continue"}')
+    # The reference's forms: a bare choice key; anything without a choice is refused.
+    seen = len(pi_session.notices(pi))
+    pi.prompt("/workflow answer 7")
+    refused = wait_until(lambda: pi_session.notices(pi)[seen:], what="the refusal")[0]
+    assert refused.startswith(
+        "pi-workflows: A human decision answer requires a choice: answer with one of "
+        "continue, replan, stop (e.g. /workflow answer continue)"
+    ), refused
+    pi.prompt("/workflow answer continue")
     run = pi_session.wait_for_run("completed", timeout=60)
     assert run["finalOutput"] == {"decision": {"choice": "continue"}}
     wait_until(lambda: pi_session.server.remaining() == 0, what="the explanation of the result")
@@ -174,6 +182,21 @@ def test_a_step_that_arrives_during_a_chat_turn_is_delivered_once_after_it(pi_se
     assert pi_session.turns(session_id)[0][1] == first_step
 
 
+def test_workflow_name_with_text_starts_it_with_that_task(pi_session: WorkflowPi):
+    """Reference engine §1.1: `/workflow NAME text` starts NAME with `{task: "text"}`."""
+    pi_session.server.script(
+        submit("reply", {"reply": "Bonjour !"}),
+        Text("Replied."),
+        Text("The echo workflow said: Bonjour !"),
+    )
+    pi = pi_session.start(f"pi-session-{uuid.uuid4().hex}")
+    pi.prompt("/workflow echo Say hello in French")
+    run = pi_session.wait_for_run("completed", "failed", timeout=60)
+    assert run["status"] == "completed", run
+    assert run["finalOutput"] == {"reply": "Bonjour !"}
+    assert "Task: Say hello in French" in pi_session.server.requests[0].last_user_text()
+
+
 def test_workflow_commands_list_show_and_cancel_the_sessions_run(pi_session: WorkflowPi):
     session_id = f"pi-session-{uuid.uuid4().hex}"
     pi = pi_session.start(session_id)
@@ -196,4 +219,6 @@ def test_workflow_commands_list_show_and_cancel_the_sessions_run(pi_session: Wor
     assert notice_after("/workflow status").startswith(f"two-turn {run_id}: ")
     assert notice_after("/workflow cancel") == "Workflow run: cancel requested."
     assert pi_session.wait_for_run("cancelled")["runId"] == run_id
-    assert notice_after("/workflow bogus").startswith("Usage: /workflow start NAME [JSON]")
+    assert notice_after("/workflow").startswith("Usage: /workflow NAME [task text] | start")
+    bogus = notice_after("/workflow bogus some task")
+    assert bogus.startswith("pi-workflows: ") and "bogus" in bogus, bogus

@@ -18,6 +18,31 @@ export interface StepTarget {
 	attempt?: string;
 }
 
+/** A typed answer: JSON when it parses, else the text itself. */
+export function parseAnswer(text: string): unknown {
+	try {
+		return JSON.parse(text);
+	} catch {
+		return text;
+	}
+}
+
+/**
+ * A person's answer as a decision response (reference decisions §3.3): `{choice, input?}`
+ * as is, `{answer: "key"}` as that choice, a bare string (a choice key) as the choice.
+ */
+export function decisionResponse(answer: unknown, decision: any): { choice: string; input?: unknown } {
+	const given = typeof answer === "object" && answer !== null && !Array.isArray(answer) ? (answer as any) : null;
+	const choice = typeof answer === "string" ? answer.trim() : (given?.choice ?? given?.answer);
+	if (typeof choice !== "string" || !choice) {
+		const keys = Object.keys(decision.choices ?? {}).join(", ");
+		throw new Error(
+			`A human decision answer requires a choice: answer with one of ${keys} (e.g. /workflow answer ${keys.split(", ")[0]}), or {"choice": "…", "input": …}.`,
+		);
+	}
+	return given?.input !== undefined ? { choice, input: given.input } : { choice };
+}
+
 function sleep(ms: number): Promise<void> {
 	return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -40,11 +65,18 @@ export class WorkflowActions {
 		return response.receipt;
 	}
 
-	/** The named run if it is one of this session's, else the session's current (or last) run. */
-	private async runOf(runId?: string): Promise<string> {
+	/** The runs this session has shown messages of, and its current run, oldest first. */
+	private async sessionRuns(): Promise<string[]> {
 		const view = await this.session().currentView();
 		const runs = view.workflowMessages.map((message) => message.runId);
 		if (view.run?.runId) runs.push(view.run.runId);
+		return runs;
+	}
+
+	/** The named run if it is one of this session's, else the session's current (or last) run. */
+	private async runOf(runId?: string): Promise<string> {
+		const view = await this.session().currentView();
+		const runs = await this.sessionRuns();
 		if (runId) {
 			if (!runs.includes(runId)) throw new Error(`Run ${runId} is not a run of this Pi session.`);
 			return runId;
@@ -102,32 +134,29 @@ export class WorkflowActions {
 		return await this.call("checkpoint.answer", { input }, { runId: await this.runOf(runId) });
 	}
 
-	/** The person answers: the pending decision through the session channel, else a checkpoint. */
+	/**
+	 * The person answers (`/workflow answer [RUN] VALUE`): the pending decision through the
+	 * session channel, else the run's waiting checkpoint. VALUE is JSON or plain text; RUN,
+	 * when the first word names a run of this session, picks that run's checkpoint.
+	 */
 	async answerAsPerson(raw: string): Promise<any> {
-		let answer: unknown = raw;
-		try {
-			answer = JSON.parse(raw);
-		} catch {
-			// plain text: a decision choice, or the checkpoint's input as text
-		}
+		const [first = "", ...rest] = raw.trim().split(/\s+/);
+		const runs = await this.sessionRuns();
+		const runId = rest.length > 0 && runs.includes(first) ? first : undefined;
+		const value = runId ? raw.trim().slice(first.length).trim() : raw.trim();
+		const answer = parseAnswer(value);
 		const decision = await this.pendingDecision();
 		if (!decision) {
-			return await this.call("checkpoint.answer", { input: answer }, { runId: await this.runOf() });
+			return await this.call("checkpoint.answer", { input: answer }, { runId: await this.runOf(runId) });
 		}
-		const chosen = typeof answer === "object" && answer !== null ? (answer as Record<string, unknown>) : {};
-		const choice = typeof answer === "string" ? answer : chosen.choice;
-		if (typeof choice !== "string") {
-			throw new Error(
-				`Answer decision ${decision.decisionId} with {"choice": "…"}; choices: ${Object.keys(decision.choices).join(", ")}.`,
-			);
-		}
+		const { choice, input } = decisionResponse(answer, decision);
 		const payload: Record<string, unknown> = {
 			decisionId: decision.decisionId,
 			choice,
 			channel: "session",
 			sessionId: this.session().sessionId,
 		};
-		if (chosen.input !== undefined) payload.input = chosen.input;
+		if (input !== undefined) payload.input = input;
 		return await this.call("decision.answer", payload);
 	}
 

@@ -96,7 +96,7 @@ export function registerRenderers(pi: ExtensionAPI): void {
 			const label = (choice as any)?.label ?? key;
 			lines.push(`  ${theme.fg("accent", key)}  ${label}`);
 		}
-		lines.push(theme.fg("dim", '  answer with /workflow answer {"choice": "…"}'));
+		lines.push(theme.fg("dim", "  answer with /workflow answer CHOICE"));
 		return card(theme, lines, expanded, textOf(message.content));
 	});
 	pi.registerMessageRenderer("pi-workflows-notification", (message, { expanded }, theme) => {

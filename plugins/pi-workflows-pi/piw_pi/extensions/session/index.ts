@@ -16,7 +16,25 @@ import { WorkflowSession } from "./session.js";
 const ACTIONS = ["list", "start", "status", "answer", "update", "submit", "pause", "resume", "cancel"] as const;
 
 const COMMAND_USAGE =
-	"Usage: /workflow start NAME [JSON] | list | status | answer JSON | pause | resume | cancel";
+	"Usage: /workflow NAME [task text] | start NAME [JSON] | list | status | answer CHOICE|JSON | pause | resume | cancel";
+const INPUT_JSON_FLAG = "--input-json";
+
+/**
+ * The run input a command's text after the workflow name gives (reference engine §1.1):
+ * `--input-json JSON` or text that starts like JSON (`{`, `[`) is parsed as JSON, any other
+ * text is the task, `{task: "…"}`; no text, no input.
+ */
+function commandInput(text: string): unknown {
+	if (!text) return undefined;
+	const flagged = text.startsWith(INPUT_JSON_FLAG) ? text.slice(INPUT_JSON_FLAG.length).trim() : null;
+	const json = flagged ?? (/^[[{]/.test(text) ? text : null);
+	if (json === null) return { task: text };
+	try {
+		return JSON.parse(json);
+	} catch {
+		throw new Error(`The input is not valid JSON: ${json}`);
+	}
+}
 
 function text(value: unknown): string {
 	return typeof value === "string" ? value : JSON.stringify(value, null, 2);
@@ -94,7 +112,7 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 	});
 
 	pi.registerCommand("workflow", {
-		description: "pi-workflows: /workflow start NAME [JSON] | list | status | answer JSON | cancel",
+		description: "pi-workflows: /workflow NAME [task] | start NAME [JSON] | list | status | answer CHOICE|JSON | cancel",
 		getArgumentCompletions: (prefix: string) => {
 			const items = ["start", "list", "status", "answer", "pause", "resume", "cancel"]
 				.filter((word) => word.startsWith(prefix))
@@ -103,6 +121,10 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 		},
 		handler: async (args, ctx) => {
 			const say = (message: string, level: "info" | "warning" | "error" = "info") => ctx.ui.notify(message, level);
+			const startCommand = async (name: string, text: string) => {
+				const started = await actions.start(name, commandInput(text), ctx.cwd);
+				say(`Started ${name}: run ${started.runId}`);
+			};
 			const trimmed = args.trim();
 			const [verb = "", ...rest] = trimmed.split(/\s+/);
 			const tail = trimmed.slice(verb.length).trim();
@@ -110,17 +132,7 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 				switch (verb) {
 					case "start": {
 						const [name = ""] = rest;
-						const json = tail.slice(name.length).trim();
-						let input: unknown;
-						if (json) {
-							try {
-								input = JSON.parse(json);
-							} catch {
-								throw new Error(`The input is not valid JSON: ${json}`);
-							}
-						}
-						const started = await actions.start(name, input, ctx.cwd);
-						say(`Started ${name}: run ${started.runId}`);
+						await startCommand(name, tail.slice(name.length).trim());
 						break;
 					}
 					case "list":
@@ -130,7 +142,7 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 						say(runLine(await actions.status()));
 						break;
 					case "answer": {
-						if (!tail) throw new Error('Give the answer, e.g. /workflow answer {"choice": "continue"}.');
+						if (!tail) throw new Error('Give the answer: a choice key (/workflow answer continue) or JSON.');
 						const receipt = await actions.answerAsPerson(tail);
 						say(`Answered: ${text(receipt)}`);
 						break;
@@ -141,8 +153,12 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 						await actions.control(`run.${verb}`);
 						say(`Workflow run: ${verb} requested.`);
 						break;
-					default:
+					case "":
 						say(COMMAND_USAGE, "warning");
+						break;
+					default:
+						// The reference's form: `/workflow NAME [task text]`.
+						await startCommand(verb, tail);
 				}
 			} catch (error) {
 				say(`pi-workflows: ${(error as Error).message}`, "error");
