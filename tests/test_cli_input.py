@@ -15,6 +15,7 @@ from pi_workflows.client.connection import HostConnection
 from pi_workflows.errors import InvalidInputError
 from pi_workflows.limits import MAX_INPUT_BYTES
 from pi_workflows.testing import WorkflowHome as HomeEnv
+from pi_workflows.testing import wait_until
 from tests.host.workflows import CHECKPOINTED
 
 BIG_OUTPUT = """
@@ -83,8 +84,17 @@ def test_checkpoint_answer_reads_its_answer_from_a_file(hosted: HomeEnv, tmp_pat
     child = continuation.stdout.strip()
     nan = hosted.run_cli("checkpoint", "answer", run_id, "--input-json", "[NaN]")
     _one_line_error(nan, "NaN")
-    status = json.loads(hosted.run_cli("run", "status", child, "--json").stdout)
-    assert status["status"] in ("queued", "running", "completed")
+    # The answer in the file is what the checkpoint's continuation carried on with.
+    status = wait_until(
+        lambda: (
+            (s := json.loads(hosted.run_cli("run", "status", child, "--json").stdout))["status"]
+            not in ("queued", "running")
+            and s
+        ),
+        what="the continuation to finish",
+    )
+    assert status["status"] == "completed", status
+    assert status["finalOutput"] == {"answer": {"approved": True}}
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 
 import pytest
 
+from pi_workflows.storage import SCHEMA_NAME, SCHEMA_VERSION
 from pi_workflows.testing import WorkflowHome
 
 
@@ -29,3 +31,14 @@ def test_concurrent_first_commands_on_a_fresh_home_all_succeed(home_env: Workflo
             c.stdout.close()
             c.stderr.close()
         assert [code for code, _ in results] == [0] * 8, [err for _, err in results]
+        # The database they raced to create is whole: one schema, created once.
+        connection = sqlite3.connect(home / "state.sqlite")
+        try:
+            assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+            assert connection.execute(
+                "SELECT schema_name, schema_version FROM schema_meta"
+            ).fetchall() == [(SCHEMA_NAME, SCHEMA_VERSION)]
+        finally:
+            connection.close()
+        verified = home_env.run_cli("--home", str(home), "state", "verify")
+        assert verified.returncode == 0, verified.stderr

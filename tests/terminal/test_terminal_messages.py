@@ -75,7 +75,7 @@ def test_a_completed_run_gets_the_reference_layout(harness: HostHarness):
     assert message["status"] == "pending"
 
 
-@pytest.mark.scenario("8.2")
+@pytest.mark.scenario("3.8", "8.2")
 def test_every_path_that_ends_a_run_writes_exactly_one_terminal_message(harness: HostHarness):
     harness.write_workflow("failing", FAILING)
     harness.write_workflow("blocker", BLOCKER)
@@ -118,12 +118,20 @@ def test_every_path_that_ends_a_run_writes_exactly_one_terminal_message(harness:
     assert load_failure["reason"] == LOAD_FAILURE_DETAIL
     assert "a dependency of this workflow is missing" in load_failure["error"]
     assert terminal_message_count(harness, headless) == 0
+    # The load failure failed the run at once: one worker, never a replacement, and
+    # restoring the file does not bring the run back.
+    assert [w[1] for w in harness.workers(ended["load failure"])] == ["crashed"]
+    harness.write_workflow("broken", LOAD_BROKEN.replace("raise ImportError", "print"))
+    refused = harness.cli("run", "resume", ended["load failure"], check=False)
+    assert refused.returncode == 1 and "already terminal" in refused.stderr, refused.stderr
+    assert harness.client().run_status(ended["load failure"])["status"] == "failed"
 
     # A new host finds nothing missing and duplicates nothing.
     harness.stop()
     harness.start_host()
     for run_id in [*ended.values(), headless]:
         assert terminal_message_count(harness, run_id) == (run_id != headless)
+    assert [w[1] for w in harness.workers(ended["load failure"])] == ["crashed"]
 
 
 def _add_session_traffic(harness: HostHarness, run_id: str) -> None:
