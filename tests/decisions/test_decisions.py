@@ -7,6 +7,8 @@ import threading
 
 import pytest
 
+from pi_workflows.client import HostConnection
+
 from .conftest import HostHarness, decision_workflow, pending_decision, wait_past, wait_until
 
 SESSION = "session-under-test"
@@ -209,4 +211,55 @@ def test_a_host_down_at_the_deadline_applies_it_at_startup(harness: HostHarness)
     # Startup applies deadlines before the host listens: the first answer sees it.
     assert [r[0] for r in _resolutions(harness, decision["decisionId"])] == ["timeout"]
     child = "continuation-" + decision["decisionId"].removeprefix("decision-")
+    assert harness.wait_for_status(child, "completed")["finalOutput"]["route"] == "stop"
+
+
+@pytest.mark.scenario("1.19", "10.5")
+def test_a_restarted_host_leaves_a_waiting_decision_run_to_its_answer(harness: HostHarness):
+    harness.start_host()
+    run_id = _start_decision_run(harness, None)
+    decision_id = pending_decision(harness, run_id)["decisionId"]
+    workers = harness.workers(run_id)
+    harness.stop()
+    harness.start_host()
+    # Once a run started after the restart has completed, the claim passes have been
+    # past the waiting run: it was not claimed or relaunched.
+    later = harness.start_run("hello", {"name": "later"})
+    harness.wait_for_status(later, "completed")
+    assert harness.client().run_status(run_id)["status"] == "waiting"
+    assert harness.query("SELECT status FROM run_queue WHERE run_id = ?", run_id) == [("parked",)]
+    assert harness.workers(run_id) == workers
+
+    with HostConnection(harness.home.socket_path) as connection:
+        first = connection.request(
+            "decision.answer", {"decisionId": decision_id, "choice": "ship"}, idempotency_key="same"
+        )
+        reused = connection.request(
+            "decision.answer", {"decisionId": decision_id, "choice": "stop"}, idempotency_key="same"
+        )
+    assert first.outcome == "accepted", first
+    assert reused.outcome == "conflict" and "Idempotency key was reused" in reused.error
+    child = first.receipt["continuationRunId"]
+    assert harness.wait_for_status(child, "completed")["finalOutput"]["route"] == "ship"
+    assert len(_resolutions(harness, decision_id)) == 1
+
+
+@pytest.mark.scenario("10.4")
+def test_an_answer_after_the_deadline_loses_to_the_default_before_the_timer_fires(
+    harness: HostHarness,
+):
+    # Deadlines are applied by the poll timer; with a slow one, only the answer's own
+    # check sees that the deadline has passed.
+    harness.start_host(PI_WORKFLOWS_POLL_S="600")
+    run_id = _start_decision_run(harness, 1_000)
+    decision = pending_decision(harness, run_id)
+    wait_past(decision["deadline"])
+    assert _resolutions(harness, decision["decisionId"]) == []
+
+    late = json.loads(_answer(harness, decision["decisionId"], "ship").stdout)
+
+    assert late["outcome"] == "conflict", late
+    assert late["receipt"]["winner"]["provenance"] == "timeout"
+    ((provenance, channel, child),) = _resolutions(harness, decision["decisionId"])
+    assert (provenance, channel) == ("timeout", None)
     assert harness.wait_for_status(child, "completed")["finalOutput"]["route"] == "stop"
