@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 
+from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
 
 from .conftest import HostHarness, wait_until
-from .workflows import CRASHY, STEPS
+from .workflows import BLOCKER, CRASHY, STEPS
 
 
 @pytest.mark.scenario("4.18")
@@ -132,3 +134,54 @@ def test_run_start_batch_starts_every_run_in_one_request_or_none(harness: HostHa
         assert len(client.list_runs()) == 3
     finally:
         client.close()
+
+
+@pytest.mark.scenario("11.11")
+def test_a_started_run_stores_its_definition_and_source_and_a_bad_source_stores_nothing(
+    harness: HostHarness,
+):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    payload = start_payload("blocker", harness.project, None)
+    assert payload["workflowSource"]["kind"] == "file"
+    with HostConnection(harness.home.socket_path) as connection:
+        started = connection.request("run.start", payload)
+        mounted = {**payload, "workflowSource": {"kind": "mounted", "root": "x"}}
+        refused = connection.request("run.start", mounted)
+    run_id = started.receipt["runId"]
+    ((source, digest, project),) = harness.query(
+        "SELECT workflow_source, definition_digest, project_path FROM runs WHERE run_id = ?",
+        run_id,
+    )
+    assert json.loads(source) == payload["workflowSource"]
+    assert (digest, project) == (payload["definitionDigest"], str(harness.project))
+    assert harness.query("SELECT run_id FROM run_queue") == [(run_id,)]
+
+    assert refused.outcome == "rejected"
+    assert refused.error == "workflowSource must be a file, builtin or plugin source"
+    assert harness.query("SELECT run_id FROM runs") == [(run_id,)]
+    (harness.project / "release").touch()
+    harness.wait_for_status(run_id, "completed")
+
+
+@pytest.mark.scenario("2.23")
+def test_the_host_renews_a_run_claim_while_its_node_blocks_past_the_lease(harness: HostHarness):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_RUN_LEASE_MS="1500")
+    run_id = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+
+    def lease() -> tuple[int, int]:
+        rows = harness.query("SELECT generation, expires_at FROM leases WHERE run_id = ?", run_id)
+        return rows[0]
+
+    generation, first_expiry = lease()
+    # The node outlives two whole leases; the host's heartbeat keeps renewing the claim.
+    wait_until(lambda: lease()[1] > first_expiry + 3000, what="the claim to be renewed past 3 s")
+    generation_now, expires_at = lease()
+    assert generation_now == generation == 1
+    assert expires_at > time.time() * 1000
+    assert harness.client().run_status(run_id)["status"] == "running"
+    (harness.project / "release").touch()
+    harness.wait_for_status(run_id, "completed")
+    assert [w[0] for w in harness.workers(run_id)] == [1]  # one worker, never replaced
