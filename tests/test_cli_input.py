@@ -172,3 +172,78 @@ def test_a_request_over_the_frame_limit_is_refused_before_it_is_sent(hosted: Hom
         assert client.list_runs() == []
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("value", ["-5", "nan", "inf", "soon"])
+def test_a_timeout_that_is_not_a_duration_is_refused(hosted: HomeEnv, value: str):
+    result = hosted.run_cli("run", "start", "hello", "--wait", "--timeout", value)
+    _one_line_error(result, "--timeout must be a number of seconds, 0 or more", repr(value))
+    assert json.loads(hosted.run_cli("run", "list", "--json").stdout) == []
+    watched = hosted.run_cli("session", "next", "s-1", "--timeout", value)
+    _one_line_error(watched, "--timeout must be a number of seconds")
+
+
+@pytest.mark.parametrize("option", ["--input-json", "--input-file"])
+def test_a_repeated_key_in_the_input_is_refused_by_name(
+    hosted: HomeEnv, option: str, tmp_path: Path
+):
+    text = '{"name": "Ada", "nested": {"x": 1, "x": 2}}'
+    path = tmp_path / "input.json"
+    path.write_text(text)
+    value = text if option == "--input-json" else str(path)
+    result = hosted.run_cli("run", "start", "hello", option, value, "--wait")
+    _one_line_error(result, option, "gives the key 'x' twice")
+    assert json.loads(hosted.run_cli("run", "list", "--json").stdout) == []
+
+
+HELD = """
+import time
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+
+def hold(ctx):
+    Path("started").touch()
+    deadline = time.monotonic() + 60
+    while not Path("release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
+WORKFLOW = workflow("held", "hold", {"hold": compute(hold)}, [])
+"""
+
+
+def test_a_wait_returns_when_the_run_is_paused(hosted: HomeEnv, tmp_path: Path):
+    """`run start --wait` ends, exit 1, when someone pauses the run meanwhile (issue 30.7)."""
+    project = tmp_path / "project"
+    (project / ".pi" / "workflows").mkdir(parents=True)
+    (project / ".pi" / "workflows" / "held.workflow.py").write_text(HELD)
+    console = str(Path(sys.executable).with_name("pi-workflows"))
+    for as_json in (False, True):
+        (project / "started").unlink(missing_ok=True)
+        waiting = subprocess.Popen(
+            [console, "run", "start", "held", "--project", str(project), "--wait"]
+            + (["--json"] if as_json else []),
+            env=hosted.env,
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_until(lambda: (project / "started").exists(), what="the run's node to start")
+            run_id = json.loads(hosted.run_cli("run", "list", "--json").stdout)[0]["runId"]
+            paused = hosted.run_cli("run", "pause", run_id)
+            assert paused.returncode == 0, paused.stderr
+            out, err = waiting.communicate(timeout=60)
+        finally:
+            waiting.kill()
+        assert waiting.returncode == 1, (out, err)
+        if as_json:
+            status = json.loads(out)
+            assert status["runId"] == run_id and status["paused"] is True
+        else:
+            assert out.startswith(f"{run_id}: ") and "(paused: resume it with" in out
+    (project / "release").touch()

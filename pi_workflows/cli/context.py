@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from ..storage import StateStore
 
 from ..client import WorkflowClient
+from ..errors import InvalidInputError
 from ..home import DATABASE_ENV, Home, resolve_home
 
 
@@ -82,3 +84,27 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+class Seconds(click.ParamType):
+    """A duration in seconds: a finite number, 0 or more (`--timeout -5`, `nan` or `inf`
+    would wait forever or not at all without saying so)."""
+
+    name = "seconds"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        option = param.opts[0] if param is not None and param.opts else "the duration"
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if not math.isfinite(seconds) or seconds < 0:
+            raise InvalidInputError(
+                f"{option} must be a number of seconds, 0 or more; got {str(value)[:40]!r}."
+            )
+        return seconds
+
+
+SECONDS = Seconds()

@@ -15,6 +15,7 @@ import click
 
 from ..errors import InvalidInputError
 from ..limits import MAX_INPUT_BYTES, MAX_JSON_DEPTH, checked_json
+from ..strict_json import UNIQUE_KEYS_DECODER, DuplicateKeyError, NotJsonConstantError
 
 NOTHING = object()  # neither option given
 
@@ -39,7 +40,7 @@ def read_json_input(input_json: str | None, input_file: str | None, what: str) -
         text, source = _read_file(input_file), f"--input-file {input_file}"
     else:
         return NOTHING
-    value = _parse(text, source)
+    value = parse_json_text(text, source)
     checked_json(value, what, MAX_INPUT_BYTES)
     return value
 
@@ -56,19 +57,20 @@ def _read_file(path: str) -> str:
         raise InvalidInputError(f"--input-file {path} is not UTF-8 text.") from None
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _parse(text: str, source: str) -> Any:
+def parse_json_text(text: str, source: str) -> Any:
+    """`text` as one JSON value; a one-line `InvalidInputError` naming `source` otherwise."""
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        return UNIQUE_KEYS_DECODER.decode(text)
     except json.JSONDecodeError as error:
         raise InvalidInputError(
             f"{source} is not valid JSON ({error.msg} at position {error.pos}); "
-            'quote it, e.g. --input-json \'{"name": "Ada"}\'.'
+            'quote the whole value, e.g. \'{"name": "Ada"}\'.'
         ) from None
-    except ValueError:
+    except DuplicateKeyError as error:
+        raise InvalidInputError(
+            f"{source} gives the key {error.key[:40]!r} twice in one object; keep one of them."
+        ) from None
+    except NotJsonConstantError:
         raise InvalidInputError(
             f"{source} contains NaN or Infinity, which JSON does not allow; use null or a string."
         ) from None

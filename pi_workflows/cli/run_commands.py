@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from ..client.workflow_client import run_succeeded
-from .context import CliContext, emit_json, json_option, pass_cli
+from .context import SECONDS, CliContext, emit_json, json_option, pass_cli
 from .json_input import NOTHING, input_options, read_json_input
 
 
@@ -49,8 +49,13 @@ def _parse_input(input_json: str | None, input_file: str | None, task: tuple[str
     default=None,
     help="Claim order: higher runs first, whatever their age (default 0).",
 )
-@click.option("--wait", is_flag=True, help="Wait until the run is terminal or waiting.")
-@click.option("--timeout", type=float, default=None, help="Give up waiting after SECONDS.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait until the run is terminal, waiting, or held (paused, say); exit 1 unless it "
+    "completed or waits at a checkpoint or decision.",
+)
+@click.option("--timeout", type=SECONDS, default=None, help="Give up waiting after SECONDS.")
 @click.option("--no-autostart", is_flag=True, help="Fail instead of starting a host.")
 @json_option
 @pass_cli
@@ -144,7 +149,7 @@ def _follow(
 
 @run_group.command("watch")
 @click.argument("run_id")
-@click.option("--timeout", type=float, default=None, help="Give up after SECONDS.")
+@click.option("--timeout", type=SECONDS, default=None, help="Give up after SECONDS.")
 @click.option("--json", "as_json", is_flag=True, help="Print each progress event as a JSON line.")
 @pass_cli
 def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_json: bool) -> None:
@@ -170,7 +175,8 @@ def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_js
 
 
 def _print_outcome(status: dict[str, Any]) -> None:
-    click.echo(f"{status['runId']}: {status['status']}")
+    paused = " (paused: resume it with 'pi-workflows run resume')" if status.get("paused") else ""
+    click.echo(f"{status['runId']}: {status['status']}{paused}")
     if status.get("statusDetail"):
         click.echo(f"detail: {status['statusDetail']}")
     if status.get("finalOutput") is not None:

@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from ..errors import InvalidInputError
-from .context import CliContext, emit_json, json_option, pass_cli
+from .context import SECONDS, CliContext, emit_json, json_option, pass_cli
+from .json_input import parse_json_text
 
 
 def _client(cli_ctx: CliContext, session_id: str, *, coordinator: bool) -> Any:
@@ -29,13 +29,6 @@ def _client(cli_ctx: CliContext, session_id: str, *, coordinator: bool) -> Any:
     )
     client.open()
     return client
-
-
-def _json_value(text: str, option: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(f"{option} is not valid JSON ({error.msg}).") from None
 
 
 @click.group("session")
@@ -84,7 +77,7 @@ def messages_command(cli_ctx: CliContext, session_id: str, as_json: bool) -> Non
 @session_group.command("watch")
 @click.argument("session_id", metavar="SESSION")
 @click.option("--count", type=int, default=None, help="Stop after COUNT views.")
-@click.option("--timeout", type=float, default=None, help="Stop after SECONDS.")
+@click.option("--timeout", type=SECONDS, default=None, help="Stop after SECONDS.")
 @pass_cli
 def watch_command(
     cli_ctx: CliContext, session_id: str, count: int | None, timeout: float | None
@@ -117,7 +110,7 @@ def watch_command(
 
 @session_group.command("next")
 @click.argument("session_id", metavar="SESSION")
-@click.option("--timeout", type=float, default=30.0, show_default=True)
+@click.option("--timeout", type=SECONDS, default=30.0, show_default=True)
 @json_option
 @pass_cli
 def next_command(cli_ctx: CliContext, session_id: str, timeout: float, as_json: bool) -> None:
@@ -144,7 +137,7 @@ def next_command(cli_ctx: CliContext, session_id: str, timeout: float, as_json: 
     show_default=True,
     help="How the model turn ended.",
 )
-@click.option("--timeout", type=float, default=30.0, show_default=True)
+@click.option("--timeout", type=SECONDS, default=30.0, show_default=True)
 @pass_cli
 def respond_command(
     cli_ctx: CliContext,
@@ -158,7 +151,7 @@ def respond_command(
     With --output-json the turn submits that output for a step; without it the turn
     ends with no submission (an unproductive turn, which earns a reminder).
     """
-    output = _json_value(output_json, "--output-json") if output_json is not None else None
+    output = parse_json_text(output_json, "--output-json") if output_json is not None else None
     client = _client(cli_ctx, session_id, coordinator=True)
     try:
         client.report_branch()

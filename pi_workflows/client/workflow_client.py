@@ -19,8 +19,10 @@ WATCH_TICK_S = 1.0
 
 
 def run_is_held(status: dict[str, Any]) -> bool:
-    """Parked with an error code (no progress, crash loop, changed source, ambiguous
-    effect): nothing moves until an operator acts."""
+    """Paused, or parked with an error code (no progress, crash loop, changed source,
+    ambiguous effect): nothing moves until an operator acts."""
+    if status.get("paused") and status["status"] not in TERMINAL_STATUSES:
+        return True
     return status["queueStatus"] == "parked" and status.get("errorCode") is not None
 
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from ..canonical import canonical_json
+from ..strict_json import DECODER, UNIQUE_KEYS_DECODER
 
 MAX_FRAME_BYTES = 1024 * 1024  # including the newline
 # Host <-> worker pipes carry whole run snapshots (every node output up to the limits of
@@ -26,28 +27,6 @@ def encode_frame(message: dict[str, Any], limit: int = MAX_FRAME_BYTES) -> bytes
     return data
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    value = dict(pairs)
-    if len(value) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"duplicate key {key[:40]!r}")
-            seen.add(key)
-    return value
-
-
-# `json.loads` with options builds a decoder on every call; these serve every frame.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-_UNIQUE_KEYS_DECODER = json.JSONDecoder(
-    parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys
-)
-
-
 def decode_frame(
     line: bytes, limit: int = MAX_FRAME_BYTES, *, unique_keys: bool = False
 ) -> dict[str, Any]:
@@ -56,7 +35,7 @@ def decode_frame(
     which value counts would depend on the parser."""
     if len(line) > limit:
         raise FrameError(f"Protocol message exceeds {limit // (1024 * 1024)} MiB")
-    decoder = _UNIQUE_KEYS_DECODER if unique_keys else _DECODER
+    decoder = UNIQUE_KEYS_DECODER if unique_keys else DECODER
     try:
         # As json.loads reads bytes: UTF-8, -16 or -32 by their first bytes.
         value = decoder.decode(line.decode(json.detect_encoding(line), "surrogatepass"))
