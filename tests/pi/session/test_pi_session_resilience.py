@@ -142,10 +142,47 @@ def test_a_second_pi_on_the_same_session_fences_the_first(pi_session: WorkflowPi
     hosted = pi_session.host_messages(session_id)
     assert first_shown == [hosted[0]["workflowMessageId"]]
     assert len(pi_session.shown_once(first, second)) == 5
-    assert [n for n in pi_session.notices(first) if "took over" in n] == [
-        "pi-workflows: another Pi process took over this workflow session; "
-        "this one no longer delivers its workflow messages."
-    ]
+    assert [n for n in pi_session.notices(first) if "took over" in n] == [TOOK_OVER]
+
+
+TOOK_OVER = (
+    "pi-workflows: another Pi process took over this workflow session; "
+    "this one no longer delivers its workflow messages."
+)
+TAKEN_BACK = (
+    "pi-workflows: the Pi process that took over this workflow session is gone; "
+    "this one coordinates it again."
+)
+
+
+def test_a_fenced_pi_takes_the_session_back_when_the_pi_that_took_over_is_killed(
+    pi_session: WorkflowPi,
+):
+    """Issue 22.12: the fence lasts only as long as the Pi process that set it."""
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    first = pi_session.start(session_id)
+    first.prompt("/workflow status")  # answered once the first pi coordinates the session
+    first.wait_for(
+        lambda e: "has no workflow run" in e.get("message", ""), what="the first pi's status"
+    )
+    second = pi_session.start(session_id)
+    first.wait_for(lambda e: e.get("message") == TOOK_OVER, what="the takeover notice")
+
+    os.killpg(second.pid, signal.SIGKILL)
+    wait_until(lambda: process_gone(second.pid), what="the second pi to die")
+    first.wait_for(lambda e: e.get("message") == TAKEN_BACK, what="the take-back notice")
+
+    # The first pi coordinates again: it starts a run and delivers all of it.
+    pi_session.server.script(*two_turn_script())
+    first.prompt("/workflow start two-turn")
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert run["status"] == "completed", run
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+    hosted = pi_session.host_messages(session_id)
+    assert len(pi_session.shown_once(first)) == len(hosted) == 4
+    notices = pi_session.notices(first)
+    assert notices.count(TOOK_OVER) == 1 and notices.count(TAKEN_BACK) == 1, notices
+    assert not [n for n in notices if "Another Pi process coordinates" in n], notices
 
 
 def test_an_unreachable_host_is_one_notice_and_pi_keeps_working(pi_session: WorkflowPi):

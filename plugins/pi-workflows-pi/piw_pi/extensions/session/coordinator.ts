@@ -86,6 +86,7 @@ export class MessageCoordinator {
 		private readonly host: HostSide,
 		private readonly onFenced: () => void,
 		private readonly onProblem: (text: string) => void,
+		private readonly onVacant: () => void = () => {},
 	) {}
 
 	/** A new connection became the session's coordinator with `epoch`. */
@@ -111,12 +112,25 @@ export class MessageCoordinator {
 	}
 
 	updateView(view: SessionView): void {
+		if (this.fenced) {
+			// Fenced, this client only watches: no coordinator at all means the Pi process
+			// that took the session over is gone, and this one may take it back.
+			this.view = view;
+			if (view.coordinatorEpoch === null) this.onVacant();
+			return;
+		}
 		if (this.epoch && view.coordinatorEpoch && view.coordinatorEpoch !== this.epoch && !view.coordinatorActive) {
 			this.fence();
 			return;
 		}
 		this.view = view;
 		this.schedule();
+	}
+
+	/** Coordinate again after a fence (the session had no coordinator left). */
+	unfence(): void {
+		this.fenced = false;
+		this.view = null;
 	}
 
 	/** The turn Pi is running now, if the host granted (or may still grant) it a message. */
@@ -401,7 +415,8 @@ export class MessageCoordinator {
 		throw new HostUnavailable(REPLACED);
 	}
 
-	/** Another Pi process took the session over: this one never sends or reports again. */
+	/** Another Pi process took the session over: this one sends and reports nothing until
+	 * that process is gone (`onVacant`). */
 	private fence(): void {
 		if (this.fenced) return;
 		this.fenced = true;

@@ -3,7 +3,9 @@
  * `PI_WORKFLOWS_HOME` alive. A dropped socket or a restarted host is reconnected with
  * capped exponential backoff (a new connection is a new coordinator epoch, so the branch
  * is reported again before any turn); while the host cannot be reached Pi shows one notice
- * and keeps working. A second Pi process on the same session id fences this one for good.
+ * and keeps working. A second Pi process on the same session id fences this one: it then
+ * only watches the session, and takes it back (one notice) once the host shows no
+ * coordinator, i.e. the process that took over is gone.
  */
 
 import { randomUUID } from "node:crypto";
@@ -57,6 +59,7 @@ export class WorkflowSession {
 			{ request: (operation, payload, options) => this.coordinatorRequest(operation, payload, options) },
 			() => this.fenced(),
 			(text) => this.notify(`pi-workflows: ${text}`, "warning"),
+			() => this.takeBack(),
 		);
 	}
 
@@ -84,9 +87,12 @@ export class WorkflowSession {
 		if (this.reconnecting) return;
 		this.reconnecting = true;
 		try {
-			for (let attempt = 0; !this.stopped && !this.coordinator.isFenced; attempt++) {
+			for (let attempt = 0; !this.stopped; attempt++) {
 				try {
 					await this.connect();
+					// Connected as a watcher that found the session free: connect again, now
+					// as its coordinator (takeBack closed the watch).
+					if (!this.connection && !this.stopped) continue;
 					if (this.unreachableShown) this.notify("pi-workflows: connected to the workflow host again.", "info");
 					this.unreachableShown = false;
 					return;
@@ -110,7 +116,9 @@ export class WorkflowSession {
 		}
 	}
 
+	/** Connect as the session's coordinator, or, while fenced, as a watcher of its view. */
 	private async connect(): Promise<void> {
+		const asCoordinator = !this.coordinator.isFenced;
 		const connection = await HostConnection.open(await locateHost(this.cwd));
 		let firstView: SessionView | null = null;
 		let registered = false;
@@ -125,13 +133,13 @@ export class WorkflowSession {
 			response = await connection.request("view.session.watch", {
 				subscriptionId: this.subscriptionId,
 				sessionId: this.sessionId,
-				coordinator: true,
+				coordinator: asCoordinator,
 			});
 		} catch (error) {
 			connection.close();
 			throw error;
 		}
-		if (!isOk(response) || typeof response.receipt?.coordinatorEpoch !== "string") {
+		if (!isOk(response) || (asCoordinator && typeof response.receipt?.coordinatorEpoch !== "string")) {
 			connection.close();
 			throw new Error(response.error ?? "the host did not make this session its coordinator");
 		}
@@ -140,8 +148,8 @@ export class WorkflowSession {
 			return;
 		}
 		this.connection = connection;
-		this.epoch = response.receipt.coordinatorEpoch;
-		this.coordinator.connected(this.epoch!);
+		this.epoch = asCoordinator ? response.receipt.coordinatorEpoch : null;
+		if (this.epoch) this.coordinator.connected(this.epoch);
 		registered = true;
 		if (firstView) this.coordinator.updateView(firstView);
 		for (const resolve of this.connectedWaiters.splice(0)) resolve();
@@ -152,15 +160,29 @@ export class WorkflowSession {
 		this.connection = null;
 		this.epoch = null;
 		this.coordinator.disconnected();
-		if (!this.stopped && !this.coordinator.isFenced) void this.reconnect();
+		if (!this.stopped) void this.reconnect();
 	}
 
+	/** The connection stays open as a watch of the session: it shows when the session is free. */
 	private fenced(): void {
+		this.epoch = null;
 		this.notify(
 			"pi-workflows: another Pi process took over this workflow session; this one no longer delivers its workflow messages.",
 			"warning",
 		);
-		this.connection?.close();
+	}
+
+	/** The Pi process that took over is gone: coordinate again on a new connection. */
+	private takeBack(): void {
+		const watching = this.connection;
+		this.connection = null;
+		this.coordinator.unfence();
+		watching?.close();
+		this.notify(
+			"pi-workflows: the Pi process that took over this workflow session is gone; this one coordinates it again.",
+			"info",
+		);
+		void this.reconnect();
 	}
 
 	/** Coordinator reports go only to the connection whose epoch they carry. */
