@@ -6,12 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from pi_workflows.canonical import canonical_json
+from pi_workflows.client import HostConnection
+from pi_workflows.errors import HostUnavailableError
 from pi_workflows.protocol.client_messages import SCHEMA
 from tests.polling import wait_until
 
@@ -189,3 +192,39 @@ def test_one_submission_validates_at_a_time_and_a_restarted_host_finishes_it(ses
         what="the next host to accept the validating submission",
     )
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"answer": 42}
+
+
+@pytest.mark.integration
+@pytest.mark.scenario("4.15")
+def test_a_request_still_waiting_when_the_host_dies_fails_at_once(sessions, harness):
+    run_id, session, step = sessions.first_step("slow-check", SLOW_CHECK, "session-dies")
+    session.report_turn(step, session.new_turn_id(), "started")
+    details = step["details"]
+    interaction = next(
+        i for i in session.view["pendingInteractions"] if i["requestId"] == details["requestId"]
+    )
+    failures: list[BaseException] = []
+
+    def submit() -> None:
+        with HostConnection(harness.home.socket_path) as connection:
+            try:
+                connection.request(
+                    "interaction.submit",
+                    {
+                        **{key: details[key] for key in ("requestId", "attempt", "step")},
+                        "submissionId": "doomed",
+                        "value": {"answer": 42},
+                    },
+                    run_id=run_id,
+                    expected_revision=interaction["revision"],
+                )
+            except HostUnavailableError as error:
+                failures.append(error)
+
+    waiting = threading.Thread(target=submit)
+    waiting.start()
+    _wait_until_validating(harness)
+    harness.host_process.kill()
+    waiting.join(timeout=30)
+    assert not waiting.is_alive(), "the request kept waiting on a closed connection"
+    assert [str(failure) for failure in failures] == ["The workflow host closed the connection."]
