@@ -1,24 +1,23 @@
 """Built-in headless agent executor `command`: pipe the step prompt to a command.
 
-The command comes from ``PI_WORKFLOWS_AGENT_COMMAND`` (split like a shell would). It
+The command is the ``agent_command`` setting (``PI_WORKFLOWS_AGENT_COMMAND`` or the settings
+file; split like a shell would). It
 gets the full step prompt on stdin, runs in its own process group and must print the
 step output on stdout — JSON, or text containing JSON (parsed tolerantly).
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable
 from typing import Any
 
+from .. import settings
 from ..engine.agents import AgentExecutorError
 from ..engine.context import AbortSignal
 from ..engine.shell import ShellCommandFailed, run_shell
 from ..hookspecs import hookimpl
 from ..records import AgentStepRequest, AgentStepResult
-
-COMMAND_ENV = "PI_WORKFLOWS_AGENT_COMMAND"
 
 
 class CommandExecutor:
@@ -50,11 +49,14 @@ class CommandExecutor:
 
 
 def command_executor() -> CommandExecutor:
-    raw = os.environ.get(COMMAND_ENV, "").strip()
-    if not raw:
+    raw = settings.value("agent_command")
+    if raw is None:
+        # The default executor of a host started without settings: say how to pick one.
         raise AgentExecutorError(
-            f"The 'command' agent executor needs {COMMAND_ENV} set to the command that "
-            "answers step prompts."
+            "The host's agent executor is 'command' and agent_command is not set: set the "
+            "command that answers step prompts (`pi-workflows config set agent_command CMD`) "
+            "or another executor (`pi-workflows config set agent_executor pi`), then "
+            "`pi-workflows host restart`; `pi-workflows host status` shows the host's settings."
         )
     return CommandExecutor(shlex.split(raw))
 

@@ -51,9 +51,17 @@ class CliContext:
     def close(self) -> None:
         if self._client is not None:
             self._warn_if_plugins_differ(self._client)
+            warn_if_settings_differ(self._client.hello)
             self._client.close()
+            self._client = None
         if self._store is not None:
             self._store.close()
+
+    def drop_client(self) -> None:
+        """Close the client without the warnings about the host it talked to (stopped)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     @staticmethod
     def _warn_if_plugins_differ(client: WorkflowClient) -> None:
@@ -71,6 +79,29 @@ class CliContext:
             "restart it: pi-workflows host stop && pi-workflows host start",
             err=True,
         )
+
+
+def warn_if_settings_differ(hello: dict[str, Any] | None) -> None:
+    """One line when this command asks (environment or settings file) for host-level
+    settings the running host does not use: its workers act on the host's, not on ours."""
+    if hello is None or not isinstance(hello.get("settings"), dict):
+        return
+    from ..settings import SettingError, differences
+
+    try:
+        different = differences(hello["settings"], os.environ)
+    except SettingError:
+        return  # a broken settings file is reported by the commands that read it
+    if not different:
+        return
+    names = ", ".join(f"{item.key} ({item.env})" for item in different)
+    click.echo(
+        f"pi-workflows: warning: the running host uses other settings than this command asks "
+        f"for: {names}; apply them with `pi-workflows host restart` (from this shell) or make "
+        "them stick with `pi-workflows config set KEY VALUE`; `pi-workflows host status` shows "
+        "what the host uses.",
+        err=True,
+    )
 
 
 def database_url_from(option: str | None) -> str | None:

@@ -1,9 +1,10 @@
-"""`pi-workflows host run|start|stop|status`."""
+"""`pi-workflows host run|start|stop|restart|status`."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import click
@@ -13,7 +14,9 @@ from ..client.connection import HostConnection
 from ..errors import HostUnavailableError, HostVersionError
 from ..host.lock import live_lock_holder, read_lock
 from ..host.process_identity import is_running
-from .context import CliContext, emit_json, json_option, pass_cli
+from .context import CliContext, emit_json, json_option, pass_cli, warn_if_settings_differ
+
+STOP_WAIT_S = 30.0
 
 
 @click.group("host")
@@ -36,34 +39,20 @@ def run_command(cli_ctx: CliContext, log_file: Path | None) -> None:
     run_host_forever(cli_ctx.home, cli_ctx.database_url, log_file)
 
 
-@host_group.command("start")
-@json_option
-@pass_cli
-def start_command(cli_ctx: CliContext, as_json: bool) -> None:
-    """Start the host in the background and wait until it is ready (idempotent)."""
+def _start(cli_ctx: CliContext) -> bool:
+    """Start a host unless one runs; whether one was already running."""
     try:
-        HostConnection(cli_ctx.home.socket_path).close()
-        already = True
+        connection = HostConnection(cli_ctx.home.socket_path)
     except HostUnavailableError:
         start_background_host(cli_ctx.home, cli_ctx.database_url)
-        already = False
-    holder = live_lock_holder(cli_ctx.home.lock_path)
-    result = {"running": True, "alreadyRunning": already, "pid": holder["pid"] if holder else None}
-    if as_json:
-        emit_json(result)
-    elif already:
-        click.echo(f"host already running (PID {result['pid']})")
-    else:
-        click.echo(f"host started (PID {result['pid']})")
+        return False
+    warn_if_settings_differ(connection.hello)
+    connection.close()
+    return True
 
 
-@host_group.command("stop")
-@json_option
-@pass_cli
-def stop_command(cli_ctx: CliContext, as_json: bool) -> None:
-    """Stop the running host cleanly; runs in flight are parked and resume later."""
-    import time
-
+def _stop(cli_ctx: CliContext) -> bool:
+    """Stop the running host and wait until it is gone; whether one was running."""
     holder = live_lock_holder(cli_ctx.home.lock_path)
     try:
         cli_ctx.client(autostart=False).stop_host()
@@ -73,20 +62,60 @@ def stop_command(cli_ctx: CliContext, as_json: bool) -> None:
             raise
         os.kill(holder["pid"], signal.SIGTERM)
     except HostUnavailableError:
-        if as_json:
-            emit_json({"stopped": False, "running": False})
-        else:
-            click.echo("no host is running")
-        return
-    deadline = time.monotonic() + 30
+        return False
+    finally:
+        cli_ctx.drop_client()  # the host it talked to is gone: nothing to warn about
+    deadline = time.monotonic() + STOP_WAIT_S
     while holder is not None and is_running(holder["pid"], holder["startIdentity"]):
         if time.monotonic() > deadline:
-            raise click.ClickException("The host did not stop within 30 s.")
+            raise click.ClickException(f"The host did not stop within {STOP_WAIT_S:.0f} s.")
         time.sleep(0.05)
+    return True
+
+
+def _started_result(already: bool, cli_ctx: CliContext, as_json: bool, verb: str) -> None:
+    holder = live_lock_holder(cli_ctx.home.lock_path)
+    result = {"running": True, "alreadyRunning": already, "pid": holder["pid"] if holder else None}
     if as_json:
-        emit_json({"stopped": True, "running": False})
+        emit_json(result)
+    elif already:
+        click.echo(f"host already running (PID {result['pid']})")
     else:
-        click.echo("host stopped")
+        click.echo(f"host {verb} (PID {result['pid']})")
+
+
+@host_group.command("start")
+@json_option
+@pass_cli
+def start_command(cli_ctx: CliContext, as_json: bool) -> None:
+    """Start the host in the background and wait until it is ready (idempotent)."""
+    _started_result(_start(cli_ctx), cli_ctx, as_json, "started")
+
+
+@host_group.command("stop")
+@json_option
+@pass_cli
+def stop_command(cli_ctx: CliContext, as_json: bool) -> None:
+    """Stop the running host cleanly; runs in flight are parked and resume later."""
+    stopped = _stop(cli_ctx)
+    if as_json:
+        emit_json({"stopped": stopped, "running": False})
+    else:
+        click.echo("host stopped" if stopped else "no host is running")
+
+
+@host_group.command("restart")
+@json_option
+@pass_cli
+def restart_command(cli_ctx: CliContext, as_json: bool) -> None:
+    """Stop the running host and start one with this command's settings (the settings file,
+    overridden by this shell's PI_WORKFLOWS_* variables); runs in flight resume."""
+    from ..settings import resolve
+
+    resolve()  # refuse bad settings before stopping the host that works
+    _stop(cli_ctx)
+    _start(cli_ctx)
+    _started_result(False, cli_ctx, as_json, "restarted")
 
 
 @host_group.command("status")
@@ -127,6 +156,10 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     missing = "" if executor["registered"] else " (NOT REGISTERED: no plugin provides it)"
     click.echo(f"agent executor: {executor['name']}{missing}")
     click.echo(f"plugins: {', '.join(plugin['name'] for plugin in status['plugins'])}")
+    click.echo("settings (pi-workflows config set KEY VALUE; environment overrides):")
+    for item in status["settings"]:
+        shown = "(not set)" if item["value"] is None else item["value"]
+        click.echo(f"  {item['key']} = {shown}  [{item['source']}]")
     click.echo(
         f"attention: {status['expiredClaims']} expired claims, {status['pendingInteractions']} "
         f"pending interactions, {status['ambiguousEffects']} ambiguous effects, "

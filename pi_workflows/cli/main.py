@@ -24,6 +24,7 @@ BUILTIN_COMMANDS = {
     "decision": "decision_commands:decision_group",
     "effects": "effects_commands:effects_group",
     "session": "session_commands:session_group",
+    "config": "config_commands:config_group",
 }
 
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from .. import settings
 from ..errors import HostUnavailableError
 from ..home import DATABASE_ENV, Home, prepare_home
 from .connection import HostConnection
@@ -32,6 +33,8 @@ def connect(
 
 def start_background_host(home: Home, database_url: str | None) -> int:
     """Spawn `pi-workflows host run` detached and wait until it accepts connections."""
+    # A bad setting is refused here, in the user's terminal, not in the host's log.
+    settings.resolve()
     prepare_home(home)
     home.logs_dir.mkdir(mode=0o700, exist_ok=True)
     log_path = home.logs_dir / "host.log"

@@ -19,21 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..env_settings import positive_number
+from .. import settings
 from ..parent_death import die_with_parent
-
-TIMEOUT_ENV = "PI_WORKFLOWS_DISCOVERY_TIMEOUT_S"
-MEMORY_ENV = "PI_WORKFLOWS_DISCOVERY_MEMORY_MB"
-DEFAULT_TIMEOUT_S = 10.0
-DEFAULT_MEMORY_MB = 2048
 
 
 def load_timeout_s() -> float:
-    return positive_number(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+    return settings.value("discovery_timeout_s")
 
 
 def memory_limit_bytes() -> int:
-    return int(positive_number(MEMORY_ENV, DEFAULT_MEMORY_MB) * 1024 * 1024)
+    return int(settings.value("discovery_memory_mb") * 1024 * 1024)
 
 
 def describe_isolated(

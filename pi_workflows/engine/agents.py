@@ -14,20 +14,17 @@ object with ``run_agent_step(request, signal) -> {"output": ...}``; the request
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from collections import deque
 from typing import Any, Protocol
 
-from .. import plugins
+from .. import plugins, settings
 from ..clock import now_ms
 from ..errors import PiWorkflowsError
 from ..records import AgentStepRequest, AgentStepResult
 from .context import AbortSignal
 
-EXECUTOR_ENV = "PI_WORKFLOWS_AGENT_EXECUTOR"
-DEFAULT_EXECUTOR = "command"
 MAX_PARSE_CANDIDATES = 64
 _FENCED = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 # A transcript keeps its first entries and its latest ones, each value cut to a readable
@@ -173,11 +170,12 @@ def parse_output(output: Any) -> Any:
 
 
 def headless_executor() -> AgentExecutor:
-    name = os.environ.get(EXECUTOR_ENV, DEFAULT_EXECUTOR)
+    name = settings.value("agent_executor")
     factories = plugins.agent_executor_factories()
     if name not in factories:
         known = ", ".join(sorted(factories)) or "none"
         raise AgentExecutorError(
-            f"No agent executor named {name!r} (registered: {known}); set {EXECUTOR_ENV}."
+            f"No agent executor named {name!r} (registered: {known}); set another with "
+            "`pi-workflows config set agent_executor NAME`, then `pi-workflows host restart`."
         )
     return factories[name]()

@@ -43,6 +43,7 @@ from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
 from ..records import ChannelContext, ChannelSettings
+from ..settings import value as setting_value
 from ..storage import decision_records
 from ..storage.models import HumanDecision
 
@@ -195,7 +196,6 @@ def _settle_future(future: asyncio.Future, result: Any, error: BaseException | N
         future.set_result(result)
 
 
-CALL_TIMEOUT_ENV = "PI_WORKFLOWS_CHANNEL_CALL_TIMEOUT_S"
 ANSWER_TIMEOUT_S = 30.0
 
 
@@ -214,7 +214,7 @@ class ChannelRunner:
         self.lanes: dict[str, Lane] = {}
         self.in_flight: set[str] = set()
         self._marked_interrupted = False
-        self.call_timeout_s = float(os.environ.get(CALL_TIMEOUT_ENV) or 30.0)
+        self.call_timeout_s = setting_value("channel_call_timeout_s")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
 

@@ -28,16 +28,11 @@ from ..protocol.framing import MAX_WORKER_FRAME_BYTES
 from ..records import WorkerProcessSpec
 from ..worker.command import LAUNCH_ENV, is_worker_command, worker_argv, worker_pythonpath
 
-FORK_SERVER_ENV = "PI_WORKFLOWS_FORK_SERVER"
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 FORK_REPLY_TIMEOUT_S = 10.0
 STARTING_WAIT_S = 5.0
 
 log = logging.getLogger(__name__)
-
-
-def fork_server_enabled() -> bool:
-    return os.environ.get(FORK_SERVER_ENV, "1") != "0"
 
 
 def can_serve(spec: WorkerProcessSpec) -> bool:

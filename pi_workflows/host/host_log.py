@@ -15,10 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..env_settings import positive_int
+from .. import settings
 
-LOG_MAX_BYTES_ENV = "PI_WORKFLOWS_HOST_LOG_MAX_BYTES"
-DEFAULT_LOG_MAX_BYTES = 10 * 1024 * 1024
 LOG_BACKUPS = 2
 REPEAT_BURST = 10
 REPEAT_WINDOW_S = 60.0
@@ -56,7 +54,7 @@ def configure_host_logging(log_file: Path | None) -> None:
     else:
         handler = logging.handlers.RotatingFileHandler(
             log_file,
-            maxBytes=positive_int(LOG_MAX_BYTES_ENV, DEFAULT_LOG_MAX_BYTES),
+            maxBytes=settings.value("host_log_max_bytes"),
             backupCount=LOG_BACKUPS,
             encoding="utf-8",
         )

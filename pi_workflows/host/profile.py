@@ -10,8 +10,7 @@ import os
 import stat
 from typing import Any
 
-from .. import plugins
-from ..engine.agents import DEFAULT_EXECUTOR, EXECUTOR_ENV
+from .. import plugins, settings
 from ..home import Home
 from ..storage.database import masked_url
 
@@ -26,9 +25,12 @@ def log_file() -> str | None:
         return None
 
 
-def host_profile(home: Home, database_url: str | None) -> dict[str, Any]:
-    """The host's plugins, plugin-set digest, database, log file and agent executor."""
-    executor = os.environ.get(EXECUTOR_ENV, DEFAULT_EXECUTOR)
+def host_profile(
+    home: Home, database_url: str | None, host_settings: settings.Settings
+) -> dict[str, Any]:
+    """The host's plugins, plugin-set digest, database, log file, agent executor and
+    settings (each with its source; secrets masked)."""
+    executor = host_settings["agent_executor"]
     registered = sorted(plugins.agent_executor_factories())
     return {
         "plugins": [
@@ -43,4 +45,5 @@ def host_profile(home: Home, database_url: str | None) -> dict[str, Any]:
             "registered": executor in registered,
             "available": registered,
         },
+        "settings": host_settings.describe(),
     }

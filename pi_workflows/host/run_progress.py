@@ -12,15 +12,12 @@ from dataclasses import dataclass
 
 from peewee import SQL, fn
 
-from ..env_settings import positive_int
 from ..storage.models import NodeAttempt, Run, RunWorker
 from ..storage.prepared import PreparedQuery
 
 FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 UNFINISHED_ATTEMPT_STATUSES = ("running", "interrupted")
 WORKER_DEATHS = ("crashed", "timedOut")
-MAX_NODE_CRASHES_ENV = "PI_WORKFLOWS_MAX_NODE_CRASHES"
-DEFAULT_MAX_NODE_CRASHES = 3
 
 
 @dataclass(frozen=True)
@@ -44,10 +41,6 @@ def progress_mark(run_id: str) -> ProgressMark:
     row = _PROGRESS.first(run_id=run_id)
     status, finished = row if row is not None else (None, 0)
     return ProgressMark(finished, status)
-
-
-def max_node_crashes() -> int:
-    return positive_int(MAX_NODE_CRASHES_ENV, DEFAULT_MAX_NODE_CRASHES)
 
 
 def deaths_at_current_node(run_id: str, limit: int) -> tuple[str | None, int]:

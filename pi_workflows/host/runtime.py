@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import plugins
+from .. import plugins, settings
 from ..clock import now_ms
 from ..errors import HostLeaseLostError, PiWorkflowsError
 from ..home import Home, home_key, machine_name, prepare_home
@@ -44,7 +44,7 @@ from .active_run import ActiveRun
 from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
-from .forkserver import ForkServer, fork_server_enabled
+from .forkserver import ForkServer
 from .host_log import configure_host_logging
 from .human_decisions import HumanDecisions
 from .lock import HostLock, acquire_host_lock
@@ -61,7 +61,6 @@ from .worker_gateway import WorkerGateway
 
 log = logging.getLogger("pi_workflows.host")
 
-DEFAULT_MAX_WORKERS = 4
 # How long a stop waits for its workers and tasks (a worker gets KILL_GRACE_S before its
 # SIGKILL); whatever is still busy then is cancelled, so a stop never hangs.
 STOP_WAIT_S = 10.0
@@ -81,7 +80,7 @@ FEATURES: tuple[Callable[[HostServices], object], ...] = (
 
 @dataclass(frozen=True)
 class HostTimings:
-    """Timer periods; tests and benchmarks shorten them through the environment."""
+    """Timer periods; tests and benchmarks shorten them through the settings."""
 
     heartbeat_s: float = 5.0  # a third of the host lease: two missed beats are survivable
     poll_s: float = 2.0
@@ -90,17 +89,13 @@ class HostTimings:
     worker_startup_s: float = 15.0
 
     @classmethod
-    def from_env(cls) -> HostTimings:
-        def number(name: str, default: float) -> float:
-            raw = os.environ.get(name)
-            return float(raw) if raw else default
-
+    def from_settings(cls, values: settings.Settings) -> HostTimings:
         return cls(
-            heartbeat_s=number("PI_WORKFLOWS_HEARTBEAT_S", 5.0),
-            poll_s=number("PI_WORKFLOWS_POLL_S", 2.0),
-            run_lease_ms=int(number("PI_WORKFLOWS_RUN_LEASE_MS", run_claims.RUN_CLAIM_LEASE_MS)),
-            host_lease_ms=int(number("PI_WORKFLOWS_HOST_LEASE_MS", epoch_lease.HOST_LEASE_MS)),
-            worker_startup_s=number("PI_WORKFLOWS_WORKER_STARTUP_S", 15.0),
+            heartbeat_s=values["heartbeat_s"],
+            poll_s=values["poll_s"],
+            run_lease_ms=values["run_lease_ms"],
+            host_lease_ms=values["host_lease_ms"],
+            worker_startup_s=values["worker_startup_s"],
         )
 
 
@@ -113,19 +108,6 @@ class PreparedWorker:
     progress: run_progress.ProgressMark
 
 
-def positive_int_setting(variable: str, default: int) -> int:
-    raw = os.environ.get(variable)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise PiWorkflowsError(f"{variable} must be a positive integer, got {raw!r}.") from None
-    if value < 1:
-        raise PiWorkflowsError(f"{variable} must be at least 1, got {value}.")
-    return value
-
-
 class Host:
     def __init__(
         self,
@@ -133,17 +115,16 @@ class Host:
         database_url: str | None = None,
         timings: HostTimings | None = None,
         max_workers: int | None = None,
+        host_settings: settings.Settings | None = None,
     ) -> None:
         self.home = home
         self.database_url = database_url
-        self.timings = timings or HostTimings.from_env()
-        self.max_workers = max_workers or positive_int_setting(
-            "PI_WORKFLOWS_MAX_WORKERS", DEFAULT_MAX_WORKERS
-        )
-        self.max_node_crashes = run_progress.max_node_crashes()
-        self.claim_window = positive_int_setting(
-            run_claims.CLAIM_WINDOW_ENV, run_claims.DEFAULT_CLAIM_WINDOW
-        )
+        # Resolved once: `host status` shows what this host runs with, whatever changes later.
+        self.settings = host_settings or settings.resolve()
+        self.timings = timings or HostTimings.from_settings(self.settings)
+        self.max_workers = max_workers or self.settings["max_workers"]
+        self.max_node_crashes = self.settings["max_node_crashes"]
+        self.claim_window = self.settings["claim_window"]
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
         self.worker_commits: CommitGroup
@@ -169,7 +150,7 @@ class Host:
         self.server: Any = None
         self.operations = Operations(self)
         self.fork_server = (
-            ForkServer(sys.executable, str(home.root)) if fork_server_enabled() else None
+            ForkServer(sys.executable, str(home.root)) if self.settings["fork_server"] else None
         )
         services = HostServices(self)
         self.features = HostFeatures([feature(services) for feature in FEATURES])
@@ -767,8 +748,13 @@ def run_host_forever(home: Home, database_url: str | None, log_file: Path | None
     """`pi-workflows host run`: serve until SIGINT/SIGTERM or `host.stop`."""
     configure_host_logging(log_file)
 
+    # The settings file's values reach this host's workers (and the agents they run) through
+    # their environment, so every process of the host acts on the settings it started with.
+    host_settings = settings.resolve()
+    os.environ.update(host_settings.file_environment())
+
     async def main() -> None:
-        host = Host(home, database_url)
+        host = Host(home, database_url, host_settings=host_settings)
         await host.start()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -13,8 +13,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .. import __version__, plugins
-from ..env_settings import positive_int, positive_number
+from .. import __version__, plugins, settings
 from ..errors import PiWorkflowsError
 from ..protocol.client_messages import ClientRequest, hello, parse_request, refused, response
 from ..protocol.framing import (
@@ -37,10 +36,6 @@ log = logging.getLogger(__name__)
 
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
-MAX_CONNECTIONS_ENV = "PI_WORKFLOWS_MAX_CONNECTIONS"
-DEFAULT_MAX_CONNECTIONS = 256
-IDLE_CONNECTION_ENV = "PI_WORKFLOWS_IDLE_CONNECTION_S"
-DEFAULT_IDLE_CONNECTION_S = 30.0
 # File descriptors kept free for the database, workers and their pipes.
 RESERVED_FDS = 64
 ACCEPT_RETRY_S = 0.5
@@ -54,7 +49,7 @@ def max_connections() -> int:
     """The setting, lowered so that connections can never use up the fd limit."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     ceiling = max(4, (soft - RESERVED_FDS) // 2)
-    return min(positive_int(MAX_CONNECTIONS_ENV, DEFAULT_MAX_CONNECTIONS), ceiling)
+    return min(settings.value("max_connections"), ceiling)
 
 
 class ClientServer:
@@ -65,10 +60,11 @@ class ClientServer:
         self.connections: set[ClientConnection] = set()
         # Plugins load once per process, so every hello can carry the same digest.
         self.plugin_set = plugins.plugin_set_digest()
+        self.settings_fingerprints = host.settings.fingerprints()
         self._accepting: asyncio.Task | None = None
         self._serving: set[asyncio.Task] = set()  # one per accepted connection
         self.max_connections = max_connections()
-        self.idle_timeout_s = positive_number(IDLE_CONNECTION_ENV, DEFAULT_IDLE_CONNECTION_S)
+        self.idle_timeout_s = settings.value("idle_connection_s")
 
     async def listen(self) -> None:
         path = self.host.home.socket_path
@@ -131,7 +127,7 @@ class ClientServer:
         log.warning("refused a connection: %d connections are open", len(self._serving))
         refusal = refused(
             f"The workflow host has too many connections (limit {self.max_connections}); "
-            f"close idle clients or raise {MAX_CONNECTIONS_ENV}."
+            "close idle clients or raise max_connections (PI_WORKFLOWS_MAX_CONNECTIONS)."
         )
         with contextlib.suppress(OSError):
             conn.send(encode_frame(refusal))  # a few bytes: fits any socket buffer
@@ -156,7 +152,14 @@ class ClientServer:
         # of everything that does not wait.
         answering: set[asyncio.Task] = set()
         try:
-            await connection.send(hello(connection.connection_id, __version__, self.plugin_set))
+            await connection.send(
+                hello(
+                    connection.connection_id,
+                    __version__,
+                    self.plugin_set,
+                    self.settings_fingerprints,
+                )
+            )
             frames = FrameSplitter()
             loop = asyncio.get_running_loop()
             first_frame_by = loop.time() + self.idle_timeout_s

@@ -6,9 +6,9 @@ same answer; only the coordinator fields depend on who is asking.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from .. import settings
 from ..bounded_values import quoted
 from ..canonical import canonical_json
 from ..clock import now_ms
@@ -36,9 +36,6 @@ MAX_VIEW_MESSAGES = 64
 VIEW_MESSAGE_BYTES = 512 * 1024
 # A pending step's prompt is also its step message's text: the view lists it cut.
 PROMPT_MARKER = "[prompt truncated; the step's workflow message carries the whole prompt]"
-# How long a finished run stays the view's `run` after the turn presenting its result ended.
-TERMINAL_VIEW_ENV = "PI_WORKFLOWS_TERMINAL_VIEW_MS"
-TERMINAL_VIEW_RETENTION_MS = 60_000
 
 
 def is_validating(request_id: str) -> bool:
@@ -129,8 +126,8 @@ def unfinished_session_run(session_id: str) -> Run | None:
 
 
 def _retention_ms() -> int:
-    raw = os.environ.get(TERMINAL_VIEW_ENV)
-    return int(raw) if raw else TERMINAL_VIEW_RETENTION_MS
+    """How long a finished run stays the view's `run` after the turn presenting it ended."""
+    return settings.value("terminal_view_ms")
 
 
 def _retained_run(session_id: str) -> Run | None:

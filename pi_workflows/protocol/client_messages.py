@@ -113,12 +113,16 @@ def refused(error: str) -> dict[str, Any]:
     return {"schema": SCHEMA, "type": "refused", "error": error}
 
 
-def hello(connection_id: str, package_version: str, plugin_set: str) -> dict[str, Any]:
-    """The host's first message; `plugin_set` lets a client tell its plugins differ."""
+def hello(
+    connection_id: str, package_version: str, plugin_set: str, settings: dict[str, str]
+) -> dict[str, Any]:
+    """The host's first message; `plugin_set` lets a client tell its plugins differ, and
+    `settings` (a digest of each host-level setting's value) that it asks for other settings."""
     return {
         "schema": SCHEMA,
         "type": "hello",
         "connectionId": connection_id,
         "packageVersion": package_version,
         "pluginSet": plugin_set,
+        "settings": settings,
     }

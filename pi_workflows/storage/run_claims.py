@@ -494,7 +494,6 @@ def _cancel_dependents(run_id: str, now: int) -> None:
     ).where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending")).execute()
 
 
-CLAIM_WINDOW_ENV = "PI_WORKFLOWS_CLAIM_WINDOW"
 DEFAULT_CLAIM_WINDOW = 64
 
 # A run whose session owes an agent step's answer is not a candidate (see
