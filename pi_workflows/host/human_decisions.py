@@ -20,7 +20,12 @@ from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
 from ..storage import decision_records, read_json
 from ..storage.models import HumanDecision
-from ..storage.runs import current_revision, get_run, origin_session_id
+from ..storage.runs import (
+    current_revision,
+    get_run,
+    origin_session_id,
+    refuse_answer_while_paused,
+)
 from .decision_channel_runner import ChannelRunner
 from .features import feature_hook
 from .receipts import OperationResult, outcome_for_error
@@ -135,6 +140,7 @@ class HumanDecisions:
             raise AnswerNotAllowedError(
                 f"Actor {actor!r} may not answer decisions through channel {channel!r}."
             )
+        refuse_answer_while_paused(decision.run_id)
         record = decision_records.public_request(decision)
         response = decision_records.validate_response(
             record["choices"], _with_input_name(record["choices"], response), "The answer"
@@ -224,6 +230,7 @@ class HumanDecisions:
         """`checkpoint.answer {input}` for RUN: reserve its deterministic continuation."""
         run_id = request.target_run_id()
         parent = get_run(run_id)
+        refuse_answer_while_paused(run_id)
         answer = request.payload.get("input")
         checked_json(answer, "The checkpoint answer", MAX_INPUT_BYTES)
         continuation_id = decision_records.continuation_id_for_checkpoint(run_id)

@@ -17,7 +17,7 @@ from ..errors import InvalidInputError, PiWorkflowsError
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
-from ..storage import effects, record_run_change, run_claims
+from ..storage import decision_records, effects, read_json, record_run_change, run_claims
 from ..storage.models import (
     TERMINAL_RUN_STATUSES,
     Effect,
@@ -415,7 +415,9 @@ class Operations:
                 error=f"Run waits for an operator: {effects.ambiguous_detail(in_doubt)}",
                 run_id=run_id,
             )
-        if run.status == "waiting" and not run.paused:
+        if run.status == "waiting":
+            if run.paused:
+                return self._unpause_waiting(request, run)
             return OperationResult(
                 "rejected",
                 error="Run is waiting for input; answer its checkpoint or decision instead",
@@ -442,6 +444,32 @@ class Operations:
             },
             revision=get_run(run_id).revision,
             run_id=run_id,
+        )
+
+    def _unpause_waiting(self, request: ClientRequest, run: Run) -> OperationResult:
+        """Resume a run paused at its checkpoint or decision: it has no worker to start;
+        it takes answers again, and its decision deadlines get the paused time back."""
+        decision_records.give_back_pause(run.run_id, now_ms())
+        state = read_json(run.state_hash) if run.state_hash is not None else None
+        revision = record_run_change(
+            run.run_id,
+            event_type="run.resumed",
+            actor=f"client:{request.client_id}",
+            payload={"status": "waiting"},
+            paused=False,
+            status_detail=state.get("statusDetail") if isinstance(state, dict) else None,
+        )
+        return OperationResult(
+            "accepted",
+            receipt={
+                "runId": run.run_id,
+                "status": "parked",
+                "paused": False,
+                "waitingForAnswer": True,
+                "detail": "The run waits for the answer to its checkpoint or decision again.",
+            },
+            revision=revision,
+            run_id=run.run_id,
         )
 
     # --- host --------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from .models import (
 )
 from .prepared import PreparedQuery, model_instance
 from .revisions import record_run_change
-from .runs import create_derived_run, get_run
+from .runs import create_derived_run, get_run, paused_since
 
 REQUEST_SCHEMA = "pi-workflows.human-decision-request.v1"
 PRESENTATION_SCHEMA = "pi-workflows.decision-presentation.v1"
@@ -592,17 +592,32 @@ def reserve_pending_continuations() -> list[str]:
 
 
 def expired_decisions(now: int) -> list[HumanDecision]:
-    """Pending decisions with a default whose deadline has passed, oldest deadline first."""
+    """Pending decisions with a default whose deadline has passed, oldest deadline first;
+    not those of a paused run (their clock is stopped until `run resume`)."""
     return list(
-        HumanDecision.select()
+        HumanDecision.select(HumanDecision)
+        .join(Run, on=(Run.run_id == HumanDecision.run))
         .where(
             (HumanDecision.status == "pending")
             & HumanDecision.deadline_at.is_null(False)
             & (HumanDecision.deadline_at <= now)
             & HumanDecision.default_response_hash.is_null(False)
+            & ~Run.paused
         )
         .order_by(HumanDecision.deadline_at, HumanDecision.decision_id)
     )
+
+
+def give_back_pause(run_id: str, now: int) -> None:
+    """`run resume`: the run's pending decisions get their paused time back on their
+    deadlines, so a default never wins for time nobody could answer in."""
+    paused_at = paused_since(run_id)
+    if paused_at is not None and now > paused_at:
+        HumanDecision.update(deadline_at=HumanDecision.deadline_at + (now - paused_at)).where(
+            (HumanDecision.run == run_id)
+            & (HumanDecision.status == "pending")
+            & HumanDecision.deadline_at.is_null(False)
+        ).execute()
 
 
 # By run first: a run's messages are indexed, their source ids are not.

@@ -9,13 +9,15 @@ import re
 import secrets
 from typing import Any
 
+import peewee
+
 from ..canonical import canonical_json
 from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
 from ..records import RunRecord, stored_run_record
 from . import statements
 from .blobs import put_json, put_text, read_json, read_text
-from .models import Lease, Run, RunQueue, database_proxy
+from .models import Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
 from .revisions import create_run_row
 
@@ -178,6 +180,25 @@ def current_revision(run_id: str) -> int | None:
 def current_status(run_id: str) -> str | None:
     """The run's status (None: no such run)."""
     return _RUN_STATUS.scalar(run_id=run_id)
+
+
+def paused_since(run_id: str) -> int | None:
+    """When the run was last paused (its latest `run.paused` event), if ever."""
+    return (
+        Event.select(peewee.fn.MAX(Event.recorded_at))
+        .where((Event.run == run_id) & (Event.event_type == "run.paused"))
+        .scalar()
+    )
+
+
+def refuse_answer_while_paused(run_id: str) -> None:
+    """Answers to a paused run's checkpoint or decision wait for `run resume`
+    (reference: a paused run → `conflict` "Workflow run is paused")."""
+    if Run.select(Run.paused).where(Run.run_id == run_id).scalar():
+        raise ConflictError(
+            f"Workflow run is paused; resume it ('pi-workflows run resume {run_id}') before "
+            "answering it."
+        )
 
 
 def origin_session_id(run_id: str) -> str | None:

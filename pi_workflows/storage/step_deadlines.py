@@ -28,6 +28,7 @@ from .models import (
     WorkflowTurn,
 )
 from .revisions import record_run_change
+from .runs import paused_since
 from .terminal_facts import TERMINAL_QUEUE_STATUSES
 
 TURN_INTERRUPTED = "interaction.turn_interrupted"
@@ -71,11 +72,7 @@ def begin_model_turn(request_id: str, now: int) -> None:
 def give_back_pause(run_id: str, request: InteractiveRequest, now: int) -> None:
     """`run.resume` of a paused step: the paused part of a turn open at pause time is not
     charged (a turn that was not open then is covered by the next turn start)."""
-    paused_at = (
-        Event.select(peewee.fn.MAX(Event.recorded_at))
-        .where((Event.run == run_id) & (Event.event_type == "run.paused"))
-        .scalar()
-    )
+    paused_at = paused_since(run_id)
     if paused_at is None:
         return
     open_at_pause = _step_turns(request.request_id).where(
