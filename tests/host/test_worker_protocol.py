@@ -255,3 +255,58 @@ def test_a_worker_whose_goodbye_rode_on_its_last_write_exits_cleanly(harness: Ho
             lambda run_id=run_id: [w[1] for w in harness.workers(run_id)] == ["exited"],
             what="the worker's clean exit",
         )
+
+
+# A worker that speaks the protocol by hand: it reads its run state, then asks for the
+# whole-run read the protocol no longer has.
+RAW_WORKER_PLUGIN = '''
+import dataclasses
+import sys
+
+from pi_workflows import hookimpl
+from pi_workflows.builtin import launch
+
+CODE = """
+import json, os, sys
+from pi_workflows.worker.host_pipe import HostPipe
+
+envelope = json.loads(os.environ["PI_WORKFLOWS_WORKER_LAUNCH"])
+pipe = HostPipe(envelope, sys.stdin.buffer, sys.stdout.buffer)
+pipe.ready()
+state = pipe.call("store.readRunState", {})
+with open("read-state.json", "w") as out:
+    json.dump(sorted(state), out)
+pipe.call("store.readRun", {})
+"""
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    spec = launch.piw_worker_process(envelope, settings)
+    return dataclasses.replace(spec, argv=[sys.executable, "-c", CODE])
+'''
+
+
+@pytest.mark.scenario("3.20")
+def test_the_removed_whole_run_read_is_refused_and_stops_its_worker(
+    harness: HostHarness, tmp_path: Path
+):
+    (tmp_path / "raw_worker.py").write_text(RAW_WORKER_PLUGIN)
+    harness.start_host(
+        PI_WORKFLOWS_PLUGINS="raw_worker",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+    run_id = harness.start_run("hello")
+
+    wait_until(
+        lambda: "Unknown worker operation 'store.readRun'" in _diagnostics(harness, run_id),
+        what="the host to refuse store.readRun",
+    )
+    # store.readRunState is an operation: it was answered with the run's state.
+    read = json.loads((harness.project / "read-state.json").read_text())
+    assert "state" in read
+    wait_until(lambda: harness.workers(run_id)[0][1] == "crashed", what="the worker to stop")
+    wait_until(
+        lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
+        what="the run to be parked: its worker made no progress",
+    )
