@@ -257,8 +257,8 @@ def test_a_worker_whose_goodbye_rode_on_its_last_write_exits_cleanly(harness: Ho
         )
 
 
-# A worker that speaks the protocol by hand: it reads its run state, then asks for the
-# whole-run read the protocol no longer has.
+# A worker that speaks the protocol by hand: it reads its run state, sends a settlement
+# whose refusal would quote 2 MiB, then asks for the whole-run read the protocol no longer has.
 RAW_WORKER_PLUGIN = '''
 import dataclasses
 import sys
@@ -274,8 +274,13 @@ envelope = json.loads(os.environ["PI_WORKFLOWS_WORKER_LAUNCH"])
 pipe = HostPipe(envelope, sys.stdin.buffer, sys.stdout.buffer)
 pipe.ready()
 state = pipe.call("store.readRunState", {})
+try:
+    pipe.call("store.settleEffect", {"settlement": {"effectId": "e", "outcome": "x" * 2**21}})
+    refusal = None
+except Exception as error:
+    refusal = str(error)
 with open("read-state.json", "w") as out:
-    json.dump(sorted(state), out)
+    json.dump({"state": sorted(state), "refusal": refusal}, out)
 pipe.call("store.readRun", {})
 """
 
@@ -287,8 +292,8 @@ def piw_worker_process(envelope, settings):
 '''
 
 
-@pytest.mark.scenario("3.20")
-def test_the_removed_whole_run_read_is_refused_and_stops_its_worker(
+@pytest.mark.scenario("3.19", "3.20")
+def test_a_huge_refusal_is_bounded_and_the_removed_whole_run_read_stops_its_worker(
     harness: HostHarness, tmp_path: Path
 ):
     (tmp_path / "raw_worker.py").write_text(RAW_WORKER_PLUGIN)
@@ -302,9 +307,12 @@ def test_the_removed_whole_run_read_is_refused_and_stops_its_worker(
         lambda: "Unknown worker operation 'store.readRun'" in _diagnostics(harness, run_id),
         what="the host to refuse store.readRun",
     )
+    answers = json.loads((harness.project / "read-state.json").read_text())
     # store.readRunState is an operation: it was answered with the run's state.
-    read = json.loads((harness.project / "read-state.json").read_text())
-    assert "state" in read
+    assert "state" in answers["state"]
+    # The refusal that would have quoted 2 MiB came back as one bounded line.
+    assert answers["refusal"].startswith("Unknown effect settlement 'xxx")
+    assert len(answers["refusal"]) <= 1000 and answers["refusal"].endswith("...")
     wait_until(lambda: harness.workers(run_id)[0][1] == "crashed", what="the worker to stop")
     wait_until(
         lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
