@@ -106,6 +106,7 @@ def test_state_backup_produces_a_database_that_state_verify_accepts(
 
 @pytest.mark.scenario("11.5")
 def test_state_backup_refuses_to_overwrite(home_env, tmp_path):
+    open_state(home_env.home).close()
     destination = tmp_path / "exists.sqlite"
     destination.write_text("keep me")
 
@@ -148,10 +149,18 @@ def test_state_verify_reports_a_missing_event(home_env, store, make_run):
 
 def test_database_env_variable_selects_the_database(home_env, tmp_path):
     target = tmp_path / "from-env.sqlite"
+    env = {"PI_WORKFLOWS_DATABASE": str(target)}
 
-    result = home_env.run_cli(
-        "state", "status", "--json", env={"PI_WORKFLOWS_DATABASE": str(target)}
+    empty = home_env.run_cli("state", "status", "--json", env=env)
+    assert empty.returncode == 1
+    assert empty.stderr == (
+        f"Error: {target} holds no pi-workflows state yet; the first host creates it "
+        "('pi-workflows host start', or any 'run start').\n"
     )
+    assert not target.exists()  # a read-only look creates nothing
+    open_state(home_env.home, str(target)).close()
+
+    result = home_env.run_cli("state", "status", "--json", env=env)
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["location"] == str(target)

@@ -1,4 +1,8 @@
-"""Many first commands at once on a fresh home: one creates the schema, none crashes."""
+"""Many first openings at once of a fresh home: one creates the schema, none crashes.
+
+The processes open the state as a host does (`open_state`, read-write): the read-only
+state commands create nothing.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +15,24 @@ import pytest
 from pi_workflows.storage import SCHEMA_NAME, SCHEMA_VERSION
 from pi_workflows.testing import WorkflowHome
 
+OPEN_STATE = """
+import sys
+from pathlib import Path
+
+from pi_workflows.home import Home
+from pi_workflows.storage import open_state
+
+open_state(Home(Path(sys.argv[1]))).close()
+"""
+
 
 @pytest.mark.scenario("2.19")
-def test_concurrent_first_commands_on_a_fresh_home_all_succeed(home_env: WorkflowHome):
+def test_concurrent_first_openings_of_a_fresh_home_all_succeed(home_env: WorkflowHome):
     for trial in range(3):
         home = home_env.root / f"fresh-{trial}"
         commands = [
             subprocess.Popen(
-                [sys.executable, "-m", "pi_workflows", "--home", str(home), "state", "status"],
+                [sys.executable, "-c", OPEN_STATE, str(home)],
                 env=home_env.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

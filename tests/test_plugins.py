@@ -11,6 +11,7 @@ import pytest
 from pi_workflows import hookimpl, plugins
 from pi_workflows.builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from pi_workflows.errors import PluginError
+from pi_workflows.storage import open_state
 
 TURNS = "pi_workflows.builtin.turns"
 
@@ -136,6 +137,7 @@ def test_a_local_plugin_through_the_cli(home_env, tmp_path):
 def test_a_plugin_failing_at_import_is_named_and_the_cli_keeps_working(home_env, tmp_path):
     _write_module(tmp_path, "piw_broken_import", "raise RuntimeError('missing api key')\n")
     env = {plugins.PLUGINS_ENV: "piw_broken_import", "PYTHONPATH": str(tmp_path)}
+    open_state(home_env.home).close()
 
     status = home_env.run_cli("state", "status", "--json", env=env)
     listed = home_env.run_cli("plugins", "--json", env=env)

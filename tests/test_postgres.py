@@ -18,6 +18,7 @@ from pi_workflows.storage.runs import run_record
 
 
 def test_cli_state_status_against_postgres_shows_the_schema(home_env, postgres_url):
+    open_state(home_env.home, postgres_url).close()
     result = home_env.run_cli("--database", postgres_url, "state", "status", "--json")
 
     assert result.returncode == 0, result.stderr
@@ -29,6 +30,7 @@ def test_cli_state_status_against_postgres_shows_the_schema(home_env, postgres_u
 
 
 def test_postgres_tables_are_created_with_a_schema_meta_row(home_env, postgres_url):
+    open_state(home_env.home, postgres_url).close()
     assert home_env.run_cli("--database", postgres_url, "state", "verify").returncode == 0
 
     connection = psycopg2.connect(postgres_url)
@@ -72,6 +74,7 @@ def test_postgres_transaction_failure_rolls_back(home_env, postgres_url, make_ru
 
 
 def test_postgres_schema_version_mismatch_is_refused(home_env, postgres_url):
+    open_state(home_env.home, postgres_url).close()
     assert home_env.run_cli("--database", postgres_url, "state", "status").returncode == 0
     connection = psycopg2.connect(postgres_url)
     try:

@@ -79,10 +79,11 @@ def test_a_v2_database_is_upgraded_on_open_and_its_epochs_keep_growing(home_env,
     stopped_at = now_ms() - 60_000
     _make_v2(database_url, home_env, f"1, 7, NULL, NULL, NULL, NULL, 1, {stopped_at}, NULL")
 
-    result = home_env.run_cli("state", "status", "--json")
+    open_state(home_env.home, database_url).close()  # a writer opens it: the upgrade
 
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["schemaVersion"] == SCHEMA_VERSION == 3
+    status = json.loads(home_env.run_cli("state", "status", "--json").stdout)
+    assert (status["schemaVersion"], status["upgradeNeeded"]) == (SCHEMA_VERSION, False)
+    assert SCHEMA_VERSION == 3
     rows = _execute(
         database_url, home_env, "SELECT epoch, home_key, host_id, released_at FROM host_state"
     )
@@ -126,8 +127,9 @@ def test_a_v2_database_whose_old_host_is_live_is_refused_unchanged(home_env, dat
     assert "older pi-workflows (PID 4242, epoch 4)" in message and "host stop" in message
     assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [(2,)]
     assert _execute(database_url, home_env, "SELECT id, epoch FROM host_state") == [(1, 4)]
+    # Looking is still possible: a read-only look does not upgrade.
     result = home_env.run_cli("state", "status")
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
+    assert result.returncode == 0 and "v2 needs the upgrade" in result.stdout, result.stderr
 
 
 @pytest.mark.parametrize(
@@ -156,3 +158,47 @@ def test_a_version_without_an_upgrade_path_is_refused_in_one_line(
     assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [
         (version,)
     ]
+
+
+def _sqlite_files(home_env) -> dict[str, bytes]:
+    """The SQLite database and its WAL files, byte for byte."""
+    path = home_env.home.database_path
+    return {
+        candidate.name: candidate.read_bytes()
+        for candidate in (path, path.with_name(path.name + "-wal"))
+        if candidate.exists()
+    }
+
+
+@pytest.mark.scenario("11.4")
+def test_state_status_and_verify_only_read_an_older_database(home_env, database_url):
+    """`state status|verify` open the database read-only and say an upgrade is needed
+    instead of doing it (issue 22.6); the host's start does the upgrade."""
+    _make_v2(database_url, home_env, None)
+    before = _sqlite_files(home_env) if database_url is None else None
+
+    status = home_env.run_cli("state", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    assert (shown["schemaVersion"], shown["upgradeNeeded"]) == (2, True)
+    text = home_env.run_cli("state", "status").stdout
+    assert "v2 needs the upgrade to v3" in text and "pi-workflows host start" in text
+    verified = home_env.run_cli("state", "verify")
+    assert verified.returncode == 1
+    assert verified.stderr.strip() == (
+        "schema: v2 needs the upgrade to v3, which the next host does when it starts "
+        "('pi-workflows host start'); back it up first if you may go back"
+    )
+
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [(2,)]
+    assert _execute(database_url, home_env, "SELECT COUNT(*) FROM host_state") == [(0,)]
+    if before is not None:
+        assert _sqlite_files(home_env) == before
+        backup = home_env.root / "before-upgrade.sqlite"
+        assert home_env.run_cli("state", "backup", str(backup)).returncode == 0
+        with closing(sqlite3.connect(backup)) as copy:
+            assert copy.execute("SELECT schema_version FROM schema_meta").fetchall() == [(2,)]
+
+    home_env.start()
+    upgraded = json.loads(home_env.cli("state", "status", "--json").stdout)
+    assert (upgraded["schemaVersion"], upgraded["upgradeNeeded"]) == (3, False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from pi_workflows.storage import open_state
 from tests.host.conftest import HostHarness, harness  # noqa: F401  (the fixture)
 
 
@@ -61,7 +62,7 @@ def test_state_copy_refuses_a_target_that_already_holds_state(
     _cli_json(harness, "run", "start", "hello", "--wait")
     harness.stop()
     del harness.env["PI_WORKFLOWS_DATABASE"]
-    harness.cli("state", "status")  # an (empty) SQLite home to copy from
+    open_state(harness.home).close()  # an (empty) SQLite home to copy from
 
     refused = harness.cli("state", "copy", "--to", postgres_url, check=False)
 

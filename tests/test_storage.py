@@ -81,6 +81,7 @@ def test_another_schema_version_is_refused_before_any_write(home_env):
 
 
 def test_the_cli_refuses_another_schema_version_with_exit_1(home_env):
+    open_state(home_env.home).close()
     assert home_env.run_cli("state", "status").returncode == 0
     path = home_env.home.database_path
     with sqlite3.connect(path) as connection:
@@ -582,3 +583,33 @@ def test_statements_reach_a_database_that_overrides_execute_sql_and_query_hooks(
     assert len(events) == 1
     with pytest.raises(peewee.OperationalError, match="no such table"):
         run_sql(plain, "SELECT * FROM missing", [])
+
+
+@pytest.mark.scenario("11.4")
+def test_a_read_only_store_cannot_write(home_env, database_url, make_run):
+    """Readers cannot write (issue 22.6): the database itself refuses every write of a
+    read-only store, whatever code path tries one."""
+    writer = open_state(home_env.home, database_url)
+    with writer.transaction():
+        make_run("kept")
+    writer.close()
+
+    reader = open_state(home_env.home, database_url, read_only=True)
+    try:
+        assert run_record("kept").status == "queued"
+        if reader.is_sqlite:
+            assert reader.db.execute_sql("PRAGMA query_only").fetchone() == (1,)
+        with pytest.raises(peewee.DatabaseError, match="read-only|readonly"):
+            with reader.transaction():
+                reader.db.execute_sql("DELETE FROM events")
+        with pytest.raises(peewee.DatabaseError, match="read-only|readonly"):
+            with reader.transaction():
+                put_text("not stored")
+    finally:
+        reader.close()
+    writer = open_state(home_env.home, database_url)
+    try:
+        assert [e.event_type for e in run_events("kept")] == ["run.created"]
+        assert Blob.select().where(Blob.content == b"not stored").count() == 0
+    finally:
+        writer.close()

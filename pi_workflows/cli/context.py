@@ -33,12 +33,13 @@ class CliContext:
             self._home = resolve_home(self.home_option)
         return self._home
 
-    def store(self) -> StateStore:
-        """Open the state database on first use (commands that need no state never do)."""
+    def store(self, *, read_only: bool = False) -> StateStore:
+        """Open the state database on first use (commands that need no state never do);
+        `read_only` for commands that only look: nothing is created, upgraded or written."""
         if self._store is None:
             from ..storage import open_state
 
-            self._store = open_state(self.home, self.database_url)
+            self._store = open_state(self.home, self.database_url, read_only=read_only)
         return self._store
 
     def client(self, *, autostart: bool | None = None) -> WorkflowClient:

@@ -8,7 +8,7 @@ import click
 
 from ..errors import HostAlreadyRunningError
 from ..host.lock import live_lock_holder
-from ..storage.maintenance import state_backup, state_status, state_verify
+from ..storage.maintenance import state_backup, state_status, state_verify, upgrade_needed
 from ..storage.state_copy import copy_state
 from .context import CliContext, emit_json, json_option, pass_cli
 
@@ -22,13 +22,15 @@ def state_group() -> None:
 @json_option
 @pass_cli
 def status_command(cli_ctx: CliContext, as_json: bool) -> None:
-    """Show the schema and counts of runs, queue rows and blobs."""
-    status = state_status(cli_ctx.store())
+    """Show the schema and counts of runs, queue rows and blobs (read-only)."""
+    status = state_status(cli_ctx.store(read_only=True))
     if as_json:
         emit_json(status)
         return
     click.echo(f"database: {status['database']} at {status['location']}")
     click.echo(f"schema: {status['schemaName']} v{status['schemaVersion']}")
+    if status["upgradeNeeded"]:
+        click.echo(upgrade_needed(status["schemaVersion"]))
     runs = ", ".join(f"{k} {v}" for k, v in sorted(status["runs"].items())) or "none"
     click.echo(f"runs: {runs}")
     click.echo(f"pending decisions: {status['pendingDecisions']}")
@@ -39,8 +41,9 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
 @json_option
 @pass_cli
 def verify_command(cli_ctx: CliContext, as_json: bool) -> None:
-    """Check integrity, foreign keys, blob addresses and run revisions; exit 1 on problems."""
-    problems = state_verify(cli_ctx.store())
+    """Check integrity, foreign keys, blob addresses and run revisions (read-only); exit 1
+    on problems."""
+    problems = state_verify(cli_ctx.store(read_only=True))
     if as_json:
         emit_json({"ok": not problems, "problems": problems})
     elif problems:
@@ -58,7 +61,7 @@ def verify_command(cli_ctx: CliContext, as_json: bool) -> None:
 @pass_cli
 def backup_command(cli_ctx: CliContext, destination: Path, as_json: bool) -> None:
     """Copy the SQLite database to DESTINATION (safe while a host is running)."""
-    result = state_backup(cli_ctx.store(), destination)
+    result = state_backup(cli_ctx.store(read_only=True), destination)
     if as_json:
         emit_json(result)
     else:

@@ -16,8 +16,8 @@ import peewee
 
 from .. import plugins
 from ..clock import now_ms
-from ..errors import DatabaseUrlError, SchemaMismatchError, TransactionAborted
-from ..home import Home, prepare_home
+from ..errors import DatabaseUrlError, NotFoundError, SchemaMismatchError, TransactionAborted
+from ..home import Home, check_private_dir, prepare_home
 from . import blobs, run_transitions
 from .models import ALL_MODELS, SchemaMeta, database_proxy
 from .schema_upgrade import UPGRADES, upgrade_schema
@@ -30,6 +30,8 @@ SQLITE_PRAGMAS = (
     ("foreign_keys", 1),
     ("busy_timeout", 5000),
 )
+# A read-only connection cannot set the journal mode; it refuses writes twice over.
+SQLITE_READ_PRAGMAS = (("foreign_keys", 1), ("busy_timeout", 5000), ("query_only", 1))
 
 SCHEMA_NAME = "pi-workflows-state"
 # 2: run_queue.priority, runs.announced_status; 3: host_state one row per home,
@@ -53,10 +55,16 @@ class StateStore:
     One store is open per process at a time (the models share one database proxy).
     """
 
-    def __init__(self, db: peewee.Database, home: Home, url: str | None) -> None:
+    def __init__(
+        self, db: peewee.Database, home: Home, url: str | None, *, location: str | None = None
+    ) -> None:
         self.db = db
         self.home = home
         self.url = url
+        self._location = location or describe_location(db)
+        # The version the database holds: the current one, unless it was opened read-only
+        # and needs an upgrade.
+        self.schema_version = SCHEMA_VERSION
         self._tx = _TransactionState()
         # Run first in every outermost transaction when set: a host on a shared database
         # refuses to write once its lease has expired (SPEC §14).
@@ -70,7 +78,7 @@ class StateStore:
     @property
     def location(self) -> str:
         """Where the data lives, without credentials."""
-        return describe_location(self.db)
+        return self._location
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -335,33 +343,74 @@ def _initialize_schema(store: StateStore) -> None:
         )
 
 
-def open_state(home: Home, url: str | None = None) -> StateStore:
+def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -> StateStore:
     """Open (and on first use create) the state database of `home`.
 
     Refuses an unsafe home, a database of another schema version (before writing
-    anything) and URLs no storage plugin understands.
+    anything) and URLs no storage plugin understands. With `read_only` (commands that
+    only look) nothing is created or upgraded and every write fails: SQLite opens the file
+    with ``mode=ro`` and ``query_only``, PostgreSQL runs every transaction read-only. A
+    database that needs an upgrade is then opened as it is (`StateStore.schema_version`
+    says which it has); one with no state yet is `NotFoundError`.
     """
-    prepare_home(home)
+    if read_only:  # the same checks as prepare_home, on what exists: nothing is created
+        for directory in (home.root, home.host_dir):
+            if directory.exists():
+                check_private_dir(directory)
+    else:
+        prepare_home(home)
     db = plugins.open_database(url, home.root)
     if db is None:
         raise DatabaseUrlError(
             f"No storage plugin can open {masked_url(url or '')!r}; check --database."
         )
+    location = describe_location(db)
     if isinstance(db, peewee.SqliteDatabase):
         path = Path(db.database)
         _refuse_foreign_sqlite(path)
-        if not path.exists():
+        if read_only:
+            if not path.exists():
+                raise NotFoundError(_NO_STATE_YET.format(where=path))
+            _open_sqlite_read_only(db, path)
+        elif not path.exists():
             fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
             os.close(fd)
+    elif read_only:
+        _open_postgresql_read_only(db)
     database_proxy.initialize(db)
     try:
         db.connect(reuse_if_open=True)
     except peewee.OperationalError as exc:
-        where = masked_url(url) if url else db.database
+        where = masked_url(url) if url else location
         raise DatabaseUrlError(f"Cannot connect to {where}: {exc}".strip()) from exc
     if isinstance(db, peewee.SqliteDatabase):
-        for pragma, value in SQLITE_PRAGMAS:
+        for pragma, value in SQLITE_READ_PRAGMAS if read_only else SQLITE_PRAGMAS:
             db.pragma(pragma, value, permanent=True)
-    store = StateStore(db, home, url)
-    _initialize_schema(store)
+    store = StateStore(db, home, url, location=location)
+    if read_only:
+        store.schema_version = _existing_schema_version(store)
+        if store.schema_version is None:
+            store.close()
+            raise NotFoundError(_NO_STATE_YET.format(where=location))
+    else:
+        _initialize_schema(store)
     return store
+
+
+_NO_STATE_YET = (
+    "{where} holds no pi-workflows state yet; the first host creates it "
+    "('pi-workflows host start', or any 'run start')."
+)
+
+
+def _open_sqlite_read_only(db: peewee.SqliteDatabase, path: Path) -> None:
+    """Every connection of `db` opens the file read-only: a write fails in SQLite itself."""
+    db.database = f"{path.as_uri()}?mode=ro"
+    db.connect_params["uri"] = True
+
+
+def _open_postgresql_read_only(db: peewee.Database) -> None:
+    """Every transaction of every connection of `db` is read-only (the server refuses
+    writes), whatever the storage plugin's own connection options."""
+    options = db.connect_params.get("options", "")
+    db.connect_params["options"] = f"{options} -c default_transaction_read_only=on".strip()

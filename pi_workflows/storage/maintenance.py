@@ -14,6 +14,8 @@ from .models import Blob, Event, HumanDecision, Run, RunQueue, SchemaMeta
 
 
 def state_status(store: StateStore) -> dict[str, Any]:
+    """The schema and the counts; `upgradeNeeded` when the database (opened read-only)
+    holds an older schema that the next host upgrades."""
     meta = SchemaMeta.get_by_id(1)
     runs_by_status = {row.status: row.count for row in _count_by(Run, Run.status)}
     queue_by_status = {row.status: row.count for row in _count_by(RunQueue, RunQueue.status)}
@@ -22,12 +24,21 @@ def state_status(store: StateStore) -> dict[str, Any]:
         "location": store.location,
         "schemaName": meta.schema_name,
         "schemaVersion": meta.schema_version,
+        "upgradeNeeded": meta.schema_version != SCHEMA_VERSION,
         "appVersion": meta.app_version,
         "runs": runs_by_status,
         "queue": queue_by_status,
         "pendingDecisions": HumanDecision.select().where(HumanDecision.status == "pending").count(),
         "blobs": Blob.select().count(),
     }
+
+
+def upgrade_needed(version: int) -> str:
+    """What to do about a database of an older schema that a read-only look left as it is."""
+    return (
+        f"schema: v{version} needs the upgrade to v{SCHEMA_VERSION}, which the next host does "
+        "when it starts ('pi-workflows host start'); back it up first if you may go back"
+    )
 
 
 def _count_by(model: Any, column: Any) -> Any:
@@ -46,8 +57,10 @@ def state_verify(store: StateStore) -> list[str]:
         for row in store.db.execute_sql("PRAGMA foreign_key_check").fetchall():
             problems.append(f"foreign key: table {row[0]} row {row[1]} points at missing {row[2]}")
     meta = SchemaMeta.get_or_none(SchemaMeta.id == 1)
-    if meta is None or (meta.schema_name, meta.schema_version) != (SCHEMA_NAME, SCHEMA_VERSION):
-        problems.append("schema_meta: missing or of another schema version")
+    if meta is None or meta.schema_name != SCHEMA_NAME:
+        problems.append("schema_meta: missing or of another schema")
+    elif meta.schema_version != SCHEMA_VERSION:
+        problems.append(upgrade_needed(meta.schema_version))
     for blob in Blob.select():
         content = bytes(blob.content)
         if sha256_hex(content) != blob.blob_hash or len(content) != blob.byte_length:
@@ -78,14 +91,12 @@ def state_backup(store: StateStore, destination: Path) -> dict[str, Any]:
     fd = os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
     try:
-        source = sqlite3.connect(f"file:{store.db.database}?mode=ro", uri=True)
         target = sqlite3.connect(partial)
         try:
-            source.backup(target)
+            store.db.connection().backup(target)
             target.execute("PRAGMA journal_mode=DELETE")
         finally:
             target.close()
-            source.close()
         os.replace(partial, destination)
     except BaseException:
         partial.unlink(missing_ok=True)
