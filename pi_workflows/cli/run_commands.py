@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from ..client.workflow_client import run_succeeded
+from ..client.workflow_client import WorkflowClient, run_succeeded
+from ..lineage import continued_as
 from .context import SECONDS, CliContext, emit_json, json_option, pass_cli
 from .json_input import NOTHING, input_options, read_json_input
 
@@ -110,7 +111,7 @@ def start_command(
     if as_json:
         emit_json(final)
     else:
-        _print_outcome(final)
+        _print_outcome(final, client)
     if not run_succeeded(final):
         sys.exit(1)
 
@@ -174,7 +175,12 @@ def watch_command(cli_ctx: CliContext, run_id: str, timeout: float | None, as_js
         sys.exit(1)
 
 
-def _print_outcome(status: dict[str, Any]) -> None:
+def _print_outcome(status: dict[str, Any], client: WorkflowClient) -> None:
+    """A run's outcome for a person; a waiting run says what it waits for and the command
+    that answers it, instead of the request record (`--json` prints that)."""
+    if status["status"] == "waiting":
+        _print_waiting(status, client)
+        return
     paused = " (paused: resume it with 'pi-workflows run resume')" if status.get("paused") else ""
     click.echo(f"{status['runId']}: {status['status']}{paused}")
     if status.get("statusDetail"):
@@ -183,6 +189,32 @@ def _print_outcome(status: dict[str, Any]) -> None:
         click.echo(json.dumps(status["finalOutput"], indent=2, ensure_ascii=False))
     if status.get("error"):
         click.echo(f"error: {status['error']}", err=True)
+
+
+def _print_waiting(status: dict[str, Any], client: WorkflowClient) -> None:
+    run_id = status["runId"]
+    if status.get("continuation"):
+        click.echo(f"{run_id}: {continued_as(status['continuation'])}")
+        return
+    why = client.why_run(run_id)
+    request = status.get("finalOutput") if isinstance(status.get("finalOutput"), dict) else {}
+    # At a decision, the run's output is the decision's request record.
+    if why["code"] == "decision" and request.get("decisionId"):
+        click.echo(f"{run_id}: waiting for a decision: {request.get('title')}")
+        choices = [
+            key + (" (with --input TEXT)" if choice.get("input") else "")
+            for key, choice in (request.get("choices") or {}).items()
+        ]
+        click.echo(f"choices: {', '.join(choices)}")
+        click.echo(f"answer: pi-workflows decision answer {request['decisionId']} CHOICE")
+    elif why["code"] == "checkpoint":
+        summary = request.get("summary")
+        click.echo(f"{run_id}: waiting at a checkpoint" + (f": {summary}" if summary else ""))
+        click.echo(f"answer: pi-workflows checkpoint answer {run_id} --input-json JSON")
+    else:
+        click.echo(f"{run_id}: {why['reason']}")
+        if why["next"]:
+            click.echo(f"next: {why['next']}")
 
 
 @run_group.command("list")
@@ -199,7 +231,8 @@ def list_command(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
         click.echo("no runs")
     for run in runs:
         flag = " (paused)" if run["paused"] else ""
-        click.echo(f"{run['runId']}  {run['workflowName']}  {run['status']}{flag}")
+        shown = continued_as(run["continuation"]) if run.get("continuation") else run["status"]
+        click.echo(f"{run['runId']}  {run['workflowName']}  {shown}{flag}")
 
 
 @run_group.command("status")
@@ -208,11 +241,12 @@ def list_command(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
 @pass_cli
 def status_command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
     """Show one run's status, output and error."""
-    status = cli_ctx.client().run_status(run_id)
+    client = cli_ctx.client()
+    status = client.run_status(run_id)
     if as_json:
         emit_json(status)
         return
-    _print_outcome(status)
+    _print_outcome(status, client)
     click.echo(f"queue: {status['queueStatus']}  revision: {status['revision']}")
     if status["paused"]:
         click.echo("paused: yes")

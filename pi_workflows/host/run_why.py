@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import now_ms
+from ..lineage import continued_as
 from ..protocol.client_messages import ClientRequest
 from ..storage import effects, read_json, read_text, run_claims
 from ..storage.models import (
@@ -30,7 +31,7 @@ from ..storage.models import (
     RunQueue,
     RunWorker,
 )
-from ..storage.runs import get_run
+from ..storage.runs import continuation, get_run
 from .features import feature_hook
 from .operations import OperationTable
 from .services import HostServices
@@ -232,18 +233,13 @@ def _claimed(run: Run, lease: Lease, host: HostView) -> Hold:
 def _waiting(run: Run, queue: RunQueue, host: HostView) -> Hold:
     run_id = run.run_id
     if queue.status == "done":
-        child = (
-            Run.select(Run.run_id)
-            .where(Run.parent_run_id == run_id)
-            .order_by(Run.created_at.desc())
-            .scalar()
-        )
+        carried = continuation(run_id)
         return (
             "continued",
-            f"answered; continuation {child} carries on" if child else "answered",
+            f"answered; {continued_as(carried)}" if carried else "answered",
             queue.updated_at,
             None,
-            f"see 'pi-workflows run why {child}'" if child else None,
+            f"see 'pi-workflows run why {carried['latestRunId']}'" if carried else None,
         )
     decision = (
         HumanDecision.select()

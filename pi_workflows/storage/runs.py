@@ -331,7 +331,7 @@ def run_status(run_id: str) -> dict[str, Any]:
     rows = _run_rows(_STATUS_COLUMNS, "r.run_id = ?", [run_id])
     if not rows:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
-    return _status(rows[0])
+    return _with_continuation(_status(rows[0]))
 
 
 def run_statuses(limit: int) -> list[dict[str, Any]]:
@@ -339,4 +339,39 @@ def run_statuses(limit: int) -> list[dict[str, Any]]:
     rows = _run_rows(
         _STATUS_COLUMNS, "1 = 1", [limit], "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?"
     )
-    return [_status(row) for row in rows]
+    return [_with_continuation(_status(row)) for row in rows]
+
+
+# One link per answered checkpoint or decision; the walk is bounded all the same.
+MAX_CONTINUATION_LINKS = 1000
+_CONTINUATION = PreparedQuery(
+    lambda p: (
+        Run.select(Run.run_id, Run.status)
+        .where((Run.parent_run_id == p.run_id) & (Run.lineage_kind == "continuation"))
+        .order_by(Run.created_at.desc())
+        .limit(1)
+    )
+)
+
+
+def continuation(run_id: str) -> dict[str, Any] | None:
+    """The run that carries an answered run on: its `runId`, and the `status` of the chain's
+    newest run (`latestRunId`: the continuation may have been answered and continued too)."""
+    child = _CONTINUATION.first(run_id=run_id)
+    if child is None:
+        return None
+    latest = child
+    for _ in range(MAX_CONTINUATION_LINKS):
+        following = _CONTINUATION.first(run_id=latest[0])
+        if following is None:
+            break
+        latest = following
+    return {"runId": child[0], "latestRunId": latest[0], "status": latest[1]}
+
+
+def _with_continuation(status: dict[str, Any]) -> dict[str, Any]:
+    """`status` with `continuation` (see above) for an answered run — it stays `waiting`
+    with its queue row `done` — so a parent never looks stuck; None for any other run."""
+    answered = status["status"] == "waiting" and status["queueStatus"] == "done"
+    status["continuation"] = continuation(status["runId"]) if answered else None
+    return status
