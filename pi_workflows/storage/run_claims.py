@@ -429,9 +429,17 @@ def terminate_run(
             return False
     elif not verify_claim(run_id, token):
         return False
+    # The generation moves on (reference 5.10): whatever held the old claim is fenced out,
+    # and no later claim reuses its number.
     Lease.update(
-        owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
+        generation=Lease.generation + 1,
+        owner_id=None,
+        token_hash=None,
+        acquired_at=None,
+        heartbeat_at=None,
+        expires_at=None,
     ).where(Lease.run == run_id).execute()
+    generation = lease.generation + 1
     error_hash = put_text(error)
     RunQueue.update(
         status="cancelled" if status == "cancelled" else "failed",
@@ -442,13 +450,13 @@ def terminate_run(
     ).where(RunQueue.run == run_id).execute()
     settle_open_turns_and_messages(run_id, status)
     if status == "cancelled":
-        _cancel_dependents(run_id, now)
+        _cancel_dependents(run_id, now, generation)
     record_run_change(
         run_id,
         event_type=f"run.queue_{'cancelled' if status == 'cancelled' else 'failed'}",
         actor="host",
         payload={"status": status, "code": code, "error": error},
-        lease_generation=lease.generation,
+        lease_generation=generation,
         status=status,
         paused=False,
         status_detail=status_detail,
@@ -458,17 +466,51 @@ def terminate_run(
     return True
 
 
-def _cancel_dependents(run_id: str, now: int) -> None:
+def _cancel_dependents(run_id: str, now: int, generation: int) -> None:
+    applying = list(Effect.select().where((Effect.run == run_id) & (Effect.status == "applying")))
+    # An attempt stopped in the middle of its action was interrupted, not cancelled: the
+    # action may have happened (reference 5.9).
+    interrupted_nodes = {effects.describe(effect)["nodeId"] for effect in applying}
+    open_attempts = (NodeAttempt.run == run_id) & NodeAttempt.status.in_(
+        ("pending", "running", "waiting", "interrupted")
+    )
+    stopped_midway = [
+        row.attempt_id
+        for row in NodeAttempt.select(NodeAttempt.attempt_id).where(
+            (NodeAttempt.run == run_id)
+            & NodeAttempt.status.in_(("pending", "running"))
+            & NodeAttempt.node_id.in_([node for node in interrupted_nodes if node])
+        )
+    ]
     NodeAttempt.update(status="cancelled", finished_at=now).where(
-        (NodeAttempt.run == run_id)
-        & NodeAttempt.status.in_(("pending", "running", "waiting", "interrupted"))
+        open_attempts & NodeAttempt.attempt_id.not_in(stopped_midway)
     ).execute()
-    Effect.update(status="cancelled", updated_at=now, settled_at=now).where(
-        (Effect.run == run_id) & (Effect.status == "pending")
+    NodeAttempt.update(status="interrupted", finished_at=now).where(
+        NodeAttempt.attempt_id.in_(stopped_midway)
     ).execute()
-    Effect.update(status="ambiguous", updated_at=now).where(
-        (Effect.run == run_id) & (Effect.status == "applying")
-    ).execute()
+    pending = [
+        row.effect_id
+        for row in Effect.select(Effect.effect_id).where(
+            (Effect.run == run_id) & (Effect.status == "pending")
+        )
+    ]
+    for status, effect_ids in (
+        ("cancelled", pending),
+        ("ambiguous", [e.effect_id for e in applying]),
+    ):
+        if not effect_ids:
+            continue
+        Effect.update(status=status, updated_at=now, settled_at=now).where(
+            Effect.effect_id.in_(effect_ids)
+        ).execute()
+        for effect_id in effect_ids:
+            record_run_change(
+                run_id,
+                event_type=f"effect.{status}",
+                actor="host",
+                payload={"effectId": effect_id, "runId": run_id, "reason": "workflowCancelled"},
+                lease_generation=generation,
+            )
     open_decisions = [
         d.decision_id
         for d in HumanDecision.select(HumanDecision.decision_id).where(

@@ -242,6 +242,39 @@ def test_confirming_a_manual_effect_carries_on_without_running_its_action(
     _assert_paid(harness, run_id, parked, paid="by hand", charges=1, attempts=1)
 
 
+@pytest.mark.scenario("5.9")
+def test_cancel_during_a_manual_effect_leaves_it_ambiguous_and_its_attempt_interrupted(
+    harness: HostHarness,
+):
+    harness.write_workflow("slowshell", slow_shell("manual"))
+    harness.start_host()
+    run_id = harness.start_run("slowshell")
+    _shell_group(harness)
+    [(generation,)] = harness.query("SELECT generation FROM leases WHERE run_id = ?", run_id)
+
+    harness.cli("run", "cancel", run_id)
+    # All of it committed with the cancel, before the command returned.
+    assert harness.client().run_status(run_id)["status"] == "cancelled"
+    [effect] = _effects(harness, "--run", run_id)
+    assert effect["status"] == "ambiguous" and effect["policy"] == "manual"
+    [(settled_at,)] = harness.query(
+        "SELECT settled_at FROM effects WHERE effect_id = ?", effect["effectId"]
+    )
+    assert settled_at is not None
+    events = harness.query(
+        "SELECT event_type, lease_generation FROM events WHERE run_id = ? ORDER BY revision",
+        run_id,
+    )
+    assert ("effect.ambiguous", generation + 1) in events
+    assert events[-1] == ("run.queue_cancelled", generation + 1)
+    attempts = harness.query("SELECT status FROM node_attempts WHERE node_id = 'work'")
+    assert attempts == [("interrupted",)]
+    # The claim's generation moved on, and nobody holds the run.
+    assert harness.query("SELECT generation, owner_id FROM leases WHERE run_id = ?", run_id) == [
+        (generation + 1, None)
+    ]
+
+
 AGENT_SCRIPT = """
 echo $$ > agent.pid
 sleep 300 >/dev/null 2>&1 &
