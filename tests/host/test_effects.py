@@ -35,6 +35,15 @@ def _shell_group(harness: HostHarness) -> list[int]:
     return [harness.wait_for_pid(name) for name in ("shell.pid", "child.pid", "grandchild.pid")]
 
 
+def _start_slow_shell(harness: HostHarness, policy: str) -> str:
+    """A host running `slowshell` with an `<policy>_effect`, its command started."""
+    harness.write_workflow("slowshell", slow_shell(policy))
+    harness.start_host()
+    run_id = harness.start_run("slowshell")
+    _shell_group(harness)
+    return run_id
+
+
 def _effects(harness: HostHarness, *args: str) -> list[dict]:
     return json.loads(harness.cli("effects", "list", "--json", *args).stdout)
 
@@ -43,10 +52,7 @@ def _effects(harness: HostHarness, *args: str) -> list[dict]:
 def test_worker_sigkill_during_an_idempotent_shell_node_runs_the_node_again(
     harness: HostHarness,
 ):
-    harness.write_workflow("slowshell", slow_shell("idempotent"))
-    harness.start_host()
-    run_id = harness.start_run("slowshell")
-    _shell_group(harness)
+    run_id = _start_slow_shell(harness, "idempotent")
     os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
 
     wait_until(lambda: _starts(harness) == 2, what="the node to run again")
@@ -116,10 +122,7 @@ def test_host_sigkill_during_a_shell_node_the_next_host_kills_the_old_group_firs
 
 
 def _park_a_manual_effect_in_doubt(harness: HostHarness) -> tuple[str, dict]:
-    harness.write_workflow("slowshell", slow_shell("manual"))
-    harness.start_host()
-    run_id = harness.start_run("slowshell")
-    _shell_group(harness)
+    run_id = _start_slow_shell(harness, "manual")
     os.kill(_live_worker_pid(harness, run_id), signal.SIGKILL)
     status = harness.wait_for_status(run_id, "waiting")
     assert status["errorCode"] == "effectAmbiguous"
@@ -246,10 +249,7 @@ def test_confirming_a_manual_effect_carries_on_without_running_its_action(
 def test_cancel_during_a_manual_effect_leaves_it_ambiguous_and_its_attempt_interrupted(
     harness: HostHarness,
 ):
-    harness.write_workflow("slowshell", slow_shell("manual"))
-    harness.start_host()
-    run_id = harness.start_run("slowshell")
-    _shell_group(harness)
+    run_id = _start_slow_shell(harness, "manual")
     [(generation,)] = harness.query("SELECT generation FROM leases WHERE run_id = ?", run_id)
 
     harness.cli("run", "cancel", run_id)
