@@ -207,8 +207,8 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | No
         more), and the consequences a policy may give a step: ``pause_step(request_id)``,
         ``count_unproductive_end(request_id)`` (the new count, or ``None``),
         ``remind(request_id, preface)`` (a ``reminder`` step message starting with
-        ``preface``) and ``fail_step(request_id, error)`` (the run fails
-        ``unproductiveTurns``). Writes raise
+        ``preface``) and ``fail_step(request_id, error, code="unproductiveTurns")`` (the
+        run fails with that code and error). Writes raise
         :class:`~pi_workflows.errors.TurnConflictError` for a conflicting report, which
         the host answers ``rejected``.
     :returns: a :class:`~pi_workflows.records.TurnReceipt` (outcome ``accepted`` or
@@ -220,8 +220,10 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | No
     built-in (``pi_workflows.builtin.turns``) implements the 0.16.2 rules: ownership
     ``absent``/``active``/``settled``, adoption of late and duplicate reports, rejection
     of conflicting ends, and the turn-end consequences (an ``aborted`` step turn pauses
-    the run; any other end without a valid submission earns a reminder until
-    ``piw_unproductive_turn_limit`` fails the run). The ``lost`` ends the host infers
+    the run; an ``error`` end whose report says what failed — ``report.error``, e.g. the
+    provider's error — fails it ``modelFailed`` with that error; any other end without a
+    valid submission earns a reminder until ``piw_unproductive_turn_limit`` fails the
+    run). The ``lost`` ends the host infers
     from an idle branch report are adjudicated here too.
     """
 

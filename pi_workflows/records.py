@@ -205,6 +205,8 @@ class TurnReport:
     stop_reason: str | None = None
     #: the session entry holding the model's answer, when the session has one.
     response_session_entry_id: str | None = None
+    #: for an ``error`` stop, what failed, e.g. ``The model P/M failed: 503 overloaded``.
+    error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,9 @@ def _ended(report: TurnReport, ctx: Any, existing: dict[str, Any] | None) -> Tur
 
 
 def _step_turn_ended(report: TurnReport, ctx: Any) -> None:
-    """The turn-end rule of SPEC §9.4: an interrupted step pauses its run; any other end
-    without a valid submission earns a reminder, until the limit fails the run."""
+    """The turn-end rule of SPEC §9.4: an interrupted step pauses its run; a turn the
+    model failed (`error` with what failed) fails it; any other end without a valid
+    submission earns a reminder, until the limit fails the run."""
     step = ctx.pending_step(report.workflow_message_id)
     if step is None:
         return
@@ -97,6 +98,11 @@ def _step_turn_ended(report: TurnReport, ctx: Any) -> None:
         return
     if step["paused"] or step["validating"]:
         return  # not the session's fault: the run is paused, or a submission is checked
+    if report.stop_reason == "error" and report.error:
+        # The provider or model failed (the session says which): reminders would only meet
+        # the same failure, so the run fails now with that reason, as a headless step does.
+        ctx.fail_step(step["requestId"], report.error, code="modelFailed")
+        return
     ends = ctx.count_unproductive_end(step["requestId"])
     if ends is None:
         return

@@ -251,8 +251,10 @@ class SessionClient:
         *,
         stop_reason: str | None = None,
         response_entry_id: str | None = None,
+        error: str | None = None,
     ) -> Response:
-        """Report a model turn started or ended for `message`; the receipt decides ownership."""
+        """Report a model turn started or ended for `message`; the receipt decides ownership.
+        `error` says what failed in an `error` end (the run then fails with it)."""
         payload: dict[str, Any] = {
             "state": state,
             "workflowTurnId": turn_id,
@@ -264,6 +266,8 @@ class SessionClient:
         if state == "ended":
             payload["stopReason"] = stop_reason
             payload["responseSessionEntryId"] = response_entry_id
+            if error is not None:
+                payload["error"] = error
         return self.send("workflowTurn.report", payload, run_id=message["runId"])
 
     @staticmethod

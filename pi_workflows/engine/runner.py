@@ -149,6 +149,15 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def _rejection(error: BaseException) -> str:
+    """Why a validator refused an agent's output, as the agent is told: a `ValueError`
+    (how `validate` rejects) is its message alone; anything else names its type, since it
+    is more likely a bug than a verdict."""
+    if isinstance(error, ValueError) and str(error):
+        return str(error)
+    return _describe(error)
+
+
 def _as_json(value: Any, what: str) -> Any:
     """`value` as it survives a JSON round trip; tuples become lists, the rest is refused,
     and so is a value over the output limits (docs/operations.md)."""
@@ -444,18 +453,19 @@ class Engine:
         node_id, node = attempt.node_id, attempt.node
         failure: str | None = None
         output: Any = None
+        rejection: str | None = None
         try:
             output = self._checked_agent_output(node, submitted["output"], self._context(attempt))
         except Exception as error:
-            failure = _describe(error)
+            failure, rejection = _describe(error), _rejection(error)
         if candidate:
             coordinates = {
                 "requestId": submitted["requestId"],
                 "submissionId": submitted["submissionId"],
                 "attemptId": attempt.attempt_id,
             }
-            if failure is not None:
-                self.backend.reject_interaction({**coordinates, "error": failure})
+            if rejection is not None:
+                self.backend.reject_interaction({**coordinates, "error": rejection})
                 return
             self.backend.accept_interaction(coordinates)
         state["status"] = "running"
@@ -1065,7 +1075,7 @@ class Engine:
             try:
                 value = self._checked_agent_output(node, output, ctx)
             except Exception as error:  # the agent gets the reason and may submit again
-                return {"ok": False, "error": _describe(error)}
+                return {"ok": False, "error": _rejection(error)}
             attempt.accepted_output = (value,)
             return {"ok": True, "value": value}
 

@@ -161,8 +161,8 @@ class TurnContext:
             )
         cancel_pending_for_source(request_id, "step")
 
-    def fail_step(self, request_id: str, error: str) -> None:
-        """Cancel the step and fail its run (`unproductiveTurns`) with `error`."""
+    def fail_step(self, request_id: str, error: str, code: str = "unproductiveTurns") -> None:
+        """Cancel the step and fail its run with `code` and `error`."""
         run_id = InteractiveRequest.get_by_id(request_id).run_id
         cancel_pending_for_source(request_id, "step")
         InteractiveRequest.update(
@@ -173,7 +173,7 @@ class TurnContext:
             run_id,
             None,
             status="failed",
-            code="unproductiveTurns",
+            code=code,
             error=error,
             status_detail=error,
         )

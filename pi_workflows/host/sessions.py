@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUBMIT_POLL_S = 0.025
+# What a session may say about a model turn that failed (one line; the run's error).
+MAX_TURN_ERROR = 2000
 SUBMIT_WAIT_S = 300.0
 DEADLINE_EXPIRED = "Workflow node model-turn deadline expired"
 STALE_VALIDATION_ERROR = (
@@ -657,6 +659,11 @@ def _parse_turn_report(payload: dict[str, Any]) -> TurnReport:
             raise InvalidInputError("Workflow turn responseSessionEntryId must be text or null")
     else:
         stop_reason, response_entry = None, None
+    error = payload.get("error") if stop_reason == "error" else None
+    if error is not None and not (isinstance(error, str) and 0 < len(error) <= MAX_TURN_ERROR):
+        raise InvalidInputError(
+            f"Workflow turn error must be text of 1 to {MAX_TURN_ERROR} characters"
+        )
     return TurnReport(
         state=state,
         workflow_turn_id=_require_text(payload, "workflowTurnId"),
@@ -666,4 +673,5 @@ def _parse_turn_report(payload: dict[str, Any]) -> TurnReport:
         coordinator_epoch=_require_text(payload, "coordinatorEpoch"),
         stop_reason=stop_reason,
         response_session_entry_id=response_entry,
+        error=error,
     )

@@ -39,6 +39,25 @@ def _unproductive_turn(session, message, *, stop_reason="error"):
     return turn
 
 
+def test_a_turn_the_model_failed_fails_the_run_with_what_the_session_says(sessions, harness):
+    """Issue 24.5: an `error` end that says what failed ends the step at once (no
+    reminders), with that reason; an `error` that is not one line of text is refused."""
+    run_id = sessions.start("echo", "session-model-down")
+    session = sessions.open("session-model-down")
+    session.report_branch()
+    message = session.deliver_next()
+    turn = _unproductive_turn(session, message)
+    bad = session.report_turn(message, turn, "ended", stop_reason="error", error="")
+    assert bad.outcome == "rejected" and "Workflow turn error must be text" in bad.error
+    failure = "The model local/qwen2.5-coder:7b failed: Connection error."
+    ended = session.report_turn(message, turn, "ended", stop_reason="error", error=failure)
+    assert (ended.outcome, ended.receipt["ownership"]) == ("accepted", "settled"), ended
+    failed = harness.wait_for_status(run_id, "failed")
+    assert (failed["errorCode"], failed["error"]) == ("modelFailed", failure)
+    shown = json.loads(harness.cli("session", "messages", "session-model-down", "--json").stdout)
+    assert [m["kind"] for m in shown] == ["step", "terminal"]  # no reminder
+
+
 @pytest.mark.scenario("7.4", "7.8", "A.5", "A.7")
 def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness):
     racing_run = sessions.start("echo", "session-race")

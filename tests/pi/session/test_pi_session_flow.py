@@ -197,6 +197,47 @@ def test_workflow_name_with_text_starts_it_with_that_task(pi_session: WorkflowPi
     assert "Task: Say hello in French" in pi_session.server.requests[0].last_user_text()
 
 
+COUNTED = """
+from pi_workflows import agent, workflow
+
+
+def check(output, ctx):
+    if not isinstance(output.get("count"), int):
+        raise ValueError("count must be an integer, not " + repr(output.get("count")))
+
+
+WORKFLOW = workflow(
+    name="counted",
+    start_at="count",
+    nodes={"count": agent("Count the files.", expected_output='{"count": <int>}', validate=check)},
+    edges=[],
+)
+"""
+
+
+def test_a_rejected_submission_tells_the_model_what_was_wrong_in_a_sentence(
+    pi_session: WorkflowPi,
+):
+    workflows = pi_session.pi_home.project / ".pi" / "workflows"  # Pi's working directory
+    workflows.mkdir(parents=True)
+    (workflows / "counted.workflow.py").write_text(COUNTED)
+    pi_session.server.script(
+        submit("count", {"count": "three"}),
+        submit("count", {"count": 3}),
+        Text("Counted."),
+        Text("There are three files."),
+    )
+    pi = pi_session.start(f"pi-session-{uuid.uuid4().hex}")
+    pi.prompt("/workflow counted")
+    run = pi_session.wait_for_run("completed", "failed", timeout=60)
+    assert run["status"] == "completed" and run["finalOutput"] == {"count": 3}, run
+    (rejected,) = pi_session.server.requests[1].tool_results()
+    assert rejected["content"] == (
+        "The workflow rejected this output: count must be an integer, not 'three' "
+        "Correct the output and submit again."
+    )
+
+
 def test_workflow_commands_list_show_and_cancel_the_sessions_run(pi_session: WorkflowPi):
     session_id = f"pi-session-{uuid.uuid4().hex}"
     pi = pi_session.start(session_id)

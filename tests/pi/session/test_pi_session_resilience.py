@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from tests.pi.model_server import Hold, Text
+from tests.pi.offline_pi import PiHome
 from tests.pi.session.workflow_pi import CLI, WorkflowPi, submit, two_turn_script
 from tests.polling import process_gone, wait_until
 
@@ -183,6 +184,45 @@ def test_a_fenced_pi_takes_the_session_back_when_the_pi_that_took_over_is_killed
     notices = pi_session.notices(first)
     assert notices.count(TOOK_OVER) == 1 and notices.count(TAKEN_BACK) == 1, notices
     assert not [n for n in notices if "Another Pi process coordinates" in n], notices
+
+
+def test_a_provider_that_is_down_fails_the_run_once_with_a_notice_naming_the_model(
+    harness, model_server, pi_bin
+):
+    """Issue 24.5: with Pi's own retries on (a user's default), a workflow turn that fails
+    on the provider fails the run at once, naming provider and model; no reminders, and
+    Pi's retry of the turn is cancelled."""
+    pi_session = WorkflowPi(
+        harness, PiHome(harness.root / "pi", model_server, retries_off=False), model_server
+    )
+    harness.start_host()
+    try:
+        model_server.stop()
+        session_id = f"pi-session-{uuid.uuid4().hex}"
+        pi = pi_session.start(session_id)
+        pi.prompt("/workflow echo Say hello")
+        run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=60)
+        failure = "The model scripted/scripted-model failed: Connection error."
+        assert (run["status"], run["errorCode"], run["error"]) == (
+            "failed",
+            "modelFailed",
+            failure,
+        ), run
+        notice = f"pi-workflows: the workflow run echo {run['runId']} failed: {failure}"
+        pi.wait_for(lambda e: e.get("message") == notice, what="the failed-run notice")
+        # The step, then the result for the model to explain (which fails the same way).
+        wait_until(
+            lambda: pi_session.turns_ended_as(session_id, ["error", "error"]),
+            what="the step's and the result's turns to end",
+        )
+        assert [m["kind"] for m in pi_session.host_messages(session_id)] == ["step", "terminal"]
+        # Pi began its automatic retry of each failed turn; each one was cancelled.
+        retries = [e for e in pi.events if e.get("type", "").startswith("auto_retry")]
+        assert [e["type"] for e in retries] == ["auto_retry_start", "auto_retry_end"] * 2
+        assert {e.get("finalError") for e in retries[1::2]} == {"Retry cancelled"}
+        assert pi_session.notices(pi).count(notice) == 1
+    finally:
+        pi_session.close()
 
 
 def test_an_unreachable_host_is_one_notice_and_pi_keeps_working(pi_session: WorkflowPi):

@@ -9,6 +9,7 @@ import { isOk, RequestRefused, runCli } from "./host-link.js";
 import type { WorkflowSession } from "./session.js";
 
 export const MODEL_DECISION_REFUSAL = "Protected human decisions cannot be answered by the workflow tool";
+const REJECTED_OUTPUT = "The workflow rejected this output:";
 const SUBMIT_TIMEOUT_MS = 330_000;
 const TURN_START_WAIT_MS = 10_000;
 
@@ -198,16 +199,25 @@ export class WorkflowActions {
 		await this.turnStartSettled();
 		const step = await this.step(target);
 		const submissionId = `submission-${toolCallId}`;
-		return await this.call(
-			"interaction.submit",
-			{ requestId: step.requestId, attempt: step.attempt, step: step.step, submissionId, value: output },
-			{
-				runId: step.runId,
-				expectedRevision: step.revision,
-				idempotencyKey: submissionId,
-				timeoutMs: SUBMIT_TIMEOUT_MS,
-			},
-		);
+		try {
+			return await this.call(
+				"interaction.submit",
+				{ requestId: step.requestId, attempt: step.attempt, step: step.step, submissionId, value: output },
+				{
+					runId: step.runId,
+					expectedRevision: step.revision,
+					idempotencyKey: submissionId,
+					timeoutMs: SUBMIT_TIMEOUT_MS,
+				},
+			);
+		} catch (error) {
+			// The step's validator refused the output: tell the model what was wrong and what
+			// to do, in the words the headless bridge uses.
+			if (error instanceof RequestRefused && error.response.receipt?.status === "rejected") {
+				throw new Error(`${REJECTED_OUTPUT} ${error.message} Correct the output and submit again.`);
+			}
+			throw error;
+		}
 	}
 
 	async update(target: StepTarget, update: unknown, toolCallId: string): Promise<any> {

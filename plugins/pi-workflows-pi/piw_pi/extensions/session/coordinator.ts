@@ -48,6 +48,8 @@ export interface HostSide {
 interface TurnEnd {
 	stopReason: "completed" | "aborted" | "error";
 	responseSessionEntryId: string | null;
+	/** For an `error` stop: `The model P/M failed: …` (the host fails the step with it). */
+	error?: string;
 }
 
 interface LocalTurn {
@@ -79,6 +81,8 @@ export class MessageCoordinator {
 	private running = false;
 	private again = false;
 	private fenced = false;
+	// Runs a view showed unfinished: their failure is announced once.
+	private readonly liveRuns = new Set<string>();
 
 	constructor(
 		private readonly sessionId: string,
@@ -124,7 +128,20 @@ export class MessageCoordinator {
 			return;
 		}
 		this.view = view;
+		this.noticeFailedRun(view.run);
 		this.schedule();
+	}
+
+	/** A run this session saw going that failed gets one notice saying why (the model may
+	 * not be able to explain it: its provider may be what failed). */
+	private noticeFailedRun(run: Record<string, any> | null): void {
+		if (!run?.runId) return;
+		if (run.status !== "failed") {
+			this.liveRuns.add(run.runId);
+			return;
+		}
+		if (!this.liveRuns.delete(run.runId)) return;
+		this.onProblem(`the workflow run ${run.workflowName ?? ""} ${run.runId} failed: ${run.error ?? "no reason given"}`);
 	}
 
 	/** Coordinate again after a fence (the session had no coordinator left). */
@@ -183,15 +200,20 @@ export class MessageCoordinator {
 		this.schedule();
 	}
 
-	agentEnded(messages: any[]): void {
+	/** A Pi run ended; true when it was a workflow turn the model failed (a provider or
+	 * model error), which ends the step: Pi's own retry of it must not run. */
+	agentEnded(messages: any[]): boolean {
 		const turn = this.current;
 		this.current = null;
-		if (!turn || turn.dropped) return;
+		if (!turn || turn.dropped) return false;
+		const stopReason = stopReasonOf(messages);
 		turn.end = {
-			stopReason: stopReasonOf(messages),
+			stopReason,
 			responseSessionEntryId: this.responseEntry(turn.workflowMessageId),
+			error: stopReason === "error" ? modelFailure(messages) : undefined,
 		};
 		this.schedule();
+		return stopReason === "error";
 	}
 
 	/** The first message a fresh Pi run may work on: the open one, else one we just sent. */
@@ -343,6 +365,7 @@ export class MessageCoordinator {
 		if (state === "ended") {
 			payload.stopReason = turn.end!.stopReason;
 			payload.responseSessionEntryId = turn.end!.responseSessionEntryId;
+			payload.error = turn.end!.error;
 		}
 		const response = await this.host.request("workflowTurn.report", payload, { runId: turn.runId });
 		this.checkFence(response);
@@ -422,6 +445,17 @@ export class MessageCoordinator {
 		this.fenced = true;
 		this.onFenced();
 	}
+}
+
+const FAILURE_CHARS = 400;
+
+/** `The model P/M failed: <its error, on one line>`, from the run's last assistant message. */
+function modelFailure(messages: any[]): string {
+	const last = [...messages].reverse().find((message) => message?.role === "assistant");
+	const name = last ? `${last.provider}/${last.model}` : "of this Pi session";
+	const detail = String(last?.errorMessage || "no error message").replace(/\s+/g, " ").trim();
+	const cut = detail.length > FAILURE_CHARS ? `${detail.slice(0, FAILURE_CHARS - 1)}…` : detail;
+	return `The model ${name} failed: ${cut}`;
 }
 
 function stopReasonOf(messages: any[]): TurnEnd["stopReason"] {

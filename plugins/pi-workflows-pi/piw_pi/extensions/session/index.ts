@@ -191,5 +191,12 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 		session = null;
 	});
 	pi.on("agent_start", async () => session?.coordinator.agentStarted());
-	pi.on("agent_end", async (event) => session?.coordinator.agentEnded(event.messages));
+	pi.on("agent_end", async (event, ctx) => {
+		if (session?.coordinator.agentEnded(event.messages)) {
+			// Pi schedules its automatic retry of a failed turn right after this handler;
+			// for a workflow turn the host has failed the step instead, so the retry is
+			// cancelled (abort() cancels a pending retry) once it is scheduled.
+			setTimeout(() => ctx.abort(), 0);
+		}
+	});
 }
