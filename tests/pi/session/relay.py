@@ -2,7 +2,8 @@
 
 The acknowledgement of a report that the host did commit can only be lost on the wire, and
 a reply can only be late there; this relay is that wire. It forwards newline-delimited
-frames unchanged and logs every request (`requests`). Rules, each used once, in order:
+frames unchanged and logs every request (`requests`) and pushed event (`events`). Rules,
+each used once, in order:
 
 - `lose_reply(match)`: forward the first matching request, then drop its response and cut
   the connection (the host committed; the client never learns it);
@@ -44,6 +45,7 @@ class Relay:
         self.path = path
         self.host_socket = host_socket
         self.requests: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
         self.cli = ""  # set by the fixture: the PI_WORKFLOWS_CLI that leads here
         self._rules: list[_Rule] = []
         self._lock = threading.Lock()
@@ -127,6 +129,9 @@ class Relay:
     def _downstream(self, client: socket.socket, host: socket.socket, replies: dict) -> None:
         for line in _lines(host):
             frame = json.loads(line)
+            if frame.get("type") == "event":
+                with self._lock:
+                    self.events.append(frame)
             rule = (
                 replies.pop(frame.get("requestId"), None)
                 if frame.get("type") == "response"

@@ -240,3 +240,42 @@ def test_a_new_pi_gets_its_own_turn_accepted_instead_of_taking_over_an_open_one(
     new_turns = {t[0] for t in pi_session.turns(session_id)} - {dead_turn}
     assert new_turns == set(ids)
     assert pi_session.shown_once(second)
+
+
+@pytest.mark.scenario("7.16")
+def test_an_accepted_turn_outlives_the_view_that_drops_its_message(
+    pi_session: WorkflowPi, relay: Relay
+):
+    """7.16: the run is cancelled while Pi's model turn on its step runs; the host ends
+    the turn lost and its views drop the open message, but the extension keeps the turn
+    until Pi's agent end and reports that end then: one start, one end."""
+    pi_session.server.script(Hold(then=Text("Stopped.")), Text("The echo workflow was cancelled."))
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    pi.prompt('/workflow start echo {"task": "Say hello"}')
+    pi_session.server.wait_for_requests(1, timeout=60)  # the step's model call is held
+    (start,) = wait_until(
+        lambda: _turn_reports(relay, state="started"), timeout=60, what="the step's turn start"
+    )
+    turn = start["workflowTurnId"]
+    seen = len(relay.events)
+    (run,) = pi_session.runs()
+    pi_session.harness.cli("run", "cancel", run["runId"])
+
+    def dropped(event: dict) -> bool:
+        view = event.get("payload") or {}
+        return event.get("event") == "session_snapshot" and view.get("openWorkflowTurn") is None
+
+    wait_until(lambda: any(dropped(e) for e in relay.events[seen:]), what="a view without the turn")
+    assert _turn_reports(relay, workflowTurnId=turn) == [start]  # still Pi's turn
+
+    pi_session.server.release_holds()
+    wait_until(
+        lambda: len(_turn_reports(relay, workflowTurnId=turn)) == 2, what="the turn's end report"
+    )
+    _, end = _turn_reports(relay, workflowTurnId=turn)
+    # Reported at Pi's agent end, with the reply the released model gave, not at the drop.
+    assert end["state"] == "ended" and end["stopReason"] == "completed"
+    assert end["responseSessionEntryId"] is not None
+    ((_, _, state, stop_reason),) = [t for t in pi_session.turns(session_id) if t[0] == turn]
+    assert (state, stop_reason) == ("ended", "lost")  # the host had settled it at the cancel
