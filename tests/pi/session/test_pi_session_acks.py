@@ -279,3 +279,44 @@ def test_an_accepted_turn_outlives_the_view_that_drops_its_message(
     assert end["responseSessionEntryId"] is not None
     ((_, _, state, stop_reason),) = [t for t in pi_session.turns(session_id) if t[0] == turn]
     assert (state, stop_reason) == ("ended", "lost")  # the host had settled it at the cancel
+
+
+@pytest.mark.scenario("4.19")
+def test_a_start_whose_answer_is_late_is_given_up_and_its_retry_adopted(
+    pi_session: WorkflowPi, relay: Relay
+):
+    """4.19: the host's answer to `/workflow start` is held past the extension's 30 s
+    request timeout. The extension stops waiting and sends the start again, with a new
+    request id under the same idempotency key; the host adopts it (one run), and the first
+    answer, released late, changes nothing."""
+    late = relay.hold_reply(lambda r: r["operation"] == "run.start")
+    pi_session.server.script(
+        submit("reply", {"reply": "bonjour"}),
+        Text("Replied."),
+        Text("The echo workflow completed."),
+    )
+    session_id = f"pi-session-{uuid.uuid4().hex}"
+    pi = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    # The command waits for its start's answer (pi answers the prompt after it): no wait here.
+    pi.write({"type": "prompt", "message": '/workflow start echo {"task": "Say hello"}'})
+
+    first, retry = wait_until(
+        lambda: (sent := relay.requests_for("run.start"))[1:] and sent,
+        timeout=90,
+        what="the extension to give up on the first answer and send the start again",
+    )
+    # The first answer reaches the extension now, after it gave up on it (the relay keeps
+    # a connection's frames in order); the retry's answer, adopted, follows.
+    late.set()
+    run = pi_session.wait_for_run("completed", "failed", "cancelled", timeout=90)
+    assert f"Started echo: run {run['runId']}" in pi_session.notices(pi)
+    assert first["requestId"] != retry["requestId"]
+    assert first["idempotencyKey"] == retry["idempotencyKey"]
+    assert first["payload"] == retry["payload"]
+    assert run["status"] == "completed", run
+    assert [r["runId"] for r in pi_session.runs()] == [run["runId"]]  # adopted: one run
+    assert pi_session.harness.query(
+        "SELECT request_id, outcome FROM host_commands WHERE operation = 'run.start'"
+    ) == [(first["requestId"], "accepted")]
+    wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
+    assert pi.process.poll() is None  # the late answer did not upset the extension
