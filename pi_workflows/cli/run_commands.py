@@ -342,18 +342,32 @@ run_group.add_command(_control_command("resume", "resume_run", "Resume a paused 
     default=None,
     help="The terminal workflow message the restart is about (default: the latest).",
 )
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The revision of RUN_ID you decided on (default: the one `run status` reads now).",
+)
 @json_option
 @pass_cli
 def restart_command(
-    cli_ctx: CliContext, run_id: str, workflow_message_id: str | None, as_json: bool
+    cli_ctx: CliContext,
+    run_id: str,
+    workflow_message_id: str | None,
+    expected_revision: int | None,
+    as_json: bool,
 ) -> None:
     """Start RUN_ID's workflow again with the same input, as a restart of RUN_ID.
 
-    Allowed for a finished, not cancelled, interactive run, at most three times per
-    chain, and never into an outcome the chain has already had; repeating it prints
-    the existing restart.
+    Allowed for a finished, not cancelled, interactive run whose terminal message its
+    session has shown and whose effects are all settled, at most three times per chain,
+    and never into an outcome the chain has already had; repeating it prints the existing
+    restart. A run that changed since EXPECTED_REVISION is refused.
     """
-    receipt = cli_ctx.client().restart_run(run_id, workflow_message_id)
+    client = cli_ctx.client()
+    if expected_revision is None:
+        expected_revision = client.run_status(run_id)["revision"]
+    receipt = client.restart_run(run_id, expected_revision, workflow_message_id)
     if as_json:
         emit_json(receipt)
     else:

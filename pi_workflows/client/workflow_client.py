@@ -150,10 +150,16 @@ class WorkflowClient:
     def resume_run(self, run_id: str) -> dict[str, Any]:
         return self.call("run.resume", {}, run_id=run_id)
 
-    def restart_run(self, run_id: str, workflow_message_id: str | None = None) -> dict[str, Any]:
-        """Restart a finished interactive run from its latest terminal message."""
+    def restart_run(
+        self, run_id: str, expected_revision: int, workflow_message_id: str | None = None
+    ) -> dict[str, Any]:
+        """Restart a finished interactive run from its latest terminal message.
+
+        `expected_revision` is the revision of the run as the caller saw it finish
+        (`run_status(run_id)["revision"]`); a run that changed since is a conflict.
+        """
         payload = {} if workflow_message_id is None else {"workflowMessageId": workflow_message_id}
-        return self.call("run.restart", payload, run_id=run_id)
+        return self.call("run.restart", payload, run_id=run_id, expected_revision=expected_revision)
 
     def answer_checkpoint(self, run_id: str, answer: Any) -> dict[str, Any]:
         """Answer RUN's checkpoint; returns `{parentRunId, runId}` of its continuation."""

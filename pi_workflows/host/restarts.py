@@ -5,11 +5,13 @@ Lineage rules: the child is `restart-<sha256(terminal message id)[:40]>` with li
 chain allows at most three restarts, never restarts a cancelled run, and never restarts
 into an outcome it has already seen; a repeat adopts the existing child.
 
-Session preconditions, simplified from the reference's live-coordinator check: the run
-must be interactive with an origin session; a `targetSessionId` in the payload must be
-that session; the restart is about the run's latest terminal message, which must exist
-and not be cancelled (a `workflowMessageId` in the payload must name it). The message
-need not be reported `sent`, so `pi-workflows run restart RUN` works from a terminal.
+Preconditions (reference 8.13 and A.6), simplified from its live-coordinator check: the
+request carries `expectedRevision`, the finished run's exact revision (a run that moved on
+is a `conflict`); the run must be interactive with an origin session; a `targetSessionId`
+in the payload must be that session; no effect of the run may be unsettled (applying or in
+doubt); the restart is about the run's latest terminal message, which must have been
+shown in the session (`sent`; from a terminal, `pi-workflows session next SESSION` shows
+it) and not cancelled (a `workflowMessageId` in the payload must name it).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..canonical import sha256_hex
+from ..errors import InvalidInputError
 from ..protocol.client_messages import ClientRequest
-from ..storage import read_json
+from ..storage import effects, read_json
 from ..storage.models import TERMINAL_RUN_STATUSES, Run
 from ..storage.runs import create_derived_run, get_run
 from ..storage.terminal_facts import latest_terminal_message
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
     from .services import HostServices
 
 RESTART_LIMIT = 3
+CANCELLED_REFUSAL = "An explicitly cancelled workflow cannot be restarted"
 
 
 def restart_run_id(workflow_message_id: str) -> str:
@@ -69,14 +73,31 @@ def restart_run(request: ClientRequest) -> OperationResult:
     if session is not None and session != run.origin_session_id:
         return refuse("Workflow run belongs to another session")
     if run.status == "cancelled":
-        return refuse("A cancelled workflow run cannot be restarted")
+        return refuse(CANCELLED_REFUSAL)
     if run.status not in TERMINAL_RUN_STATUSES:
         return refuse(f"Workflow run is {run.status}; only a finished run can be restarted")
+    if request.expected_revision is None:
+        raise InvalidInputError(
+            "run.restart requires expectedRevision: the revision of the finished run you "
+            f"restart ('pi-workflows run status {run_id}' shows it)."
+        )
+    if request.expected_revision != run.revision:
+        return OperationResult(
+            "conflict",
+            error=f"Workflow run revision changed (it is {run.revision}, not "
+            f"{request.expected_revision}); read it again and decide again.",
+            run_id=run_id,
+        )
     child = Run.get_or_none((Run.parent_run_id == run_id) & (Run.lineage_kind == "restart"))
     if child is not None:
         return OperationResult("adopted", receipt=_receipt(child), run_id=child.run_id)
     if run.restart_number >= RESTART_LIMIT:
         return refuse(f"Workflow restart limit reached ({RESTART_LIMIT} restarts)")
+    if effects.has_unsettled(run_id):
+        return refuse(
+            "Workflow run has unsettled effects; resolve them first "
+            f"('pi-workflows effects list --run {run_id}')."
+        )
     message = latest_terminal_message(run_id)
     if message is None:
         return refuse("Workflow run has no terminal result yet; retry once it is delivered")
@@ -85,11 +106,16 @@ def restart_run(request: ClientRequest) -> OperationResult:
         wanted is not None and wanted != message.workflow_message_id
     ):
         return refuse("Workflow terminal result is stale or was replaced")
+    if message.status != "sent":
+        return refuse(
+            "Workflow terminal result is stale or was replaced: its session has not shown it "
+            "yet ('pi-workflows session next SESSION' shows it)."
+        )
     terminal = _terminal_details(message_json(message)["details"])
     if terminal is None:
         return refuse("Workflow terminal result carries no terminal fingerprint")
     if terminal.get("status") == "cancelled":
-        return refuse("A cancelled workflow run cannot be restarted")
+        return refuse(CANCELLED_REFUSAL)
     fingerprint = terminal["terminalFingerprint"]
     repeated = Run.select().where(
         (Run.root_run_id == run.root_run_id) & (Run.parent_terminal_fingerprint == fingerprint)

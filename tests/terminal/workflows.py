@@ -93,3 +93,22 @@ WORKFLOW = workflow(
     edges=[edge("ask", "try")],
 )
 """
+
+# A shell node with a manual effect that outlives its node timeout: the action is stopped
+# midway, so its effect is left in doubt while the run ends (timed out).
+STOPPED_PAYMENT = """
+from pi_workflows import manual_effect, shell, workflow
+
+WORKFLOW = workflow(
+    name="stopped-payment",
+    start_at="pay",
+    nodes={
+        "pay": shell(
+            exec=lambda ctx: {"command": "sleep", "args": ["30"]},
+            effect=manual_effect("payment"),
+            timeout_ms=300,
+        )
+    },
+    edges=[],
+)
+"""
