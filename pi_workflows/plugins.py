@@ -19,13 +19,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, NoReturn
 
 import pluggy
 
 from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from .errors import PiWorkflowsError, PluginError, PluginLoadError, UnansweredHookError
+from .hook_deadline import DeadlineRunner, HookCalls
 from .plugin_set import (  # noqa: F401  (plugin_set_digest: the façade's name for it)
     DISABLE_ENV,
     ENTRY_POINT_GROUP,
@@ -396,6 +397,11 @@ def _call_required(hook_name: str, **kwargs: Any) -> Any:
     answer = _call(hook_name, **kwargs)
     if answer is not None:
         return answer
+    _call_required_failed(hook_name)
+
+
+def _call_required_failed(hook_name: str) -> NoReturn:
+    """Raise the sentence for a required hook that nobody answered."""
     builtin = _builtin_answering(hook_name)
     if builtin in registry().disabled:
         raise UnansweredHookError(
@@ -425,6 +431,104 @@ def select_run_to_claim(candidates: list[Any], host: Any) -> Any:
 
 def may_claim(run: Any, host: Any) -> bool:
     return all(answer is not False for answer in _call("piw_may_claim", run=run, host=host))
+
+
+def claim_hooks_are_builtin() -> bool:
+    """True when claiming asks no plugin: the built-in selection answers alone and no
+    plugin implements `piw_may_claim` (the host then takes the first candidate in claim
+    order, and may do so inside a transaction)."""
+    if not answered_by_builtin_alone("piw_select_run_to_claim"):
+        return False
+    return not registry().manager.hook.piw_may_claim.get_hookimpls()
+
+
+@dataclass
+class ClaimChoice:
+    """What the claim hooks said of one candidate window (`choose_runs_to_claim`)."""
+
+    chosen: list[Any] = field(default_factory=list)  # selected and allowed, in order
+    vetoed: list[Any] = field(default_factory=list)
+    # Plugins that raised or missed their deadline; the choice was made without them.
+    failures: list[PluginError] = field(default_factory=list)
+
+
+def choose_runs_to_claim(
+    candidates: list[Any], host: Any, wanted: int, runner: DeadlineRunner
+) -> ClaimChoice:
+    """Ask the claim hooks about a whole candidate window in one job (SPEC §6).
+
+    Repeatedly: `piw_select_run_to_claim` picks one of the candidates left, then every
+    `piw_may_claim` may veto it; until `wanted` runs are chosen or none is left. Each
+    implementation is called on its own under the runner's deadline: one that raises, or
+    hangs, is left out of the rest of the job (a selection falls back to the next one,
+    at last the built-in) and named in `failures`. Call it outside any transaction.
+    Raises `UnansweredHookError` when no selection answers at all.
+    """
+    caller = registry().manager.hook
+    selectors = list(reversed(caller.piw_select_run_to_claim.get_hookimpls()))
+    vetoers = list(reversed(caller.piw_may_claim.get_hookimpls()))
+    if registry().tracing:
+        _trace_call(
+            "piw_select_run_to_claim",
+            {"candidates": candidates, "host": host},
+            [impl.plugin_name for impl in selectors],
+        )
+
+    def job(calls: HookCalls) -> ClaimChoice:
+        choice = ClaimChoice()
+        failed: set[str] = set()
+
+        def ask(impl: Any, hook_name: str, kwargs: dict[str, Any]) -> tuple[bool, Any]:
+            name = impl.plugin_name
+            if name in failed or not calls.is_usable(name):
+                return False, None
+            try:
+                args = {arg: kwargs[arg] for arg in impl.argnames}
+                return True, calls.call(name, hook_name, impl.function, args)
+            except Exception as exc:
+                failure = PluginError(
+                    f"Plugin {name!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}"
+                )
+                failure.plugin_name = name
+                failed.add(name)
+                choice.failures.append(failure)
+                return False, None
+
+        left = list(candidates)
+        while left and len(choice.chosen) < wanted:
+            picked = None
+            for impl in selectors:
+                answered, answer = ask(
+                    impl, "piw_select_run_to_claim", {"candidates": left, "host": host}
+                )
+                if not answered or answer is None:
+                    continue
+                if not any(answer is run for run in left):
+                    failure = PluginError(
+                        f"Plugin {impl.plugin_name!r} failed in hook piw_select_run_to_claim: "
+                        "it returned a run that is not one of its candidates; return an "
+                        "element of `candidates` or None."
+                    )
+                    failure.plugin_name = impl.plugin_name
+                    failed.add(impl.plugin_name)
+                    choice.failures.append(failure)
+                    continue
+                picked = answer
+                break
+            if picked is None:
+                _call_required_failed("piw_select_run_to_claim")
+            allowed = True
+            for impl in vetoers:
+                answered, answer = ask(impl, "piw_may_claim", {"run": picked, "host": host})
+                if answered and answer is False:
+                    allowed = False
+            left = [run for run in left if run is not picked]
+            (choice.chosen if allowed else choice.vetoed).append(picked)
+        return choice
+
+    choice, timeouts = runner.run(job)
+    choice.failures[:0] = timeouts
+    return choice
 
 
 def run_claimed(run: Any, claim: Any) -> None:

@@ -27,7 +27,7 @@ log = logging.getLogger("pi_workflows.host.forwarded")
 
 def owned_elsewhere(host: Host, run_id: str) -> bool:
     """True while another host holds the run's live claim."""
-    if run_id in host.active_runs or run_id in host.pending_claims:
+    if host.slots.is_busy(run_id):
         return False
     lease = Lease.get_or_none(Lease.run == run_id)
     return (
@@ -70,7 +70,7 @@ def apply_pending(host: Host) -> None:
     for command in pending:
         run_id = command.run_id
         lease = command.lease
-        mine = run_id in host.active_runs or run_id in host.pending_claims
+        mine = host.slots.is_busy(run_id)
         unowned = lease.owner_id is None or lease.expires_at <= now
         if mine or unowned:
             _apply(host, command)

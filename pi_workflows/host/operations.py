@@ -232,7 +232,7 @@ class Operations:
             if isinstance(created, OperationResult):
                 raise InvalidInputError(f"runs[{index}]: {created.error}")
             run_ids.append(created)
-        self.host.claim_free_slots()
+        self.host.slots.claim_free_slots()
         return OperationResult(
             "accepted", receipt={"runs": [{"runId": r, "status": "queued"} for r in run_ids]}
         )
@@ -308,8 +308,9 @@ class Operations:
             host, run_id
         ):
             return forwarded_commands.forward(request, run_id)
-        active = host.active_runs.get(run_id)
-        token = active.claim_token if active else host.pending_claims.get(run_id)
+        slots = host.slots
+        active = slots.active_runs.get(run_id)
+        token = active.claim_token if active else slots.pending_claims.get(run_id)
         if active is not None and (active.control in ("pause", "handoff") or active.released):
             # Parked or waiting already, its claim released: the exiting worker owns nothing.
             token = None
@@ -327,7 +328,7 @@ class Operations:
             active.control = "cancel"
             host.store.after_commit(lambda: active.stop("cancelled"))
         else:
-            host.pending_claims.pop(run_id, None)
+            slots.pending_claims.pop(run_id, None)
         old_status = run.status
         host.store.after_commit(lambda: host.after_run_stopped(run_id, old_status, "cancelled"))
         return OperationResult(
@@ -350,12 +351,13 @@ class Operations:
             )
         if forwarded_commands.owned_elsewhere(host, run_id):
             return forwarded_commands.forward(request, run_id)
-        active = host.active_runs.get(run_id)
+        slots = host.slots
+        active = slots.active_runs.get(run_id)
         if active is not None and active.control is not None:
             return OperationResult(
                 "rejected", error=f"Run is already handling {active.control}", run_id=run_id
             )
-        token = active.claim_token if active else host.pending_claims.get(run_id)
+        token = active.claim_token if active else slots.pending_claims.get(run_id)
         if token is not None:
             if not run_claims.park_run(run_id, token):
                 return OperationResult(
@@ -366,7 +368,7 @@ class Operations:
                 host.store.after_commit(lambda: active.stop("cancelled"))
                 detail = "The run is durably paused; the supervised worker is stopping."
             else:
-                host.pending_claims.pop(run_id, None)
+                slots.pending_claims.pop(run_id, None)
                 detail = "The run was paused before its worker started."
         else:
             lease = Lease.get_by_id(run_id)
@@ -395,8 +397,8 @@ class Operations:
         run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
-        running_here = run_id in host.active_runs or run_id in host.pending_claims
-        if running_here or forwarded_commands.owned_elsewhere(host, run_id):
+        slots = host.slots
+        if slots.is_busy(run_id) or forwarded_commands.owned_elsewhere(host, run_id):
             return OperationResult(
                 "adopted",
                 receipt={
@@ -432,16 +434,41 @@ class Operations:
                 paused=False,
                 status_detail=None,
             )
-        generation = host.claim_for_resume(run_id)
-        if generation is None:
+        # The claim gate: a free slot, the claim plugins, the fenced claim; the worker
+        # launches after this commit.
+        answer = slots.claim_run(run_id)
+        if answer.generation is not None:
+            return OperationResult(
+                "accepted",
+                receipt={
+                    "runId": run_id,
+                    "generation": answer.generation,
+                    "detail": "The parked workflow was claimed for supervised execution.",
+                },
+                revision=get_run(run_id).revision,
+                run_id=run_id,
+            )
+        if answer.refusal == "taken":
             return OperationResult("rejected", error="Run is not resumable", run_id=run_id)
+        # Back in the queue: the claim pass takes it when a slot is free and the claim
+        # plugins allow it (they are never asked inside this transaction).
+        run_claims.release_hold(run_id)
+
+        def requeued() -> None:
+            slots.blocked_runs.discard(run_id)
+            slots.schedule_pass()
+
+        host.store.after_commit(requeued)
+        if answer.refusal == "full":
+            detail = (
+                f"The run is queued; it waits for a free worker slot "
+                f"({slots.busy()} of {slots.max_workers} busy)."
+            )
+        else:
+            detail = "The run is queued; the claim plugins decide at the next claim pass."
         return OperationResult(
             "accepted",
-            receipt={
-                "runId": run_id,
-                "generation": generation,
-                "detail": "The parked workflow was claimed for supervised execution.",
-            },
+            receipt={"runId": run_id, "queued": True, "detail": detail},
             revision=get_run(run_id).revision,
             run_id=run_id,
         )
@@ -497,8 +524,8 @@ class Operations:
             "socketAvailable": host.server is not None,
             "epoch": host.epoch_lease.epoch if host.epoch_lease else None,
             "uptimeMs": host.uptime_ms(),
-            "activeWorkers": len(host.active_runs),
-            "maxWorkers": host.max_workers,
+            "activeWorkers": len(host.slots.active_runs),
+            "maxWorkers": host.slots.max_workers,
             "connectedClients": host.server.connected_clients if host.server else 0,
             "queuedRuns": queue_counts.get("queued", 0),
             "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
@@ -514,7 +541,7 @@ class Operations:
             .count(),
             "ambiguousEffects": _ambiguous_effects(),
             "lifecycleContradictions": _lifecycle_contradictions(),
-            "claimPassFailure": host.claim_pass_failure,
+            "claimPassFailure": host.slots.failure(),
             **host_profile(host.home, host.database_url, host.settings),
             "dutyHost": host.is_duty_host,
             "hosts": [_host_record(row, host.host_id) for row in epoch_lease.live_hosts()],

@@ -50,6 +50,10 @@ class HostView:
     max_workers: int
     is_active: Callable[[str], bool]  # a worker of this host runs the run now
     has_coordinator: Callable[[str], bool]  # a session has a live coordinator here
+    # The claim plugins failing now, named (claiming goes on without them), or None.
+    claim_failure: str | None = None
+    # A claim plugin's remembered veto holds for the run at this revision.
+    is_vetoed: Callable[[str, int], bool] = lambda _run_id, _revision: False
 
 
 class RunWhy:
@@ -74,6 +78,8 @@ def host_view(services: HostServices) -> HostView:
         max_workers=limit,
         is_active=services.is_run_busy,
         has_coordinator=services.session_has_coordinator,
+        claim_failure=services.claim_failure(),
+        is_vetoed=services.is_vetoed,
     )
 
 
@@ -324,9 +330,14 @@ def _queued(run: Run, queue: RunQueue, host: HostView) -> Hold:
         )
         .count()
     )
+    reason = f"queued behind {ahead} runs; {host.busy_workers} of {host.max_workers} workers busy"
+    if host.is_vetoed(run.run_id, run.revision):
+        reason += "; a claim plugin (piw_may_claim) vetoes it"
+    if host.claim_failure:
+        reason += f"; {host.claim_failure}"
     return (
         "queued",
-        f"queued behind {ahead} runs; {host.busy_workers} of {host.max_workers} workers busy",
+        reason,
         queue.created_at,
         None,
         "a host claims it when a worker is free",

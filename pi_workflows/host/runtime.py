@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
 import secrets
 import signal
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,9 @@ from .. import plugins, settings
 from ..clock import now_ms
 from ..errors import HostLeaseLostError, PiWorkflowsError
 from ..home import Home, home_key, machine_name, prepare_home
+from ..hook_deadline import DeadlineRunner
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
-from ..records import Claim, HostInfo, RunRecord, WorkerSettings
+from ..records import Claim, WorkerSettings
 from ..storage import (
     StateStore,
     effects,
@@ -37,7 +37,7 @@ from ..storage import (
 )
 from ..storage.database import masked_url
 from ..storage.models import RunWorker
-from ..storage.runs import current_status, run_fields, run_record, run_records
+from ..storage.runs import current_status, run_fields
 from ..worker.command import is_worker_command
 from . import epoch_lease, forwarded_commands, process_groups, run_progress
 from .active_run import ActiveRun
@@ -55,6 +55,7 @@ from .run_watch import RunWatches
 from .run_why import RunWhy
 from .services import HostServices
 from .sessions import Sessions
+from .slots import PreparedWorker, WorkerSlots
 from .supervisor import WorkerExit, WorkerSupervisor
 from .terminal_messages import TerminalMessages
 from .worker_gateway import WorkerGateway
@@ -99,13 +100,6 @@ class HostTimings:
         )
 
 
-@dataclass(frozen=True)
-class PreparedWorker:
-    """A worker recorded with its run's claim, launched once that commits."""
-
-    worker_epoch: str
-    envelope: dict[str, Any]
-    progress: run_progress.ProgressMark
 
 
 class Host:
@@ -132,12 +126,13 @@ class Host:
         self.lock: HostLock | None = None
         self.started_at = 0
         self.previous_heartbeat_at: int | None = None  # the last sign of life before us
-        self.active_runs: dict[str, ActiveRun] = {}
-        self.pending_claims: dict[str, str] = {}  # run id -> claim token of a pending start
-        self.blocked_runs: set[str] = set()
-        # A plugin's failure that stops claim passes, shown by `host status` until a pass
-        # gets past the plugins again.
-        self.claim_pass_failure: str | None = None
+        self.slots = WorkerSlots(
+            self.host_id,
+            max_workers=self.max_workers,
+            claim_window=self.claim_window,
+            run_lease_ms=self.timings.run_lease_ms,
+            hooks=DeadlineRunner(self.settings["hook_timeout_ms"] / 1000),
+        )
         # The oldest live host of a shared database runs the database-wide duties
         # (decision deadlines, channel effects); on SQLite the one host always does.
         self.is_duty_host = True
@@ -146,7 +141,6 @@ class Host:
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
-        self._claim_pass_scheduled = False
         self.server: Any = None
         self.operations = Operations(self)
         self.fork_server = (
@@ -166,7 +160,7 @@ class Host:
         self.lock = acquire_host_lock(self.home.lock_path, self.host_id)
         try:
             self.store = open_state(self.home, self.database_url)
-            self.worker_commits = CommitGroup(self.store, self.claim_free_slots)
+            self.worker_commits = CommitGroup(self.store, self.slots.claim_free_slots)
             identity = start_identity(os.getpid()) or ""
             key = home_key(self.home)
             with self.store.transaction():
@@ -196,6 +190,7 @@ class Host:
                     holder_is_dead=holder_is_dead,
                 )
                 epoch_lease.recover_previous_host(previous_host_id)
+            self.slots.open(self.store, self.epoch_lease.epoch, self)
             if not self.store.is_sqlite:
                 lease = self.epoch_lease
                 self.store.fence = lambda: epoch_lease.fence(lease)
@@ -216,7 +211,7 @@ class Host:
         log.info("ready at epoch %s", self.epoch_lease.epoch)
         if self.fork_server is not None:
             await self.fork_server.start()
-        self.schedule_claim_pass()
+        self.slots.schedule_pass()
 
     def _release_identity(self) -> None:
         if self.epoch_lease is not None:
@@ -238,16 +233,17 @@ class Host:
             await self.stopped.wait()
             return
         self.stopping = True
+        self.slots.close()
         for timer in self._timers:
             timer.cancel()
         if self.server is not None:
             await self.server.close()
         # A host whose lease was taken over is fenced out: it parks nothing.
         with contextlib.suppress(HostLeaseLostError), self.store.transaction():
-            for run_id, token in list(self.pending_claims.items()):
+            for run_id, token in list(self.slots.pending_claims.items()):
                 run_claims.park_run(run_id, token)
-        self.pending_claims.clear()
-        handed_off = list(self.active_runs.values())
+        self.slots.pending_claims.clear()
+        handed_off = list(self.slots.active_runs.values())
         stops = []
         for active in handed_off:
             active.control = active.control or "handoff"
@@ -287,7 +283,7 @@ class Host:
         assert self.epoch_lease is not None
         renewing = [
             active
-            for active in self.active_runs.values()
+            for active in self.slots.active_runs.values()
             if not (active.control or active.exiting or active.released)
         ]
         try:
@@ -314,7 +310,7 @@ class Host:
                 forwarded_commands.apply_pending(self)
             except Exception:
                 log.exception("forwarded commands failed")
-        self.schedule_claim_pass()
+        self.slots.poll()
         self.features.poll()
         with contextlib.suppress(HostLeaseLostError):  # fenced out: the next owner decides
             self.store.flush_deferred()
@@ -348,159 +344,9 @@ class Host:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    # --- claiming ----------------------------------------------------------------------
-
-    def host_info(self) -> HostInfo:
-        return HostInfo(
-            host_id=self.host_id,
-            epoch=self.epoch_lease.epoch if self.epoch_lease else 0,
-            active_workers=self._busy_slots(),
-            max_workers=self.max_workers,
-        )
-
-    def _busy_slots(self, freed: Collection[ActiveRun] = ()) -> int:
-        """Worker slots in use: pending starts, and active runs that still hold their claim.
-
-        A run whose own write released its claim (completed, waiting, …) frees its slot
-        with that commit; its worker only exits. `freed` are such runs in the transaction
-        that releases them.
-        """
-        freed_runs = {active.run_id for active in freed}
-        holding = sum(
-            1
-            for active in self.active_runs.values()
-            if not (active.released or active.run_id in freed_runs)
-        )
-        return holding + len(self.pending_claims)
-
-    def schedule_claim_pass(self) -> None:
-        if self._claim_pass_scheduled or self.stopping:
-            return
-        self._claim_pass_scheduled = True
-        asyncio.get_running_loop().call_soon(self._claim_pass)
-
-    def _claim_pass(self) -> None:
-        """Claim runs until the host is full or no candidate is left (SPEC §3, §6).
-
-        A `piw_may_claim` veto skips that run for this pass only; the pass goes on.
-        """
-        self._claim_pass_scheduled = False
-        self.claim_free_slots()
-
-    def claim_free_slots(self, freed: Collection[ActiveRun] = ()) -> None:
-        """The claim pass; inside a transaction its claims join that transaction.
-
-        The answers that reserve a continuation call it from their own transaction, and
-        the commit group (`CommitGroup`) at the end of a group of starts and worker
-        writes, so a run on a host with a free worker slot is claimed by the commit that
-        created it (one fsync, no wait for the next pass), and the run waiting for a slot
-        by the commit of the write that releases it (`freed`: those runs' slots are
-        free). Each claim also records its worker (``RunWorker``); the workers launch
-        after commit.
-        """
-        if self.stopping or self.epoch_lease is None:
-            return
-        excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
-        # Claims of this pass whose launch waits for the surrounding commit; outside a
-        # transaction a claim launches at once and `_busy_slots` already counts it.
-        awaiting_commit: set[str] = set()
-        while self._busy_slots(freed) + len(awaiting_commit - self.pending_claims.keys()) < (
-            self.max_workers
-        ):
-            token = run_claims.new_claim_token()
-            # PostgreSQL: the candidate query and the claim share one transaction, so the
-            # candidates stay locked and other hosts skip them; SQLite keeps its write
-            # lock for the claim alone.
-            scope = contextlib.nullcontext() if self.store.is_sqlite else self.store.transaction()
-            with scope:
-                picked = self._pick_and_claim(excluded, token)
-            if picked is None:
-                return
-            chosen, claim, worker = picked
-            if claim is None or worker is None:
-                continue
-            awaiting_commit.add(chosen.run_id)
-            self.store.after_commit(functools.partial(self._launch, chosen, token, claim, worker))
-
-    def _launch(self, run: RunRecord, token: str, claim: Claim, worker: PreparedWorker) -> None:
-        """After the claim committed: the worker starts."""
-        self.pending_claims[run.run_id] = token
-        plugins.run_claimed(run, claim)
-        self.spawn(self.activate(run.run_id, token, claim.generation, worker))
-
-    def _pick_and_claim(
-        self, excluded: set[str], token: str
-    ) -> tuple[RunRecord, Claim | None, PreparedWorker | None] | None:
-        """One claim of a pass: the chosen run, its claim and the worker recorded with it
-        (claim None: vetoed or lost).
-
-        Returns None when the pass should stop (no candidate, or a claim hook failed).
-        """
-        # The built-in selection takes the first run in claim order, the order of
-        # `claim_candidates`: when nothing else selects, the window is that one run.
-        builtin_selects = plugins.answered_by_builtin_alone("piw_select_run_to_claim")
-        window = 1 if builtin_selects else self.claim_window
-        candidates = run_records(run_claims.claim_candidates(self.host_id, excluded, window))
-        if not candidates:
-            return None
-        try:
-            if builtin_selects:
-                chosen = candidates[0]
-            else:
-                chosen = plugins.select_run_to_claim(candidates, self.host_info())
-            is_allowed = plugins.may_claim(chosen, self.host_info())
-        except PiWorkflowsError as error:
-            self._report_claim_failure(str(error))
-            return None
-        self.claim_pass_failure = None
-        excluded.add(chosen.run_id)
-        if not is_allowed:
-            return chosen, None, None
-        with self.store.transaction():
-            claim = run_claims.claim_run(
-                chosen.run_id, self.host_id, token, lease_ms=self.timings.run_lease_ms
-            )
-            worker = None if claim is None else self._record_worker(chosen.run_id, claim)
-        return chosen, claim, worker
-
-    def _report_claim_failure(self, failure: str) -> None:
-        # Every poll repeats a broken plugin's failure; the log says it once.
-        if failure != self.claim_pass_failure:
-            log.error("claim pass stopped: %s", failure)
-        self.claim_pass_failure = failure
-
-    def claim_for_resume(
-        self, run_id: str, *, allow_pending_interaction: bool = False
-    ) -> int | None:
-        """Claim a parked run for `run resume` (inside the caller's transaction).
-
-        `allow_pending_interaction` lets a run that waits for its session be claimed to
-        validate a submission (SPEC §9.5).
-        """
-        token = run_claims.new_claim_token()
-        claim = run_claims.claim_run(
-            run_id,
-            self.host_id,
-            token,
-            lease_ms=self.timings.run_lease_ms,
-            allow_pending_interaction=allow_pending_interaction,
-        )
-        if claim is None:
-            return None
-        self.blocked_runs.discard(run_id)
-        self.pending_claims[run_id] = token
-        worker = self._record_worker(run_id, claim)
-
-        def launch() -> None:
-            plugins.run_claimed(run_record(run_id), claim)
-            self.spawn(self.activate(run_id, token, claim.generation, worker))
-
-        self.store.after_commit(launch)
-        return claim.generation
-
     # --- workers -----------------------------------------------------------------------
 
-    def _record_worker(self, run_id: str, claim: Claim) -> PreparedWorker:
+    def record_worker(self, run_id: str, claim: Claim) -> PreparedWorker:
         """The worker a claim launches: its launch envelope and ``RunWorker`` row.
 
         Called in the claim's transaction, so the claim and its worker commit together.
@@ -534,6 +380,10 @@ class Host:
         )
         return PreparedWorker(worker_epoch, envelope, progress)
 
+    def launch(self, run_id: str, token: str, claim: Claim, worker: PreparedWorker) -> None:
+        """After the claim committed (`WorkerSlots`): the worker's life begins."""
+        self.spawn(self.activate(run_id, token, claim.generation, worker))
+
     def _drop_worker(self, worker: PreparedWorker) -> None:
         """A recorded worker that will never launch (its claim was let go first)."""
         run_workers.drop_worker(worker.worker_epoch)
@@ -541,21 +391,22 @@ class Host:
     async def activate(
         self, run_id: str, token: str, generation: int, worker: PreparedWorker
     ) -> None:
-        if self.pending_claims.get(run_id) != token:
+        slots = self.slots
+        if slots.pending_claims.get(run_id) != token:
             # Cancelled or paused before activation: nothing to launch.
             with self.store.transaction():
                 self._drop_worker(worker)
             return
-        if self.stopping or run_id in self.active_runs:
-            self.pending_claims.pop(run_id, None)
+        if self.stopping or run_id in slots.active_runs:
+            slots.pending_claims.pop(run_id, None)
             with self.store.transaction():
                 self._drop_worker(worker)
                 run_claims.park_run(run_id, token)
             return
         worker_epoch, envelope, progress = worker.worker_epoch, worker.envelope, worker.progress
         active = ActiveRun(run_id, token, generation, worker_epoch, None, progress)
-        self.active_runs[run_id] = active
-        self.pending_claims.pop(run_id, None)
+        slots.active_runs[run_id] = active
+        slots.pending_claims.pop(run_id, None)
         try:
             # Effects an earlier worker left applying (its host died) are settled first;
             # a read decides, so a run without such effects takes no write lock here.
@@ -567,7 +418,7 @@ class Host:
                         run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
                         self._finish_worker(active, WorkerExit("orphaned", None, None, None))
             if in_doubt:
-                self.blocked_runs.add(run_id)
+                slots.blocked_runs.add(run_id)
                 return
             result = await self._run_worker(active, envelope)
             self._finish_worker(active, result)
@@ -591,8 +442,8 @@ class Host:
             if active.control is None:
                 self._recover_worker_exit(active, "crashed")
         finally:
-            self.active_runs.pop(run_id, None)
-            self.schedule_claim_pass()
+            slots.active_runs.pop(run_id, None)
+            slots.schedule_pass()
 
     async def _run_worker(self, active: ActiveRun, envelope: dict[str, Any]) -> WorkerExit:
         settings = WorkerSettings(self.home.root, self.database_url, sys.executable)
@@ -643,7 +494,7 @@ class Host:
             made_progress = run_progress.progress_mark(run_id) != active.progress
             in_doubt = effects.recover_interrupted(run_id, active.generation)
             if in_doubt:
-                self.blocked_runs.add(run_id)
+                self.slots.blocked_runs.add(run_id)
                 run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
                 log.warning("run parked: an effect may or may not have happened")
                 return
@@ -667,7 +518,7 @@ class Host:
                 return
             node, deaths = run_progress.deaths_at_current_node(run_id, self.max_node_crashes)
             if deaths >= self.max_node_crashes:
-                self.blocked_runs.add(run_id)
+                self.slots.blocked_runs.add(run_id)
                 run_claims.park_for_crash_loop(
                     run_id,
                     token,
@@ -678,7 +529,7 @@ class Host:
                 log.warning("run parked: a node killed %d workers in a row", deaths)
                 return
             if not made_progress:
-                self.blocked_runs.add(run_id)
+                self.slots.blocked_runs.add(run_id)
                 run_claims.park_for_no_progress(
                     run_id,
                     token,
@@ -697,7 +548,7 @@ class Host:
     def release_to_waiting(self, run_id: str, event_type: str) -> bool:
         """Park the run of an active worker as `waiting` and let the worker go (in a
         transaction); False when this host no longer holds the run's claim."""
-        active = self.active_runs.get(run_id)
+        active = self.slots.active_runs.get(run_id)
         if active is None or not run_claims.park_run(
             run_id, active.claim_token, event_type=event_type, to_waiting=True
         ):

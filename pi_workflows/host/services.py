@@ -40,9 +40,17 @@ class HostServices:
         return self._host.host_id
 
     def worker_load(self) -> tuple[int, int]:
-        """(workers this host runs or is about to launch, its worker limit)."""
-        host = self._host
-        return len(host.active_runs) + len(host.pending_claims), host.max_workers
+        """(worker slots in use, the worker limit) of this host."""
+        slots = self._host.slots
+        return slots.busy(), slots.max_workers
+
+    def claim_failure(self) -> str | None:
+        """The claim plugins failing now (named), or None."""
+        return self._host.slots.failure()
+
+    def is_vetoed(self, run_id: str, revision: int) -> bool:
+        """True while a claim plugin's remembered veto holds for the run."""
+        return self._host.slots.is_vetoed(run_id, revision)
 
     def session_has_coordinator(self, session_id: str) -> bool:
         """Whether a live client coordinates the session on this host."""
@@ -65,35 +73,42 @@ class HostServices:
 
     def schedule_claim_pass(self) -> None:
         """A run became claimable: look for work soon (never inside the claim pass)."""
-        self._host.schedule_claim_pass()
+        self._host.slots.schedule_pass()
 
     def claim_now(self) -> None:
         """A run became claimable in this transaction: claim it (and any other) for the
-        free worker slots in the same commit; the workers launch after commit."""
-        self._host.claim_free_slots()
+        free worker slots in the same commit (with claim plugins: just after it); the
+        workers launch after commit."""
+        self._host.slots.claim_free_slots()
 
     def unblock_run(self, run_id: str) -> None:
         """An operator cleared what held the run (inside a transaction): after commit it
         may be claimed again, by this host's next claim pass."""
-        host = self._host
+        slots = self._host.slots
 
         def release() -> None:
-            host.blocked_runs.discard(run_id)
-            host.schedule_claim_pass()
+            slots.blocked_runs.discard(run_id)
+            slots.schedule_pass()
 
-        host.store.after_commit(release)
+        self._host.store.after_commit(release)
 
     def is_run_busy(self, run_id: str) -> bool:
         """True while this host runs, or is about to launch, a worker for the run."""
-        return run_id in self._host.active_runs or run_id in self._host.pending_claims
+        return self._host.slots.is_busy(run_id)
 
-    def claim_for_resume(
-        self, run_id: str, *, allow_pending_interaction: bool = False
+    def admit(self, run_id: str) -> bool:
+        """Outside a transaction: a worker slot is free and the claim plugins allow the
+        run now; then `claim_run(run_id, admitted=True)` in the transaction."""
+        return self._host.slots.admit(run_id)
+
+    def claim_run(
+        self, run_id: str, *, admitted: bool = False, allow_pending_interaction: bool = False
     ) -> int | None:
-        """Claim a parked run and launch its worker after commit (inside a transaction)."""
-        return self._host.claim_for_resume(
-            run_id, allow_pending_interaction=allow_pending_interaction
-        )
+        """Claim a run through the claim gate (inside a transaction); its worker launches
+        after commit. None when it was not claimed (no slot, not admitted, taken)."""
+        return self._host.slots.claim_run(
+            run_id, admitted=admitted, allow_pending_interaction=allow_pending_interaction
+        ).generation
 
     def release_to_waiting(self, run_id: str, event_type: str) -> bool:
         """Park the run this host's worker holds as `waiting`; the worker is let go."""

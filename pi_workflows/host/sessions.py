@@ -468,8 +468,10 @@ class Sessions:
         services = self.services
         if services.is_run_busy(run_id) or services.is_stopping:
             return  # the poll action tries again once the run's worker is gone
+        if not services.admit(run_id):
+            return  # no free slot, or a claim plugin refuses: the poll tries again
         with services.store.transaction():
-            generation = services.claim_for_resume(run_id, allow_pending_interaction=True)
+            generation = services.claim_run(run_id, admitted=True, allow_pending_interaction=True)
         if generation is not None:
             self._validations_launched.add(submission_id)
 
@@ -514,10 +516,14 @@ class Sessions:
         services = self.services
         if services.is_stopping or not self._expirable():
             return  # an idle tick takes no write lock
+        # The claim gate asks its plugins outside the transaction (`admit`).
+        admitted = {r.run_id for r in self._expirable() if services.admit(r.run_id)}
         with services.store.transaction():
             for request in self._expirable():
-                if (
-                    services.claim_for_resume(request.run_id, allow_pending_interaction=True)
+                if request.run_id not in admitted or (
+                    services.claim_run(
+                        request.run_id, admitted=True, allow_pending_interaction=True
+                    )
                     is None
                 ):
                     continue

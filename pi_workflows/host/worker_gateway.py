@@ -73,7 +73,7 @@ class WorkerGateway:
         message_id = message["messageId"]
         active = self.active
         if (
-            self.host.active_runs.get(message["runId"]) is not active
+            self.host.slots.active_runs.get(message["runId"]) is not active
             or message["generation"] != active.generation
             or message["workerEpoch"] != active.worker_epoch
         ):

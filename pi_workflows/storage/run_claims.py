@@ -288,6 +288,14 @@ def park_run(
     return True
 
 
+def release_hold(run_id: str) -> None:
+    """An operator resumed the run: a code that keeps it from automatic claims (see
+    `NEVER_AUTO_CLAIMED`) is cleared, so the claim pass may take it."""
+    RunQueue.update(error_code=None, error_hash=None, available_at=now_ms()).where(
+        (RunQueue.run == run_id) & RunQueue.error_code.in_(NEVER_AUTO_CLAIMED)
+    ).execute()
+
+
 def park_for_no_progress(run_id: str, token: str, detail: str) -> bool:
     return park_run(
         run_id,
@@ -545,7 +553,7 @@ DEFAULT_CLAIM_WINDOW = 64
 # once and cached.
 _CANDIDATE_BRANCH = """
     SELECT * FROM (
-        SELECT q.run_id, q.priority, q.available_at, q.created_at
+        SELECT q.run_id, q.priority, q.available_at, q.created_at, r.revision
         FROM run_queue q
         JOIN leases l ON l.run_id = q.run_id
         JOIN runs r ON r.run_id = q.run_id
@@ -589,11 +597,22 @@ def claim_candidates(
 ) -> list[str]:
     """Run ids a claim pass may take now, highest priority then oldest first (SPEC §6).
 
-    Runs in `exclude` (active, pending, blocked or vetoed in this host) are skipped;
-    asking for that many more rows keeps `limit` claimable ones in view. On PostgreSQL,
-    call it inside the claim's transaction: the candidates stay locked until it ends and
+    Runs in `exclude` (active, pending or blocked in this host) are skipped; asking for
+    that many more rows keeps `limit` claimable ones in view. On PostgreSQL, call it
+    inside the claim's transaction: the candidates stay locked until it ends and
     candidates locked by another host's claim are left out (`SKIP LOCKED`).
     """
+    return [run_id for run_id, _ in _candidates(exclude, limit, locked=True)]
+
+
+def candidate_revisions(exclude: set[str], limit: int) -> list[tuple[str, int]]:
+    """Like `claim_candidates`, without locks, each with the run's revision: for a pass
+    that asks the claim hooks outside any transaction (the claim itself locks its row,
+    `lock_for_claim`)."""
+    return _candidates(exclude, limit, locked=False)
+
+
+def _candidates(exclude: set[str], limit: int, *, locked: bool) -> list[tuple[str, int]]:
     now = now_ms()
     wanted = limit + len(exclude)
     params: list[Any] = []
@@ -601,12 +620,25 @@ def claim_candidates(
         params += [now, now] + ([False] if status == "parked" else []) + [wanted]
     database = RunQueue._meta.database.obj  # the open database behind the models' proxy
     is_postgres = isinstance(database, PostgresqlDatabase)
-    sql = _LOCKED_CANDIDATE_SQL if is_postgres else _CANDIDATE_SQL
+    sql = _LOCKED_CANDIDATE_SQL if is_postgres and locked else _CANDIDATE_SQL
     rows = run_sql(database, sql.replace("?", database.param), params).fetchall()
     # The built-in selection's order (builtin/claiming.py): the host takes the first
     # candidate as that selection's answer when nothing else selects.
     ordered = sorted(
-        (-priority, available_at, created_at, run_id)
-        for run_id, priority, available_at, created_at in rows
+        (-priority, available_at, created_at, run_id, revision)
+        for run_id, priority, available_at, created_at, revision in rows
     )
-    return [row[-1] for row in ordered if row[-1] not in exclude][:limit]
+    return [(row[3], row[4]) for row in ordered if row[3] not in exclude][:limit]
+
+
+_LOCK_FOR_CLAIM = "SELECT 1 FROM leases WHERE run_id = %s FOR UPDATE SKIP LOCKED"
+
+
+def lock_for_claim(run_id: str) -> bool:
+    """PostgreSQL: lock the run's claim row for this transaction, or False when another
+    host's claim transaction holds it (that host is taking the run; skip it, as the
+    candidate query's `SKIP LOCKED` does). SQLite's write lock already serialises."""
+    database = RunQueue._meta.database.obj
+    if not isinstance(database, PostgresqlDatabase):
+        return True
+    return run_sql(database, _LOCK_FOR_CLAIM, [run_id]).fetchone() is not None

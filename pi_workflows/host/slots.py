@@ -1,0 +1,383 @@
+"""Worker slots: the host's runs, their claims and its capacity, and the one claim gate.
+
+`WorkerSlots` alone owns which runs this host supervises (`active_runs`), which claims
+wait for their commit to launch (`pending_claims`), which runs wait for an operator
+(`blocked_runs`) and the worker limit (``PI_WORKFLOWS_MAX_WORKERS``). Every path that
+starts a worker — the claim pass after a start, a freed slot or a poll; `run resume`; a
+submission to validate or an expired step deadline; a continuation — goes through its
+gate, in this order (SPEC §6):
+
+1. capacity: a free worker slot, or no claim;
+2. the claim hooks (`piw_select_run_to_claim`, `piw_may_claim`), asked outside any
+   transaction, over a whole candidate window at once, under the hook deadline
+   (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``); a plugin that raises or hangs is left out and
+   named (`failures`), and claiming goes on without it;
+3. the fenced claim: compare-and-set on the claim generation, in a transaction that
+   also records the worker (on PostgreSQL the claim row is locked `SKIP LOCKED` first,
+   so hosts claiming at once take different runs);
+4. the launch, after that transaction commits.
+
+While only the built-in selection answers and no plugin vetoes, step 2 asks nobody: the
+pass then claims inside the transaction of the write that made a run claimable or freed
+a slot (one commit, no wait for the next pass). With claim plugins, a pass inside a
+transaction is deferred to just after its commit.
+
+A veto is remembered until the run changes (its revision), the host's worker count
+changes (the hooks see it) or the next poll, so a queue of vetoed runs costs one query
+per pass, not one hook call per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .. import plugins
+from ..errors import PiWorkflowsError
+from ..hook_deadline import DeadlineRunner
+from ..records import Claim, HostInfo, RunRecord
+from ..storage import StateStore, run_claims
+from ..storage.runs import run_record, run_records
+from .active_run import ActiveRun
+from .run_progress import ProgressMark
+
+log = logging.getLogger("pi_workflows.host")
+
+# Candidate windows read per query when the hooks veto a whole window: a queue of vetoed
+# runs is walked in a few queries, not one per window.
+WINDOWS_PER_QUERY = 16
+
+
+@dataclass(frozen=True)
+class PreparedWorker:
+    """A worker recorded with its run's claim, launched once that commits."""
+
+    worker_epoch: str
+    envelope: dict[str, Any]
+    progress: ProgressMark
+
+
+class WorkerLauncher(Protocol):
+    """What the gate needs of the host to start a worker."""
+
+    def record_worker(self, run_id: str, claim: Claim) -> PreparedWorker:
+        """The worker row and launch envelope, in the claim's transaction."""
+
+    def launch(self, run_id: str, token: str, claim: Claim, worker: PreparedWorker) -> None:
+        """After the claim committed: start the worker's supervision."""
+
+
+@dataclass(frozen=True)
+class GateAnswer:
+    """A targeted claim's outcome: the generation, or why there is none."""
+
+    generation: int | None
+    # "full": no free worker slot; "ask": claim plugins must be asked outside this
+    # transaction first; "vetoed": a plugin refused; "taken": the claim could not be had.
+    refusal: str | None = None
+
+
+class WorkerSlots:
+    def __init__(
+        self,
+        host_id: str,
+        *,
+        max_workers: int,
+        claim_window: int,
+        run_lease_ms: int,
+        hooks: DeadlineRunner,
+    ) -> None:
+        self.host_id = host_id
+        self.max_workers = max_workers
+        self.claim_window = claim_window
+        self.run_lease_ms = run_lease_ms
+        self.hooks = hooks
+        self.active_runs: dict[str, ActiveRun] = {}
+        self.pending_claims: dict[str, str] = {}  # run id -> claim token of a pending start
+        self.blocked_runs: set[str] = set()
+        # Sentences naming the claim plugins that failed or hang, shown by `host status`
+        # and `run why` until a pass gets an answer from them again.
+        self.failures: list[str] = []
+        self.store: StateStore | None = None
+        self.epoch = 0
+        self._launcher: WorkerLauncher | None = None
+        self._open = False
+        self._scheduled = False
+        # Vetoed runs: run id -> the revision the veto was given for.
+        self._vetoes: dict[str, int] = {}
+        self._vetoes_at_load = 0  # the worker count the remembered vetoes were given at
+
+    # --- life --------------------------------------------------------------------------
+
+    def open(self, store: StateStore, epoch: int, launcher: WorkerLauncher) -> None:
+        """The host holds its epoch: claims may be taken."""
+        self.store, self.epoch, self._launcher = store, epoch, launcher
+        self._open = True
+
+    def close(self) -> None:
+        """The host is stopping: no claim from now on."""
+        self._open = False
+
+    # --- occupancy ---------------------------------------------------------------------
+
+    def is_busy(self, run_id: str) -> bool:
+        """True while this host runs, or is about to launch, a worker for the run."""
+        return run_id in self.active_runs or run_id in self.pending_claims
+
+    def busy(self, freed: Collection[ActiveRun] = ()) -> int:
+        """Worker slots in use: pending starts, and active runs that still hold their claim.
+
+        A run whose own write released its claim (completed, waiting, …) frees its slot
+        with that commit; its worker only exits. `freed` are such runs in the transaction
+        that releases them.
+        """
+        freed_runs = {active.run_id for active in freed}
+        holding = sum(
+            1
+            for active in self.active_runs.values()
+            if not (active.released or active.run_id in freed_runs)
+        )
+        return holding + len(self.pending_claims)
+
+    def host_info(self) -> HostInfo:
+        return HostInfo(
+            host_id=self.host_id,
+            epoch=self.epoch,
+            active_workers=self.busy(),
+            max_workers=self.max_workers,
+        )
+
+    def failure(self) -> str | None:
+        """The claim plugins' failures in one sentence, or None."""
+        return "; ".join(self.failures) or None
+
+    def is_vetoed(self, run_id: str, revision: int) -> bool:
+        """True while a remembered veto holds for the run at this revision."""
+        return self._vetoes.get(run_id) == revision
+
+    # --- the claim pass ----------------------------------------------------------------
+
+    def schedule_pass(self) -> None:
+        """Look for work soon, outside any transaction."""
+        if self._scheduled or not self._open:
+            return
+        self._scheduled = True
+        asyncio.get_running_loop().call_soon(self._scheduled_pass)
+
+    def _scheduled_pass(self) -> None:
+        self._scheduled = False
+        self.claim_free_slots()
+
+    def poll(self) -> None:
+        """The poll timer: vetoes are asked again (a plugin's reasons may have changed
+        without anything the host sees), then a pass."""
+        self._vetoes.clear()
+        self.schedule_pass()
+
+    def claim_free_slots(self, freed: Collection[ActiveRun] = ()) -> None:
+        """The claim pass: claim runs until the host is full or no candidate is left.
+
+        Inside a transaction (a commit group, a start batch, a decision's continuation)
+        its claims join that transaction and launch after its commit; `freed` are runs
+        whose slots that transaction frees. With claim plugins the pass is deferred to
+        just after the commit: hooks are never asked inside a transaction.
+        """
+        store = self.store
+        if not self._open or store is None:
+            return
+        if not plugins.claim_hooks_are_builtin():
+            if store.in_transaction:
+                store.after_commit(self.schedule_pass)
+            else:
+                self._ask_and_claim()
+            return
+        self.failures = []
+        excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
+        # Claims of this pass whose launch waits for the surrounding commit; outside a
+        # transaction a claim launches at once and `busy` already counts it.
+        awaiting_commit: set[str] = set()
+        while self.busy(freed) + len(awaiting_commit - self.pending_claims.keys()) < (
+            self.max_workers
+        ):
+            token = run_claims.new_claim_token()
+            # PostgreSQL: the candidate query and the claim share one transaction, so the
+            # candidates stay locked and other hosts skip them; SQLite keeps its write
+            # lock for the claim alone.
+            scope = contextlib.nullcontext() if store.is_sqlite else store.transaction()
+            with scope:
+                # The built-in selection takes the first run in claim order.
+                candidates = run_claims.claim_candidates(self.host_id, excluded, 1)
+                if not candidates:
+                    return
+                run_id = candidates[0]
+                excluded.add(run_id)
+                claimed = self._claim(run_id, token)
+            if claimed is not None:
+                awaiting_commit.add(run_id)
+
+    def _ask_and_claim(self) -> None:
+        """A pass with claim plugins, outside any transaction: ask the hooks about each
+        candidate window, remember vetoes, claim what they chose."""
+        if self._vetoes and self._vetoes_at_load != self.busy():
+            self._vetoes.clear()  # the hooks' `host.active_workers` changed
+        excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
+        # None until a window is asked: a pass that asks nobody keeps what the last said.
+        failures: dict[str, str] | None = None
+        try:
+            while self._open and self.busy() < self.max_workers:
+                # Remembered vetoes are counted in the limit, so a window of claimable
+                # runs is still in view behind them.
+                limit = self.claim_window * WINDOWS_PER_QUERY + len(self._vetoes)
+                rows = run_claims.candidate_revisions(excluded, limit)
+                fresh = [(r, revision) for r, revision in rows if not self.is_vetoed(r, revision)]
+                if not fresh:
+                    break
+                if failures is None:
+                    failures = {}
+                if not self._ask_windows(fresh, excluded, failures):
+                    break
+        except PiWorkflowsError as error:  # no selection answered at all
+            failures = {"": str(error)}
+        if failures is not None:
+            self._note_failures(failures)
+
+    def _ask_windows(
+        self, fresh: list[tuple[str, int]], excluded: set[str], failures: dict[str, str]
+    ) -> bool:
+        """Ask about `fresh` candidates a window at a time and claim the chosen ones;
+        False when the pass should end (no slot left, nothing more to claim)."""
+        revisions = dict(fresh)
+        for start in range(0, len(fresh), self.claim_window):
+            free = self.max_workers - self.busy()
+            if free <= 0 or not self._open:
+                return False
+            window = run_records([run_id for run_id, _ in fresh[start : start + self.claim_window]])
+            choice = plugins.choose_runs_to_claim(window, self.host_info(), free, self.hooks)
+            for failure in choice.failures:
+                failures[failure.plugin_name] = str(failure)
+            if not self._vetoes:
+                self._vetoes_at_load = self.busy()
+            for run in choice.vetoed:
+                self._vetoes[run.run_id] = revisions[run.run_id]
+                excluded.add(run.run_id)
+            for run in choice.chosen:
+                excluded.add(run.run_id)
+                if self.busy() >= self.max_workers:
+                    return False
+                self._claim_chosen(run)
+            if choice.chosen:
+                return True  # claims changed the queue: read it again
+        return True
+
+    def _claim_chosen(self, run: RunRecord) -> None:
+        store = self.store
+        assert store is not None
+        token = run_claims.new_claim_token()
+        with store.transaction():
+            if run_claims.lock_for_claim(run.run_id):
+                self._claim(run.run_id, token, record=run)
+
+    def _note_failures(self, failures: dict[str, str]) -> None:
+        for plugin, sentence in self.hooks.hung().items():
+            failures.setdefault(plugin, sentence)
+        sentences = sorted(failures.values())
+        for plugin, sentence in failures.items():
+            if sentence in self.failures:
+                continue  # every pass repeats it; the log says it once
+            if plugin:
+                log.error("claim plugin failing, claiming goes on without it: %s", sentence)
+            else:
+                log.error("claim pass stopped: %s", sentence)
+        self.failures = sentences
+
+    # --- targeted claims ---------------------------------------------------------------
+
+    def admit(self, run_id: str) -> bool:
+        """Outside a transaction, before `claim_run`: a free slot, and the claim hooks
+        allow the run now. With built-in claiming alone only the slot is checked."""
+        if not self._open or self.busy() >= self.max_workers:
+            return False
+        if plugins.claim_hooks_are_builtin():
+            return True
+        store = self.store
+        assert store is not None and not store.in_transaction, "admit() asks plugins"
+        run = run_record(run_id)
+        choice = plugins.choose_runs_to_claim([run], self.host_info(), 1, self.hooks)
+        self._note_failures({f.plugin_name: str(f) for f in choice.failures})
+        if choice.vetoed:
+            self._vetoes[run_id] = run.revision
+        return bool(choice.chosen)
+
+    def claim_run(
+        self, run_id: str, *, admitted: bool = False, allow_pending_interaction: bool = False
+    ) -> GateAnswer:
+        """Claim one run now, inside the caller's transaction; its worker launches after
+        commit. `admitted`: the caller's `admit(run_id)` said yes just before.
+
+        `allow_pending_interaction` lets a run that waits for its session be claimed to
+        validate a submission (SPEC §9.5).
+        """
+        if not self._open:
+            return GateAnswer(None, "taken")
+        if self.busy() >= self.max_workers:
+            return GateAnswer(None, "full")
+        if not (admitted or plugins.claim_hooks_are_builtin()):
+            return GateAnswer(None, "ask")
+        claim = self._claim(
+            run_id,
+            run_claims.new_claim_token(),
+            allow_pending_interaction=allow_pending_interaction,
+        )
+        if claim is None:
+            return GateAnswer(None, "taken")
+        self.blocked_runs.discard(run_id)
+        return GateAnswer(claim.generation)
+
+    # --- the claim itself --------------------------------------------------------------
+
+    def _claim(
+        self,
+        run_id: str,
+        token: str,
+        *,
+        record: RunRecord | None = None,
+        allow_pending_interaction: bool = False,
+    ) -> Claim | None:
+        """The fenced claim and its worker row, in one transaction; the launch follows
+        its commit (at once outside a transaction)."""
+        store, launcher = self.store, self._launcher
+        assert store is not None and launcher is not None
+        with store.transaction():
+            claim = run_claims.claim_run(
+                run_id,
+                self.host_id,
+                token,
+                lease_ms=self.run_lease_ms,
+                allow_pending_interaction=allow_pending_interaction,
+            )
+            if claim is None:
+                return None
+            worker = launcher.record_worker(run_id, claim)
+            store.after_commit(
+                functools.partial(self._launch, run_id, token, claim, worker, record)
+            )
+        return claim
+
+    def _launch(
+        self,
+        run_id: str,
+        token: str,
+        claim: Claim,
+        worker: PreparedWorker,
+        record: RunRecord | None,
+    ) -> None:
+        """After the claim committed: announce it, and the worker starts."""
+        assert self._launcher is not None
+        self.pending_claims[run_id] = token
+        plugins.run_claimed(record or run_record(run_id), claim)
+        self._launcher.launch(run_id, token, claim, worker)
