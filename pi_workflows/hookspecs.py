@@ -20,7 +20,9 @@ core raises one sentence naming the hook and the disabled plugin. Registration h
 reported by name and the others still register.
 
 Hooks are called outside database transactions unless a docstring says otherwise, and
-must be fast: slow work (network, agents) belongs in channel adapters and executors.
+must be fast: slow work (network, agents) belongs in channel adapters and executors. The
+claim hooks run on a helper thread under a deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``,
+default 1000 ms): a plugin that hangs there costs the host one deadline, not its loop.
 The invariants — claim fencing, receipts, message ids, one winner per decision — are
 enforced by the core; hooks choose policy and presentation only.
 """
@@ -103,12 +105,19 @@ def piw_select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunR
     :param host: the host asking, with its current worker count.
     :returns: one element of ``candidates``, or ``None`` to defer to the next plugin.
 
-    Called by the host's claim pass (every poll, 2 s, and after a run is queued) while
-    the host has room for another worker. ``firstresult``; an answer is required (the
-    host logs which plugin is missing when nobody answers). The built-in
-    (``pi_workflows.builtin.claiming``) returns the candidate with the highest
-    ``priority``, then the oldest ``available_at``, then the oldest ``created_at``. The
-    core still takes the claim by compare-and-set, so a stale choice is harmless.
+    Called by the host's claim gate (the claim pass after a run is queued or a worker
+    slot frees, every poll, 2 s; `run resume`) while the host has room for another
+    worker, **outside any database transaction** and on a helper thread: each call has a
+    deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000). Called again with the
+    candidates left after each pick, until the free slots are filled. ``firstresult``;
+    an answer is required (the host logs which plugin is missing when nobody answers).
+    An implementation that raises, returns a run that is not a candidate or misses the
+    deadline is left out (a hung one until its call returns) and named in ``host
+    status``, ``run why`` and the log; the next implementation answers instead, at last
+    the built-in (``pi_workflows.builtin.claiming``), which returns the candidate with
+    the highest ``priority``, then the oldest ``available_at``, then the oldest
+    ``created_at``. The core still takes the claim by compare-and-set, so a stale choice
+    is harmless.
     """
 
 
@@ -120,11 +129,19 @@ def piw_may_claim(run: RunRecord, host: HostInfo) -> bool | None:
     :param host: the host that would claim it.
     :returns: ``False`` to veto; ``True`` or ``None`` to allow.
 
-    Called for the selected candidate before the claim is taken; every implementation
-    runs and any ``False`` vetoes: that run stays queued and is skipped for the rest of
-    this pass, which goes on with the other candidates. No built-in: capacity
-    (``max_workers``, default 4, ``PI_WORKFLOWS_MAX_WORKERS``) is the host's own stop
-    and ends a pass before this hook is asked.
+    Called for the selected candidate before the claim is taken, by every path that
+    starts a worker (the claim pass, `run resume`, a submission to validate, an expired
+    step deadline); **outside any database transaction**, on a helper thread, each call
+    with a deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000). Every
+    implementation runs and any ``False`` vetoes: that run stays queued and the pass
+    goes on with the other candidates. The host remembers a veto until the run changes
+    (its revision) or its worker count (``host.active_workers``) changes; each poll asks
+    again the vetoes it remembered longest, so a veto that depends on something else
+    lifts within a few polls. An implementation that raises or misses the deadline is
+    left out (a hung one until its call returns: it then allows) and named in ``host
+    status``, ``run why`` and the log. No built-in: capacity (``max_workers``, default
+    4, ``PI_WORKFLOWS_MAX_WORKERS``) is the host's own stop and ends a pass before this
+    hook is asked.
     """
 
 
@@ -133,9 +150,10 @@ def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
     """Notification: the host claimed ``run`` with ``claim`` and will launch a worker.
 
     Called after the claim transaction committed, for every claim: claim passes, and
-    resume claims (``run resume``, a submission to validate, an expired step deadline).
-    Return values are ignored and an exception is logged with the plugin's name, never
-    propagated. No built-in.
+    resume claims (``run resume``, a submission to validate, an expired step deadline);
+    on a helper thread with the hook deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``). Return
+    values are ignored; an exception or a missed deadline is logged with the plugin's
+    name, never propagated. No built-in.
     """
 
 

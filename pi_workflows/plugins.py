@@ -453,86 +453,127 @@ class ClaimChoice:
 
 
 def choose_runs_to_claim(
-    candidates: list[Any], host: Any, wanted: int, runner: DeadlineRunner
+    windows: list[list[Any]], host: Any, wanted: int, runner: DeadlineRunner
 ) -> ClaimChoice:
-    """Ask the claim hooks about a whole candidate window in one job (SPEC §6).
+    """Ask the claim hooks about candidate windows, in claim order, in one job (SPEC §6).
 
-    Repeatedly: `piw_select_run_to_claim` picks one of the candidates left, then every
-    `piw_may_claim` may veto it; until `wanted` runs are chosen or none is left. Each
+    In each window, repeatedly: `piw_select_run_to_claim` picks one of the candidates
+    left, then every `piw_may_claim` may veto it; until `wanted` runs are chosen or none
+    is left. The job goes on to the next window only while nothing was chosen. Each
     implementation is called on its own under the runner's deadline: one that raises, or
     hangs, is left out of the rest of the job (a selection falls back to the next one,
     at last the built-in) and named in `failures`. Call it outside any transaction.
     Raises `UnansweredHookError` when no selection answers at all.
     """
-    caller = registry().manager.hook
-    selectors = list(reversed(caller.piw_select_run_to_claim.get_hookimpls()))
-    vetoers = list(reversed(caller.piw_may_claim.get_hookimpls()))
     if registry().tracing:
+        caller = registry().manager.hook.piw_select_run_to_claim
         _trace_call(
             "piw_select_run_to_claim",
-            {"candidates": candidates, "host": host},
-            [impl.plugin_name for impl in selectors],
+            {"candidates": windows[0] if windows else [], "host": host},
+            [impl.plugin_name for impl in reversed(caller.get_hookimpls())],
         )
-
-    def job(calls: HookCalls) -> ClaimChoice:
-        choice = ClaimChoice()
-        failed: set[str] = set()
-
-        def ask(impl: Any, hook_name: str, kwargs: dict[str, Any]) -> tuple[bool, Any]:
-            name = impl.plugin_name
-            if name in failed or not calls.is_usable(name):
-                return False, None
-            try:
-                args = {arg: kwargs[arg] for arg in impl.argnames}
-                return True, calls.call(name, hook_name, impl.function, args)
-            except Exception as exc:
-                failure = PluginError(
-                    f"Plugin {name!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}"
-                )
-                failure.plugin_name = name
-                failed.add(name)
-                choice.failures.append(failure)
-                return False, None
-
-        left = list(candidates)
-        while left and len(choice.chosen) < wanted:
-            picked = None
-            for impl in selectors:
-                answered, answer = ask(
-                    impl, "piw_select_run_to_claim", {"candidates": left, "host": host}
-                )
-                if not answered or answer is None:
-                    continue
-                if not any(answer is run for run in left):
-                    failure = PluginError(
-                        f"Plugin {impl.plugin_name!r} failed in hook piw_select_run_to_claim: "
-                        "it returned a run that is not one of its candidates; return an "
-                        "element of `candidates` or None."
-                    )
-                    failure.plugin_name = impl.plugin_name
-                    failed.add(impl.plugin_name)
-                    choice.failures.append(failure)
-                    continue
-                picked = answer
-                break
-            if picked is None:
-                _call_required_failed("piw_select_run_to_claim")
-            allowed = True
-            for impl in vetoers:
-                answered, answer = ask(impl, "piw_may_claim", {"run": picked, "host": host})
-                if answered and answer is False:
-                    allowed = False
-            left = [run for run in left if run is not picked]
-            (choice.chosen if allowed else choice.vetoed).append(picked)
-        return choice
-
-    choice, timeouts = runner.run(job)
+    job = _ClaimJob(windows, host, wanted)
+    choice, timeouts = runner.run(job.run)
     choice.failures[:0] = timeouts
     return choice
 
 
-def run_claimed(run: Any, claim: Any) -> None:
-    _notify("piw_run_claimed", run=run, claim=claim)
+class _ClaimJob:
+    """`choose_runs_to_claim`'s work, on the deadline runner's thread."""
+
+    def __init__(self, windows: list[list[Any]], host: Any, wanted: int) -> None:
+        caller = registry().manager.hook
+        self.selectors = list(reversed(caller.piw_select_run_to_claim.get_hookimpls()))
+        self.vetoers = list(reversed(caller.piw_may_claim.get_hookimpls()))
+        self.windows, self.host, self.wanted = windows, host, wanted
+        # Candidates come in the built-in selection's order (`claim_candidates`): when
+        # it answers alone, its answer is the first candidate left, without asking it.
+        self.builtin_selects = answered_by_builtin_alone("piw_select_run_to_claim")
+
+    def run(self, calls: HookCalls) -> ClaimChoice:
+        self.calls, self.choice, self.failed = calls, ClaimChoice(), set[str]()
+        for window in self.windows:
+            self._choose_in(window)
+            if self.choice.chosen:
+                break
+        return self.choice
+
+    def _choose_in(self, candidates: list[Any]) -> None:
+        left = list(candidates)
+        while left and len(self.choice.chosen) < self.wanted:
+            picked = self._select(left)
+            allowed = True
+            for impl in self.vetoers:  # every one is asked; any False vetoes
+                answered, answer = self._ask(impl, "piw_may_claim", run=picked, host=self.host)
+                if answered and answer is False:
+                    allowed = False
+            del left[next(i for i, run in enumerate(left) if run is picked)]
+            (self.choice.chosen if allowed else self.choice.vetoed).append(picked)
+
+    def _select(self, left: list[Any]) -> Any:
+        if self.builtin_selects:
+            return left[0]
+        hook = "piw_select_run_to_claim"
+        for impl in self.selectors:
+            answered, answer = self._ask(impl, hook, candidates=left, host=self.host)
+            if not answered or answer is None:
+                continue
+            if any(answer is run for run in left):
+                return answer
+            self._fail(
+                impl.plugin_name,
+                f"Plugin {impl.plugin_name!r} failed in hook {hook}: it returned a run that "
+                "is not one of its candidates; return an element of `candidates` or None.",
+            )
+        _call_required_failed(hook)
+
+    def _ask(self, impl: Any, hook_name: str, **kwargs: Any) -> tuple[bool, Any]:
+        """(answered, answer) of one implementation; a failed or hung one is skipped."""
+        name = impl.plugin_name
+        if name in self.failed or not self.calls.is_usable(name):
+            return False, None
+        try:
+            args = {arg: kwargs[arg] for arg in impl.argnames}
+            return True, self.calls.call(name, hook_name, impl.function, args)
+        except Exception as exc:
+            self._fail(
+                name, f"Plugin {name!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}"
+            )
+            return False, None
+
+    def _fail(self, plugin: str, sentence: str) -> None:
+        failure = PluginError(sentence)
+        failure.plugin_name = plugin
+        self.failed.add(plugin)
+        self.choice.failures.append(failure)
+
+
+def run_claimed(run: Any, claim: Any, runner: DeadlineRunner) -> None:
+    """Notify `piw_run_claimed`, each implementation under the runner's deadline (the
+    host calls it on its loop); failures and hangs are logged, never raised."""
+    implementations = list(reversed(registry().manager.hook.piw_run_claimed.get_hookimpls()))
+    if not implementations:
+        return
+
+    def job(calls: HookCalls) -> list[str]:
+        failures = []
+        for impl in implementations:
+            if not calls.is_usable(impl.plugin_name):
+                continue
+            try:
+                kwargs = {"run": run, "claim": claim}
+                args = {name: kwargs[name] for name in impl.argnames}
+                calls.call(impl.plugin_name, "piw_run_claimed", impl.function, args)
+            except Exception as exc:
+                failures.append(
+                    f"Plugin {impl.plugin_name!r} failed in hook piw_run_claimed: "
+                    f"{type(exc).__name__}: {exc}"
+                )
+        return failures
+
+    failures, timeouts = runner.run(job)
+    for failure in [*map(str, timeouts), *failures]:
+        log.warning("%s", failure)
 
 
 def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -> Any:

@@ -22,9 +22,10 @@ pass then claims inside the transaction of the write that made a run claimable o
 a slot (one commit, no wait for the next pass). With claim plugins, a pass inside a
 transaction is deferred to just after its commit.
 
-A veto is remembered until the run changes (its revision), the host's worker count
-changes (the hooks see it) or the next poll, so a queue of vetoed runs costs one query
-per pass, not one hook call per run.
+A veto is remembered until the run changes (its revision) or the host's worker count
+changes (the hooks see it); each poll asks again the vetoes remembered longest, a chunk
+at a time. So a queue of vetoed runs costs one query per pass, not one hook call per run,
+and a long queue is asked in chunks of `ASK_PER_TURN`, each in its own loop turn.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -48,9 +50,10 @@ from .run_progress import ProgressMark
 
 log = logging.getLogger("pi_workflows.host")
 
-# Candidate windows read per query when the hooks veto a whole window: a queue of vetoed
-# runs is walked in a few queries, not one per window.
-WINDOWS_PER_QUERY = 16
+# The most candidates one turn of the event loop asks the claim hooks about: a long queue
+# of vetoed runs is asked in chunks, the pass going on in the next turn, so no turn stalls
+# the loop for long; the poll asks again this many of the vetoes remembered longest.
+ASK_PER_TURN = 256
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,11 @@ class WorkerSlots:
         self.claim_free_slots()
 
     def poll(self) -> None:
-        """The poll timer: vetoes are asked again (a plugin's reasons may have changed
-        without anything the host sees), then a pass."""
-        self._vetoes.clear()
+        """The poll timer: the vetoes remembered longest (at most `ASK_PER_TURN`) are
+        asked again, since a plugin's reasons may change without anything the host sees;
+        then a pass."""
+        for run_id in list(itertools.islice(self._vetoes, ASK_PER_TURN)):
+            del self._vetoes[run_id]
         self.schedule_pass()
 
     def claim_free_slots(self, freed: Collection[ActiveRun] = ()) -> None:
@@ -230,17 +235,20 @@ class WorkerSlots:
         failures: dict[str, str] | None = None
         try:
             while self._open and self.busy() < self.max_workers:
-                # Remembered vetoes are counted in the limit, so a window of claimable
-                # runs is still in view behind them.
-                limit = self.claim_window * WINDOWS_PER_QUERY + len(self._vetoes)
+                # Remembered vetoes are counted in the limit, so a chunk of claimable runs
+                # is still in view behind them.
+                limit = ASK_PER_TURN + len(self._vetoes)
                 rows = run_claims.candidate_revisions(excluded, limit)
                 fresh = [(r, revision) for r, revision in rows if not self.is_vetoed(r, revision)]
                 if not fresh:
                     break
                 if failures is None:
                     failures = {}
-                if not self._ask_windows(fresh, excluded, failures):
-                    break
+                if self._ask_windows(fresh[:ASK_PER_TURN], excluded, failures):
+                    continue  # claims changed the queue: read it again
+                if len(fresh) > ASK_PER_TURN or len(rows) == limit:
+                    self.schedule_pass()  # candidates behind this chunk: the next turn
+                break
         except PiWorkflowsError as error:  # no selection answered at all
             failures = {"": str(error)}
         if failures is not None:
@@ -249,30 +257,29 @@ class WorkerSlots:
     def _ask_windows(
         self, fresh: list[tuple[str, int]], excluded: set[str], failures: dict[str, str]
     ) -> bool:
-        """Ask about `fresh` candidates a window at a time and claim the chosen ones;
-        False when the pass should end (no slot left, nothing more to claim)."""
+        """Ask the hooks about `fresh` candidates, a window at a time in one job, and
+        claim what they chose; False when the pass should end (nothing was chosen)."""
         revisions = dict(fresh)
-        for start in range(0, len(fresh), self.claim_window):
-            free = self.max_workers - self.busy()
-            if free <= 0 or not self._open:
+        records = run_records([run_id for run_id, _ in fresh])
+        size = self.claim_window
+        windows = [records[start : start + size] for start in range(0, len(records), size)]
+        free = self.max_workers - self.busy()
+        choice = plugins.choose_runs_to_claim(windows, self.host_info(), free, self.hooks)
+        for failure in choice.failures:
+            failures[failure.plugin_name] = str(failure)
+        if not self._vetoes:
+            self._vetoes_at_load = self.busy()
+        for run in choice.vetoed:
+            self._vetoes.pop(run.run_id, None)  # to the end: remembered the shortest
+            self._vetoes[run.run_id] = revisions[run.run_id]
+            excluded.add(run.run_id)
+        for run in choice.chosen:
+            excluded.add(run.run_id)
+            if not self._open or self.busy() >= self.max_workers:
                 return False
-            window = run_records([run_id for run_id, _ in fresh[start : start + self.claim_window]])
-            choice = plugins.choose_runs_to_claim(window, self.host_info(), free, self.hooks)
-            for failure in choice.failures:
-                failures[failure.plugin_name] = str(failure)
-            if not self._vetoes:
-                self._vetoes_at_load = self.busy()
-            for run in choice.vetoed:
-                self._vetoes[run.run_id] = revisions[run.run_id]
-                excluded.add(run.run_id)
-            for run in choice.chosen:
-                excluded.add(run.run_id)
-                if self.busy() >= self.max_workers:
-                    return False
-                self._claim_chosen(run)
-            if choice.chosen:
-                return True  # claims changed the queue: read it again
-        return True
+            self._claim_chosen(run)
+        # Claims changed the queue: read it again; else every fresh run was vetoed.
+        return bool(choice.chosen)
 
     def _claim_chosen(self, run: RunRecord) -> None:
         store = self.store
@@ -307,7 +314,7 @@ class WorkerSlots:
         store = self.store
         assert store is not None and not store.in_transaction, "admit() asks plugins"
         run = run_record(run_id)
-        choice = plugins.choose_runs_to_claim([run], self.host_info(), 1, self.hooks)
+        choice = plugins.choose_runs_to_claim([[run]], self.host_info(), 1, self.hooks)
         self._note_failures({f.plugin_name: str(f) for f in choice.failures})
         if choice.vetoed:
             self._vetoes[run_id] = run.revision
@@ -379,5 +386,5 @@ class WorkerSlots:
         """After the claim committed: announce it, and the worker starts."""
         assert self._launcher is not None
         self.pending_claims[run_id] = token
-        plugins.run_claimed(record or run_record(run_id), claim)
+        plugins.run_claimed(record or run_record(run_id), claim, self.hooks)
         self._launcher.launch(run_id, token, claim, worker)

@@ -3,7 +3,7 @@ hooks, then the fenced claim, then the launch after commit (host/slots.py)."""
 
 from __future__ import annotations
 
-from .conftest import HostHarness
+from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
 
 VETO = """
@@ -53,3 +53,50 @@ def test_resume_asks_the_claim_veto(harness: HostHarness):
     assert harness.wait_for_run(behind)["status"] == "completed"
     assert harness.client().run_status(vetoed)["status"] == "queued"
     assert _worker_count(harness, vetoed) == 0
+
+
+# Vetoes runs whose input says so, and notes every run it is asked about.
+COUNTING_VETO = """
+import json
+import os
+
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    with open(os.environ["PIW_TEST_ASKED"], "a") as handle:
+        handle.write(run.run_id + "\\n")
+    return not (isinstance(run.input, dict) and run.input.get("veto"))
+"""
+
+
+def test_a_veto_is_remembered_until_the_run_changes(harness: HostHarness):
+    asked = harness.root / "asked"
+    harness.add_plugin("counting_veto", COUNTING_VETO)
+    harness.write_workflow("blocker", BLOCKER)
+    # No poll pass during the test: only the passes after commits ask.
+    harness.start_host(
+        PI_WORKFLOWS_MAX_WORKERS="2", PI_WORKFLOWS_POLL_S="60", PIW_TEST_ASKED=str(asked)
+    )
+    blocker = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+
+    def times_asked(run_id: str) -> int:
+        return asked.read_text().split().count(run_id) if asked.exists() else 0
+
+    vetoed = []
+    for _ in range(3):  # each start is a commit, and a claim pass after it
+        vetoed.append(harness.start_run("hello", {"veto": True}))
+        wait_until(lambda: times_asked(vetoed[-1]) == 1, what="the new run to be asked")
+    assert [times_asked(run_id) for run_id in vetoed] == [1, 1, 1]
+
+    # A run that changes (its revision) is asked again; the others are not.
+    harness.cli("run", "pause", vetoed[0])
+    harness.cli("run", "resume", vetoed[0])
+    wait_until(lambda: times_asked(vetoed[0]) == 2, what="the changed run to be asked again")
+    assert [times_asked(run_id) for run_id in vetoed[1:]] == [1, 1]
+    assert harness.client().run_status(vetoed[0])["status"] == "queued"
+
+    (harness.project / "release").touch()
+    harness.wait_for_status(blocker, "completed")
