@@ -47,7 +47,7 @@ class VetoAll:
 def pass_runner(home: Home, store):  # noqa: ANN001, ANN201
     """(one claim pass, forget what passes remember, is a pass still scheduled)."""
     try:
-        from pi_workflows.hook_deadline import DeadlineRunner, hook_timeout_s
+        from pi_workflows.hook_deadline import DeadlineRunner
         from pi_workflows.host.slots import WorkerSlots
     except ImportError:  # the code before the claim gate
         from pi_workflows.host.runtime import Host
@@ -65,7 +65,7 @@ def pass_runner(home: Home, store):  # noqa: ANN001, ANN201
             max_workers=4,
             claim_window=64,
             run_lease_ms=30_000,
-            hooks=DeadlineRunner(hook_timeout_s()),
+            hooks=DeadlineRunner(1.0),
         )
         slots.open(store, 1, launcher=None)  # type: ignore[arg-type]  (nothing is claimed)
         state["slots"] = slots

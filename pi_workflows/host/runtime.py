@@ -100,8 +100,6 @@ class HostTimings:
         )
 
 
-
-
 class Host:
     def __init__(
         self,
