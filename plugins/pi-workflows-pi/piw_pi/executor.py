@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pi_workflows import settings
 from pi_workflows.engine.agents import AgentExecutorError
 from pi_workflows.engine.context import AbortSignal, NodeAborted
 
@@ -44,7 +45,6 @@ from .node import BRIDGE_EXTENSION, PI_COMMAND_ENV, pi_command, pi_on_bundled_no
 from .rpc import PiProcess, PiProcessError, PiWaitStopped
 from .transcript import record_event
 
-ARGS_ENV = "PI_WORKFLOWS_PI_ARGS"
 MAX_REMINDERS = 2
 START_TIMEOUT_SECONDS = 60.0
 COMMAND_TIMEOUT_SECONDS = 30.0
@@ -70,7 +70,7 @@ class PiSettings:
 
     @classmethod
     def from_environment(cls) -> PiSettings:
-        raw = os.environ.get(PI_COMMAND_ENV, "").strip()
+        raw = str(settings.value("pi_command") or "").strip()
         found = pi_command()
         if raw:
             command = tuple(shlex.split(raw))
@@ -83,7 +83,8 @@ class PiSettings:
                 "The 'pi' agent executor found no `pi`: run `npm ci` in "
                 f"plugins/pi-workflows-pi, put `pi` on PATH, or set {PI_COMMAND_ENV}."
             )
-        return cls(command, requested_model(), tuple(shlex.split(os.environ.get(ARGS_ENV, ""))))
+        extra = shlex.split(str(settings.value("pi_args") or ""))
+        return cls(command, requested_model(), tuple(extra))
 
     def argv(self) -> list[str]:
         model = ["--model", self.model] if self.model else []

@@ -8,9 +8,9 @@ ask a running pi (RPC `get_state` and `get_available_models`) and judge its answ
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from pi_workflows import settings
 from pi_workflows.engine.agents import AgentExecutorError
 
 MODEL_ENV = "PI_WORKFLOWS_PI_MODEL"
@@ -63,5 +63,6 @@ def known_model(state_model: Any, available: list[dict[str, Any]], requested: st
 
 
 def requested_model() -> str | None:
-    """`PI_WORKFLOWS_PI_MODEL`, or None for Pi's default."""
-    return os.environ.get(MODEL_ENV, "").strip() or None
+    """The `pi_model` setting (`PI_WORKFLOWS_PI_MODEL`, else `config set pi_model`), or None
+    for Pi's default."""
+    return str(settings.value("pi_model") or "").strip() or None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import platformdirs
 
+from pi_workflows import settings
 from pi_workflows.errors import UnsafeHomeError
 from pi_workflows.home import APP_NAME, ensure_private_dir
 
@@ -27,8 +27,9 @@ BUNDLED_NODE = DISTRIBUTION_DIR / "node_modules" / ".bin" / "node"
 
 
 def pi_command() -> str | None:
-    """`PI_WORKFLOWS_PI_COMMAND`, else the `pi` installed by `npm ci` here, else `pi` on PATH."""
-    override = os.environ.get(PI_COMMAND_ENV)
+    """The `pi_command` setting (`PI_WORKFLOWS_PI_COMMAND` or the settings file), else the
+    `pi` installed by `npm ci` here, else `pi` on PATH."""
+    override = str(settings.value("pi_command") or "").strip()
     if override:
         return override
     if BUNDLED_PI.exists():
