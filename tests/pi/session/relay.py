@@ -8,7 +8,10 @@ each used once, in order:
 - `lose_reply(match)`: forward the first matching request, then drop its response and cut
   the connection (the host committed; the client never learns it);
 - `hold_request(match)` / `hold_reply(match)`: keep the first matching request (or its
-  response) until the returned event is set.
+  response) until the returned event is set;
+- `rewrite_reply(match, rewrite)`: send `rewrite(response)` instead of the response to the
+  first matching request; `rewrite_event(match, rewrite)`: the same for the first event
+  frame that matches (a host that answers wrongly).
 
 `cli_shim(path)` writes a `PI_WORKFLOWS_CLI` that names the relay as the host's socket and
 passes every other command to the real CLI.
@@ -34,8 +37,9 @@ Match = Callable[[dict[str, Any]], bool]
 
 @dataclass
 class _Rule:
-    kind: str  # "lose_reply" | "hold_request" | "hold_reply"
+    kind: str  # "lose_reply" | "hold_request" | "hold_reply" | "rewrite_reply" | "rewrite_event"
     match: Match
+    rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     release: threading.Event = field(default_factory=threading.Event)
     used: bool = False
 
@@ -67,6 +71,12 @@ class Relay:
         rule = _Rule("hold_reply", match)
         self._rules.append(rule)
         return rule.release
+
+    def rewrite_reply(self, match: Match, rewrite: Callable[[dict], dict]) -> None:
+        self._rules.append(_Rule("rewrite_reply", match, rewrite=rewrite))
+
+    def rewrite_event(self, match: Match, rewrite: Callable[[dict], dict]) -> None:
+        self._rules.append(_Rule("rewrite_event", match, rewrite=rewrite))
 
     def requests_for(self, operation: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -116,7 +126,7 @@ class Relay:
             held = self._claim("hold_request", request)
             if held is not None:
                 held.release.wait()
-            for kind in ("lose_reply", "hold_reply"):
+            for kind in ("lose_reply", "hold_reply", "rewrite_reply"):
                 rule = self._claim(kind, request)
                 if rule is not None:
                     replies[request["requestId"]] = rule
@@ -137,10 +147,14 @@ class Relay:
                 if frame.get("type") == "response"
                 else None
             )
+            if frame.get("type") == "event":
+                rule = self._claim("rewrite_event", frame)
             if rule is not None and rule.kind == "lose_reply":
                 _cut(client, host)
                 return
-            if rule is not None:
+            if rule is not None and rule.rewrite is not None:
+                line = json.dumps(rule.rewrite(frame)).encode()
+            elif rule is not None:
                 rule.release.wait()
             try:
                 client.sendall(line + b"\n")

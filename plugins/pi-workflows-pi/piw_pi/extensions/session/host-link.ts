@@ -8,6 +8,7 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import net from "node:net";
 import { canonicalJson } from "./canonical.js";
+import { checkResponse } from "./envelope.js";
 
 export const CLIENT_SCHEMA = "pi-workflows.client.v1";
 const MAX_FRAME_BYTES = 1024 * 1024;
@@ -112,6 +113,7 @@ function refusalOf(first: any, expectedVersion: string): HostUnavailable | null 
 }
 
 interface Pending {
+	operation: string;
 	resolve: (response: HostResponse) => void;
 	reject: (error: Error) => void;
 	timer: NodeJS.Timeout;
@@ -121,6 +123,8 @@ export class HostConnection {
 	readonly clientId = `client-${randomUUID()}`;
 	onEvent: (event: any) => void = () => {};
 	onClose: () => void = () => {};
+	/** An event handler failed: the connection goes on, the session says so once. */
+	onEventError: (error: Error) => void = () => {};
 	private buffer = Buffer.alloc(0);
 	private pending = new Map<string, Pending>();
 	private closed = false;
@@ -189,14 +193,27 @@ export class HostConnection {
 
 	private dispatch(message: any): void {
 		if (message?.type === "response") {
+			if (typeof message.requestId !== "string") {
+				// A response no request can claim: the stream cannot be trusted any more.
+				this.socket.destroy();
+				return;
+			}
 			const waiter = this.pending.get(message.requestId);
 			if (waiter) {
 				this.pending.delete(message.requestId);
 				clearTimeout(waiter.timer);
-				waiter.resolve(message);
+				try {
+					waiter.resolve(checkResponse(message, waiter.operation));
+				} catch (error) {
+					waiter.reject(error as Error);
+				}
 			}
 		} else if (message?.type === "event") {
-			this.onEvent(message);
+			try {
+				this.onEvent(message);
+			} catch (error) {
+				this.onEventError(error as Error);
+			}
 		}
 	}
 
@@ -223,7 +240,7 @@ export class HostConnection {
 				this.pending.delete(requestId);
 				reject(new HostUnavailable(`The workflow host did not answer ${operation} in time.`));
 			}, options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
-			this.pending.set(requestId, { resolve, reject, timer });
+			this.pending.set(requestId, { operation, resolve, reject, timer });
 			this.socket.write(line);
 		});
 	}

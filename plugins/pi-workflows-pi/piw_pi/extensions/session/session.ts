@@ -10,6 +10,7 @@
 
 import { randomUUID } from "node:crypto";
 import { MessageCoordinator, type PiSide, type SessionView } from "./coordinator.js";
+import { viewProblem } from "./envelope.js";
 import {
 	HostConnection,
 	HostRefused,
@@ -122,11 +123,23 @@ export class WorkflowSession {
 		const connection = await HostConnection.open(await locateHost(this.cwd));
 		let firstView: SessionView | null = null;
 		let registered = false;
+		let complained = false;
+		const complain = (why: string) => {
+			if (complained) return; // once per connection: a host that sends one bad view sends more
+			complained = true;
+			this.notify(`pi-workflows: the workflow host sent an invalid session view (${why}); it was ignored.`, "warning");
+		};
 		connection.onEvent = (event) => {
 			if (event.subscriptionId !== this.subscriptionId || event.event !== "session_snapshot") return;
+			const problem = viewProblem(event.payload);
+			if (problem) {
+				complain(problem);
+				return;
+			}
 			if (registered) this.coordinator.updateView(event.payload);
 			else firstView = event.payload;
 		};
+		connection.onEventError = (error) => complain(error.message);
 		connection.onClose = () => this.lost(connection);
 		let response: HostResponse;
 		try {
