@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -36,7 +37,7 @@ def list_command(cli_ctx: CliContext, ambiguous: bool, run_id: str | None, as_js
             else f"decision {effect['decisionId']} channel {effect['channel']}"
         )
         click.echo(
-            f"{effect['effectId']}  {effect['status']}  {effect['effectType']} "
+            f"{effect['effectId']}  {_shown_status(effect)}  {effect['effectType']} "
             f"({effect['policy']}, {effect['attempts']} attempts)  {owner}"
         )
         if effect["status"] == "ambiguous":
@@ -44,6 +45,18 @@ def list_command(cli_ctx: CliContext, ambiguous: bool, run_id: str | None, as_js
                 f"  resolve: pi-workflows effects confirm {effect['effectId']} | "
                 f"pi-workflows effects retry {effect['effectId']}"
             )
+        elif effect["gaveUp"]:
+            click.echo(f"  send it again: pi-workflows effects retry {effect['effectId']}")
+
+
+def _shown_status(effect: dict[str, Any]) -> str:
+    """`rejected` says whether the host tries again by itself or gave up."""
+    if effect["gaveUp"]:
+        return "rejected (gave up)"
+    if effect["nextAttemptAt"] is not None:
+        at = datetime.datetime.fromtimestamp(effect["nextAttemptAt"] / 1000, datetime.UTC)
+        return f"rejected (retrying at {at:%H:%M:%S}Z)"
+    return effect["status"]
 
 
 def _parse_result(result_json: str | None) -> Any:

@@ -6,6 +6,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -156,6 +157,7 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     missing = "" if executor["registered"] else " (NOT REGISTERED: no plugin provides it)"
     click.echo(f"agent executor: {executor['name']}{missing}")
     click.echo(f"plugins: {', '.join(plugin['name'] for plugin in status['plugins'])}")
+    _echo_channels(status["channels"])
     click.echo("settings (pi-workflows config set KEY VALUE; environment overrides):")
     for item in status["settings"]:
         shown = "(not set)" if item["value"] is None else item["value"]
@@ -165,3 +167,20 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
         f"pending interactions, {status['ambiguousEffects']} ambiguous effects, "
         f"{status['lifecycleContradictions']} lifecycle contradictions"
     )
+
+
+def _echo_channels(channels: dict[str, Any]) -> None:
+    """Decision channel health: a bad configuration or a channel that is not running is
+    shown here, not only in the host log."""
+    if not channels["configured"]:
+        click.echo(f"decision channels NOT CONFIGURED (built-ins only): {channels['error']}")
+    states = ", ".join(f"{c['channel']} {c['state']}" for c in channels["channels"])
+    click.echo(f"decision channels: {states}")
+    for channel in channels["channels"]:
+        if channel["error"]:
+            click.echo(f"  {channel['channel']}: {channel['error']}")
+    if channels["ambiguous"] or channels["gaveUp"]:
+        click.echo(
+            f"  {len(channels['ambiguous'])} channel effects in doubt, "
+            f"{len(channels['gaveUp'])} deliveries gave up: pi-workflows effects list"
+        )

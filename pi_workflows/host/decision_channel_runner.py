@@ -213,6 +213,10 @@ class ChannelRunner:
         self.channels: dict[str, Any] = {}
         self.lanes: dict[str, Lane] = {}
         self.in_flight: set[str] = set()
+        # Why the configuration was not used, and why a channel is not running (by name):
+        # shown by `host status` and `channel.status`, not only logged.
+        self.config_error: str | None = None
+        self.start_errors: dict[str, str] = {}
         self._marked_interrupted = False
         self.call_timeout_s = setting_value("channel_call_timeout_s")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -227,6 +231,7 @@ class ChannelRunner:
         try:
             self.config = load_channel_config(config_dir)
         except ChannelConfigError as error:
+            self.config_error = str(error)
             log.error("decision channels use the built-ins only: %s", error)
         if self.services.is_duty_host:
             self._mark_interrupted()
@@ -234,10 +239,11 @@ class ChannelRunner:
         for settings in self.config.channels.values():
             factory = factories.get(settings.kind)
             if factory is None:
+                self.start_errors[settings.name] = (
+                    f"unknown kind {settings.kind!r} (no plugin registers it)"
+                )
                 log.error(
-                    "decision channel %s has unknown kind %r (no plugin registers it)",
-                    settings.name,
-                    settings.kind,
+                    "decision channel %s has %s", settings.name, self.start_errors[settings.name]
                 )
                 continue
             lane = self.lanes[settings.name] = Lane(settings.name)
@@ -254,9 +260,27 @@ class ChannelRunner:
                 asyncio.shield(lane.call(factory, context)), self.call_timeout_s
             )
         except Exception as error:
-            log.error("decision channel %s failed to start: %s", name, _describe(error))
+            self.start_errors[name] = f"failed to start: {_describe(error)}"
+            log.error("decision channel %s %s", name, self.start_errors[name])
             return
         self.pump()
+
+    def status(self) -> dict[str, Any]:
+        """Channel health (reference `channel.status`): whether the configuration is in
+        use, each channel's state, and the channel effects that wait for an operator."""
+        channels = []
+        for name, settings in self.config.channels.items():
+            error = self.start_errors.get(name)
+            state = "running" if name in self.channels else "failed" if error else "starting"
+            channels.append(
+                {"channel": name, "kind": settings.kind, "state": state, "error": error}
+            )
+        return {
+            "configured": self.config_error is None,
+            "error": self.config_error,
+            "channels": channels,
+            **decision_records.channel_effects_needing_an_operator(),
+        }
 
     def close(self) -> None:
         """The host is stopping: each channel's `close()` is its lane's last call."""

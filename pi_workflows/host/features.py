@@ -28,7 +28,10 @@ How a feature adds something (implement the hook on the feature's class with
   result)`` inside the transaction of a worker's state operation (raise to refuse it),
   ``piwh_ensure_terminal_message(run_id)`` when a run may have ended;
 - answers about sessions: ``piwh_session_has_coordinator(session_id)`` (first answer
-  wins).
+  wins), and about decisions: ``piwh_audience_channels(audience)``, the channels that may
+  answer an audience's decisions (first answer wins);
+- a part of ``host status``: ``piwh_host_status()`` returns fields to add (read-only;
+  one that fails is logged and left out, so the status still answers).
 
 Calls are isolated: a failing ``poll``, ``stopping``, ``run_stopped`` or
 ``ensure_terminal_message`` implementation is logged with the feature's name and the
@@ -89,6 +92,14 @@ class FeatureSpecs:
     def piwh_session_has_coordinator(self, session_id: str) -> bool | None:
         """Whether a live client coordinates the session here (None: not known)."""
 
+    @feature_hookspec(firstresult=True)
+    def piwh_audience_channels(self, audience: str) -> tuple[str, ...] | None:
+        """The channels that may answer decisions for `audience` (None: not known)."""
+
+    @feature_hookspec
+    def piwh_host_status(self) -> dict[str, Any]:
+        """Fields this feature adds to `host status` (a read)."""
+
 
 class HostFeatures:
     """The feature plugin manager and the calls the host makes into it."""
@@ -146,3 +157,15 @@ class HostFeatures:
 
     def session_has_coordinator(self, session_id: str) -> bool:
         return bool(self.manager.hook.piwh_session_has_coordinator(session_id=session_id))
+
+    def audience_channels(self, audience: str) -> tuple[str, ...]:
+        return self.manager.hook.piwh_audience_channels(audience=audience) or ()
+
+    def host_status(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for impl in self.manager.hook.piwh_host_status.get_hookimpls():
+            try:
+                fields.update(impl.function())
+            except Exception:
+                log.exception("host feature %s failed in piwh_host_status", impl.plugin_name)
+        return fields

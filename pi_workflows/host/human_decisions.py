@@ -52,6 +52,15 @@ class HumanDecisions:
         operations.register_durable("checkpoint.answer", self.checkpoint_answer)
         operations.register_durable("decision.answer", self.decision_answer)
         operations.register_query("decision.list", self.decision_list)
+        operations.register_query("channel.status", lambda request: self.channel_runner.status())
+
+    @feature_hook
+    def piwh_host_status(self) -> dict[str, Any]:
+        return {"channels": self.channel_runner.status()}
+
+    @feature_hook
+    def piwh_audience_channels(self, audience: str) -> tuple[str, ...]:
+        return self.channel_runner.config.channels_for(audience)
 
     # --- timers and listeners ----------------------------------------------------------
 

@@ -542,6 +542,7 @@ class Operations:
             "ambiguousEffects": _ambiguous_effects(),
             "lifecycleContradictions": _lifecycle_contradictions(),
             "claimPassFailure": host.slots.failure(),
+            **host.features.host_status(),
             **host_profile(host.home, host.database_url, host.settings),
             "dutyHost": host.is_duty_host,
             "hosts": [_host_record(row, host.host_id) for row in epoch_lease.live_hosts()],

@@ -50,6 +50,7 @@ class HostView:
     max_workers: int
     is_active: Callable[[str], bool]  # a worker of this host runs the run now
     has_coordinator: Callable[[str], bool]  # a session has a live coordinator here
+    audience_channels: Callable[[str], tuple[str, ...]]  # who may answer an audience
     # The claim plugins failing now, named (claiming goes on without them), or None.
     claim_failure: str | None = None
     # A claim plugin's remembered veto holds for the run at this revision.
@@ -80,6 +81,7 @@ def host_view(services: HostServices) -> HostView:
         has_coordinator=services.session_has_coordinator,
         claim_failure=services.claim_failure(),
         is_vetoed=services.is_vetoed,
+        audience_channels=services.audience_channels,
     )
 
 
@@ -253,7 +255,7 @@ def _waiting(run: Run, queue: RunQueue, host: HostView) -> Hold:
         .first()
     )
     if decision is not None:
-        return _decision(decision)
+        return _decision(decision, host.audience_channels(decision.audience))
     request = (
         InteractiveRequest.select()
         .where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending"))
@@ -285,7 +287,7 @@ def _waiting(run: Run, queue: RunQueue, host: HostView) -> Hold:
     )
 
 
-def _decision(decision: HumanDecision) -> Hold:
+def _decision(decision: HumanDecision, channels: tuple[str, ...]) -> Hold:
     reason = f"waiting for decision {decision.decision_id} ({decision.audience})"
     default = read_json(decision.default_response_hash) if decision.default_response_hash else None
     if decision.deadline_at is not None and default is not None:
@@ -300,8 +302,21 @@ def _decision(decision: HumanDecision) -> Hold:
         reason,
         decision.created_at,
         decision.deadline_at,
-        f"answer it: 'pi-workflows decision answer {decision.decision_id} CHOICE'",
+        "answer it " + " or ".join(_answer_paths(decision.decision_id, channels)),
     )
+
+
+def _answer_paths(decision_id: str, channels: tuple[str, ...]) -> list[str]:
+    """How a decision can be answered: only through the channels its audience allows."""
+    paths = []
+    for channel in channels:
+        if channel == "cli":
+            paths.append(f"with 'pi-workflows decision answer {decision_id} CHOICE'")
+        elif channel == "session":
+            paths.append("in its run's session ('/workflow answer' in Pi)")
+        else:
+            paths.append(f"through channel {channel}")
+    return paths
 
 
 def _queued(run: Run, queue: RunQueue, host: HostView) -> Hold:

@@ -56,6 +56,10 @@ class HostServices:
         """Whether a live client coordinates the session on this host."""
         return self._host.features.session_has_coordinator(session_id)
 
+    def audience_channels(self, audience: str) -> tuple[str, ...]:
+        """The channels that may answer decisions for `audience` on this host."""
+        return self._host.features.audience_channels(audience)
+
     @property
     def is_duty_host(self) -> bool:
         """True on the one host that runs database-wide duties (decision deadlines,

@@ -870,9 +870,12 @@ def channel_effect_is_due(decision_id: str, channel: str, purpose: str, now: int
 def finish_channel_effect(
     effect_id: str, attempt: int, outcome: str, *, result: Any = None, error: str | None = None
 ) -> bool:
-    """Settle the in-flight attempt: `applied`, `rejected` (retried) or `ambiguous`."""
+    """Settle the in-flight attempt: `applied`, `rejected` or `ambiguous`. A rejected one
+    keeps when it is retried (`next_attempt_at`); after the last automatic attempt it has
+    none: it gave up, and only `effects retry` sends it again."""
     now = now_ms()
-    retry_at = now + RETRY_DELAY_MS * attempt if outcome == "rejected" else None
+    retrying = outcome == "rejected" and attempt < MAX_AUTOMATIC_ATTEMPTS
+    retry_at = now + RETRY_DELAY_MS * attempt if retrying else None
     changed = _FINISH_CHANNEL_EFFECT.changed(
         outcome=outcome,
         result_hash=put_json(result) if outcome == "applied" else None,
@@ -933,6 +936,20 @@ def delivery_gave_up(effect: Effect) -> bool:
         and effect.status == "rejected"
         and effect.attempt_count >= MAX_AUTOMATIC_ATTEMPTS
     )
+
+
+def channel_effects_needing_an_operator() -> dict[str, list[str]]:
+    """Channel effects in doubt (`ambiguous`) and deliveries that gave up (`gaveUp`)."""
+    rows = Effect.select().where(
+        (Effect.scope == "channel") & Effect.status.in_(("ambiguous", "rejected"))
+    )
+    found: dict[str, list[str]] = {"ambiguous": [], "gaveUp": []}
+    for effect in rows:
+        if effect.status == "ambiguous":
+            found["ambiguous"].append(effect.effect_id)
+        elif delivery_gave_up(effect):
+            found["gaveUp"].append(effect.effect_id)
+    return found
 
 
 def recover_channel_effect(effect_id: str, action: str) -> dict[str, Any]:

@@ -129,6 +129,10 @@ def describe(effect: Effect) -> dict[str, Any]:
         "policy": effect.policy,
         "status": effect.status,
         "attempts": effect.attempt_count,
+        # A rejected channel effect is either retried at `nextAttemptAt` or gave up
+        # (only `effects retry` sends it again).
+        "nextAttemptAt": effect.next_attempt_at if effect.status == "rejected" else None,
+        "gaveUp": decision_records.delivery_gave_up(effect),
         "error": error,
         "createdAt": effect.created_at,
         "updatedAt": effect.updated_at,

@@ -209,7 +209,8 @@ def piw_register_decision_channels(register):
 @pytest.mark.scenario("10.17")
 def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHarness):
     """An audience whose only channel failed every automatic attempt is not stuck: the
-    operator retries the delivery once the channel works again."""
+    operator retries the delivery once the channel works again. Until then, a delivery the
+    host will retry and one it gave up on are told apart."""
     fixed, delivered = harness.root / "fixed", harness.root / "delivered"
     harness.add_plugin("flaky_channel", FLAKY_CHANNEL)
     options = {"kind": "flaky", "fixed": str(fixed), "delivered": str(delivered)}
@@ -219,10 +220,19 @@ def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHar
     run_id = harness.start_run("decide")
     pending_decision(harness, run_id)
 
-    def delivery() -> dict | None:
-        listed = json.loads(harness.cli("effects", "list", "--json").stdout)
-        return next((e for e in listed if e["scope"] == "channel"), None)
+    client = harness.client()
 
+    def delivery() -> dict | None:
+        return next((e for e in client.list_effects() if e["scope"] == "channel"), None)
+
+    # A failed attempt that will be retried says when; it has not given up.
+    retrying = wait_until(
+        lambda: (effect := delivery()) and effect["status"] == "rejected" and effect,
+        timeout=20,
+        what="a failed delivery attempt",
+    )
+    assert retrying["attempts"] < 3, retrying
+    assert retrying["gaveUp"] is False and retrying["nextAttemptAt"] is not None
     gave_up = wait_until(
         lambda: (
             (effect := delivery())["attempts"] >= 3 and effect["status"] == "rejected" and effect
@@ -230,10 +240,19 @@ def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHar
         timeout=20,
         what="the delivery to give up after three attempts",
     )
+    client.close()
+    assert gave_up["gaveUp"] is True and gave_up["nextAttemptAt"] is None
+    assert "error" in gave_up and "503" in gave_up["error"]
+    shown = harness.cli("effects", "list").stdout
+    assert f"{gave_up['effectId']}  rejected (gave up)  channel.delivery" in shown
+    assert f"send it again: pi-workflows effects retry {gave_up['effectId']}" in shown
+    assert _channel_status(harness)["gaveUp"] == [gave_up["effectId"]]
     fixed.touch()
     harness.cli("effects", "retry", gave_up["effectId"])
     wait_until(delivered.exists, timeout=30, what="the retried delivery")
+    client = harness.client()
     assert wait_until(lambda: delivery()["status"] == "applied", what="the delivery applied")
+    client.close()
 
 
 @pytest.mark.scenario("10.12")
@@ -281,3 +300,95 @@ def test_a_channel_without_deliver_or_settle_is_recorded_by_the_decisions_own_co
     wait_until(
         lambda: effects("channel.settlement")["desk"] == "applied", what="desk's settle call"
     )
+
+
+FAILING_START_CHANNEL = """
+from pi_workflows import hookimpl
+
+
+class Broken:
+    def __init__(self, context):
+        raise RuntimeError("the chat service refused our credentials")
+
+
+@hookimpl
+def piw_register_decision_channels(register):
+    register("broken", Broken)
+"""
+
+
+def _channel_status(harness: HostHarness) -> dict:
+    client = harness.client()
+    try:
+        via_op = client.call("channel.status")
+        assert client.host_status()["channels"] == via_op
+        return via_op
+    finally:
+        client.close()
+
+
+@pytest.mark.scenario("1.17")
+def test_an_invalid_channel_configuration_is_shown_in_host_status(harness: HostHarness):
+    write_channels(harness, {"audiences": {"operator": ["cli", "unsupported"]}})
+    harness.start_host()
+    status = _channel_status(harness)
+    assert status["configured"] is False
+    assert "references unknown channel 'unsupported'" in status["error"]
+    # The host carries on with the built-ins.
+    assert {c["channel"]: c["state"] for c in status["channels"]} == {
+        "session": "running",
+        "cli": "running",
+    }
+    shown = harness.cli("host", "status").stdout
+    assert "decision channels NOT CONFIGURED (built-ins only): " in shown
+    assert "references unknown channel 'unsupported'" in shown
+
+
+@pytest.mark.scenario("1.17")
+def test_a_channel_that_fails_to_start_is_shown_in_host_status(harness: HostHarness):
+    harness.add_plugin("broken_channel", FAILING_START_CHANNEL)
+    write_channels(
+        harness,
+        {
+            "audiences": {"operator": ["cli", "broken", "ghost"]},
+            "channels": {"broken": {"kind": "broken"}, "ghost": {"kind": "nobody-registers"}},
+        },
+    )
+    harness.start_host()
+    status = wait_until(
+        lambda: (
+            (s := _channel_status(harness))
+            and all(c["state"] != "starting" for c in s["channels"])
+            and s
+        ),
+        what="every channel started or failed",
+    )
+    assert status["configured"] is True and status["error"] is None
+    by_name = {c["channel"]: c for c in status["channels"]}
+    assert by_name["cli"]["state"] == "running" and by_name["cli"]["error"] is None
+    assert by_name["broken"]["state"] == "failed"
+    assert "the chat service refused our credentials" in by_name["broken"]["error"]
+    assert by_name["ghost"] == {
+        "channel": "ghost",
+        "kind": "nobody-registers",
+        "state": "failed",
+        "error": "unknown kind 'nobody-registers' (no plugin registers it)",
+    }
+    shown = harness.cli("host", "status").stdout
+    assert "broken failed" in shown and "ghost failed" in shown
+    assert "  broken: failed to start: RuntimeError: the chat service refused" in shown
+
+
+def test_run_why_names_only_the_answer_paths_of_the_decisions_audience(harness: HostHarness):
+    harness.add_plugin("desk_channel", DESK_CHANNEL)
+    write_channels(
+        harness,
+        {"audiences": {"operator": ["desk"]}, "channels": {"desk": {"kind": "desk"}}},
+    )
+    harness.write_workflow("decide", decision_workflow(None))
+    harness.start_host()
+    run_id = harness.start_run("decide")
+    pending_decision(harness, run_id)
+    why = json.loads(harness.cli("run", "why", run_id, "--json").stdout)
+    assert why["code"] == "decision"
+    assert why["next"] == "answer it through channel desk"

@@ -133,7 +133,9 @@ def test_why_names_what_holds_each_run(harness: HostHarness):
     assert json.loads(harness.cli("run", "why", decided, "--json").stdout) == why(harness, decided)
     text = harness.cli("run", "why", decided).stdout
     assert text.startswith(f"{decided}: waiting for decision ")
-    assert "next: answer it: 'pi-workflows decision answer " in text
+    # The default audience answers in its session or on the command line.
+    assert "next: answer it in its run's session ('/workflow answer' in Pi) or with " in text
+    assert "'pi-workflows decision answer " in text
 
 
 def test_why_a_parked_run_waits_for_a_claim(harness: HostHarness, tmp_path: Path):
