@@ -162,6 +162,9 @@ def test_a_channel_kind_decides_who_answers_through_decision_answer(harness: Hos
     harness.start_host()
     run_id = harness.start_run("decide")
     decision_id = pending_decision(harness, run_id)["decisionId"]
+    # `run why` names only the answer paths of this audience: no `decision answer`.
+    why = json.loads(harness.cli("run", "why", run_id, "--json").stdout)
+    assert (why["code"], why["next"]) == ("decision", "answer it through channel desk")
     client = harness.client()
     refused = client.answer_decision(decision_id, "ship")  # cli is not in this audience
     assert refused.outcome == "rejected"
@@ -377,18 +380,3 @@ def test_a_channel_that_fails_to_start_is_shown_in_host_status(harness: HostHarn
     shown = harness.cli("host", "status").stdout
     assert "broken failed" in shown and "ghost failed" in shown
     assert "  broken: failed to start: RuntimeError: the chat service refused" in shown
-
-
-def test_run_why_names_only_the_answer_paths_of_the_decisions_audience(harness: HostHarness):
-    harness.add_plugin("desk_channel", DESK_CHANNEL)
-    write_channels(
-        harness,
-        {"audiences": {"operator": ["desk"]}, "channels": {"desk": {"kind": "desk"}}},
-    )
-    harness.write_workflow("decide", decision_workflow(None))
-    harness.start_host()
-    run_id = harness.start_run("decide")
-    pending_decision(harness, run_id)
-    why = json.loads(harness.cli("run", "why", run_id, "--json").stdout)
-    assert why["code"] == "decision"
-    assert why["next"] == "answer it through channel desk"
