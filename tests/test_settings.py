@@ -92,12 +92,22 @@ def test_an_unknown_key_is_refused_naming_the_known_ones(workflow_home):
 @pytest.mark.scenario("2.15")
 @pytest.mark.parametrize("variable", LEASE_AND_TIMER_VARIABLES)
 @pytest.mark.parametrize("raw", ["0", "-1", "later"])
-def test_lease_and_timer_variables_refuse_zero_negative_and_text(workflow_home, variable, raw):
-    # A client refuses before it starts a host with them...
-    result = cli(workflow_home, "run", "list", **{variable: raw})
+def test_lease_and_timer_variables_refuse_zero_negative_and_text(tmp_path, variable, raw):
+    # Every reader (host, worker, client) resolves settings through this one registry.
+    with pytest.raises(settings.SettingError) as refused:
+        settings.resolve(env={variable: raw}, directory=tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"{variable} must be a positive ")
+    assert message.endswith(f", got {raw!r}.") and "\n" not in message
+
+
+@pytest.mark.scenario("2.15")
+def test_a_command_refuses_a_bad_lease_before_it_starts_a_host(workflow_home):
+    result = cli(workflow_home, "run", "list", PI_WORKFLOWS_RUN_LEASE_MS="0")
     assert result.returncode == 1
-    [line] = result.stderr.strip().splitlines()
-    assert line.startswith(f"Error: {variable} must be a positive ") and repr(raw) in line
+    assert result.stderr.splitlines() == [
+        "Error: PI_WORKFLOWS_RUN_LEASE_MS must be a positive integer, got '0'."
+    ]
     assert not workflow_home.home.socket_path.exists()
 
 
