@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import get_type_hints
 
 from pi_workflows import hookimpl, plugins
 from pi_workflows.records import AnswerResult, RunRecord, TerminalFacts, TurnReport
 from pi_workflows.testing import (
+    InProcessHost,
     WorkflowHost,
     channel_context,
     installed_entry_points,
@@ -32,6 +34,40 @@ def test_a_kit_host_loads_no_installed_entry_point_unless_asked(workflow_host: W
     assert with_audit & set(installed) == {"audit"}
     listed = json.loads(workflow_host.cli("plugins", "--json").stdout)
     assert {entry["name"] for entry in listed} & set(installed) == {"audit"}
+
+
+HELLO_PLUGIN = """
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_unproductive_turn_limit(run, node_id):
+    return None
+"""
+
+
+def test_an_in_process_host_runs_real_workers_and_gives_the_process_back(
+    in_process_host: InProcessHost,
+):
+    environ_before = dict(os.environ)
+    plugins_before = {entry["name"] for entry in plugins.describe_plugins()}
+    in_process_host.add_plugin("kit_probe", HELLO_PLUGIN)
+    in_process_host.start(PI_WORKFLOWS_MAX_WORKERS="2")
+
+    run_id = in_process_host.start_run("hello", {"name": "Ada"})
+    status = in_process_host.wait_for_run(run_id)
+    assert status["finalOutput"] == {"greeting": "Hello, Ada!"}
+    host_status = in_process_host.status()
+    assert host_status["maxWorkers"] == 2
+    assert "kit_probe" in {plugin["name"] for plugin in host_status["plugins"]}
+    # The run's worker was a process of its own, not this one.
+    [(worker_pid,)] = in_process_host.query("SELECT pid FROM run_workers WHERE run_id = ?", run_id)
+    assert worker_pid != os.getpid()
+
+    in_process_host.stop()
+    assert dict(os.environ) == environ_before
+    assert {entry["name"] for entry in plugins.describe_plugins()} == plugins_before
+    assert not in_process_host.home.socket_path.exists()
 
 
 def test_isolated_plugins_restore_the_process_registry_afterwards():

@@ -8,7 +8,10 @@ fixtures are available in any test suite of an environment that has pi-workflows
 - ``workflow_home``: a private state home, config dir and project, set in this process's
   environment, with ``run_cli(...)`` for the command line;
 - ``workflow_host``: a real host in a private home (not started: write workflows and
-  plugins first, then ``start()``), with helpers to start runs and wait for them.
+  plugins first, then ``start()``), with helpers to start runs and wait for them;
+- ``in_process_host``: the same with the host's loop in a thread of the test process
+  (:class:`InProcessHost`: real socket, database and workers; no host process to kill),
+  much quicker to start — for every test that does not kill, signal or restart the host.
 
 The record factories (:func:`run_record`, :func:`terminal_facts`, :func:`turn_report`,
 :func:`channel_context`, …) and :func:`wait_until` are plain functions; import them.
@@ -24,11 +27,13 @@ from .factories import (
     turn_report,
 )
 from .host import WorkflowHome, WorkflowHost, short_temp_dir
+from .in_process import InProcessHost
 from .isolation import IsolatedPlugins, installed_entry_points, isolated_plugins
 from .polling import process_gone, wait_until
 
 __all__ = [
     "AnswerRecorder",
+    "InProcessHost",
     "IsolatedPlugins",
     "WorkflowHome",
     "WorkflowHost",

@@ -293,6 +293,8 @@ class WorkflowHost(WorkflowHome):
 
 
 def _kill_tree(pid: int) -> None:
+    if pid == os.getpid():
+        return  # an in-process host's lock names this process: it is stopped, not killed
     try:
         parent = psutil.Process(pid)
     except psutil.NoSuchProcess:

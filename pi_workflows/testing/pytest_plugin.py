@@ -8,6 +8,7 @@ import pytest
 
 from ..home import CONFIG_ENV, HOME_ENV
 from .host import WorkflowHome, WorkflowHost, short_temp_dir
+from .in_process import InProcessHost
 from .isolation import FOREIGN_ENV, IsolatedPlugins, isolated_plugins
 
 
@@ -39,6 +40,16 @@ def workflow_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkflowHome]:
 def workflow_host() -> Iterator[WorkflowHost]:
     """A real host in a private home; call ``start()`` once workflows and plugins are written."""
     host = WorkflowHost(short_temp_dir())
+    try:
+        yield host
+    finally:
+        host.cleanup()
+
+
+@pytest.fixture
+def in_process_host() -> Iterator[InProcessHost]:
+    """`workflow_host` with the host's loop in a thread of this process (not started yet)."""
+    host = InProcessHost(short_temp_dir())
     try:
         yield host
     finally:

@@ -115,6 +115,7 @@ def piw_register_decision_channels(register):
 """
 
 
+@pytest.mark.integration
 def test_a_stopping_host_closes_its_channels(harness: HostHarness):
     harness.add_plugin("closing_channel", CLOSING_CHANNEL)
     closed = harness.root / "closed"

@@ -181,6 +181,7 @@ def test_cancelling_the_run_cancels_its_open_decision(harness: HostHarness):
     assert harness.query("SELECT COUNT(*) FROM runs WHERE parent_run_id = ?", run_id) == [(0,)]
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("10.10")
 def test_a_host_restarted_across_the_deadline_applies_the_default_once(harness: HostHarness):
     harness.start_host()
@@ -201,6 +202,7 @@ def test_a_host_restarted_across_the_deadline_applies_the_default_once(harness: 
     assert harness.query("SELECT COUNT(*) FROM runs WHERE parent_run_id = ?", run_id) == [(1,)]
 
 
+@pytest.mark.integration
 def test_a_host_down_at_the_deadline_applies_it_at_startup(harness: HostHarness):
     harness.start_host()
     run_id = _start_decision_run(harness, 1_000)
@@ -214,6 +216,7 @@ def test_a_host_down_at_the_deadline_applies_it_at_startup(harness: HostHarness)
     assert harness.wait_for_status(child, "completed")["finalOutput"]["route"] == "stop"
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.19", "10.5")
 def test_a_restarted_host_leaves_a_waiting_decision_run_to_its_answer(harness: HostHarness):
     harness.start_host()

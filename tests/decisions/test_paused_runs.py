@@ -92,6 +92,7 @@ def _deadline_ms(decision: dict) -> float:
     return datetime.fromisoformat(decision["deadline"].replace("Z", "+00:00")).timestamp() * 1000
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("5.1")
 def test_a_paused_run_refuses_answers_and_its_deadline_does_not_fire_until_resumed(
     harness: HostHarness,

@@ -15,6 +15,8 @@ from pi_workflows.protocol.client_messages import SCHEMA
 from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHost, installed_entry_points, short_temp_dir, wait_until
 from pi_workflows.testing.host import FAST_TIMERS
+from pi_workflows.testing.in_process import InProcessHost
+from tests.conftest import REPO_ROOT
 
 
 class HostHarness(WorkflowHost):
@@ -33,7 +35,9 @@ class HostHarness(WorkflowHost):
         if database_url is not None:
             self.env[DATABASE_ENV] = database_url
 
-    start_host = WorkflowHost.start  # the names these tests grew up with
+    def start_host(self, **extra_env: str) -> Any:
+        """Start the host (the name these tests grew up with)."""
+        return self.start(**extra_env)
 
     @property
     def config(self) -> Path:
@@ -115,14 +119,40 @@ def _as_sqlite_returns(row: tuple) -> tuple:
     )
 
 
+class InProcessHarness(HostHarness, InProcessHost):
+    """:class:`HostHarness` whose host runs in a thread of the test process (the kit's
+    :class:`InProcessHost`): real socket, database and workers, no host process to kill."""
+
+
+# Suites whose host-driven tests run on the in-process host, except those marked
+# `integration` (they kill, signal or restart the host process). The others still start a
+# host process per test.
+IN_PROCESS_SUITES = ("tests/decisions/",)
+
+
+def runs_in_process(request: pytest.FixtureRequest) -> bool:
+    path = Path(request.node.path).relative_to(REPO_ROOT).as_posix()
+    integration = request.node.get_closest_marker("integration") is not None
+    return path.startswith(IN_PROCESS_SUITES) and not integration
+
+
 @pytest.fixture
-def harness(database_url: str | None) -> Iterator[HostHarness]:
-    """A host home on the test's backend (both backends in the host-driven suites)."""
-    harness = HostHarness(short_temp_dir(), database_url, entry_points=installed_entry_points())
+def harness(database_url: str | None, request: pytest.FixtureRequest) -> Iterator[HostHarness]:
+    """A host home on the test's backend (both backends in the host-driven suites): the
+    in-process host in the converted suites, a host process elsewhere or for `integration`."""
+    kind = InProcessHarness if runs_in_process(request) else HostHarness
+    harness = kind(short_temp_dir(), database_url, entry_points=installed_entry_points())
     try:
         yield harness
     finally:
         harness.cleanup()
 
 
-__all__ = ["DATABASE_ENV", "FAST_TIMERS", "HostHarness", "request_frame", "wait_until"]
+__all__ = [
+    "DATABASE_ENV",
+    "FAST_TIMERS",
+    "HostHarness",
+    "InProcessHarness",
+    "request_frame",
+    "wait_until",
+]

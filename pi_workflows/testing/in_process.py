@@ -1,0 +1,144 @@
+"""A real host whose event loop runs in a thread of the test process: the in-process tier.
+
+Everything but the host's own process is as real as :class:`~.host.WorkflowHost`'s: the
+host listens on its Unix socket, writes its database (SQLite file or PostgreSQL), and
+supervises real worker processes; commands run as subprocesses. What is saved is the start
+of a Python process per host (imports, plugin loading), which is most of what a short
+contract test waits for. What is lost is a host process to kill, stop or signal: a test
+that needs that uses :class:`~.host.WorkflowHost` and is marked ``integration``.
+
+While the host runs, this process's environment *is* the home's ``env`` (the host, its
+settings, its plugins and the workers it starts read it), the plugin manager holds the
+plugins that environment names, and the host's log goes to ``<root>/host.log`` as a
+subprocess host's does. :meth:`stop` puts all of it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .. import plugins
+from ..home import DATABASE_ENV
+from ..host.host_log import FORMAT, RepeatLimiter
+from .host import WorkflowHost
+from .polling import wait_until
+
+STOP_TIMEOUT_S = 30.0
+
+
+class InProcessHost(WorkflowHost):
+    """:class:`~.host.WorkflowHost` with the host's loop in a thread of this process."""
+
+    def __init__(self, root: Path, *, entry_points: Iterable[str] = ()) -> None:
+        super().__init__(root, entry_points=entry_points)
+        self.host: Any = None  # the running `pi_workflows.host.runtime.Host`
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._failure: BaseException | None = None
+        self._saved_environ: dict[str, str] | None = None
+        self._log_handler: logging.Handler | None = None
+        self._added_path: str | None = None
+
+    def start(self, **extra_env: str) -> None:  # type: ignore[override]
+        """Start the host in a thread and return once it answers ``host.status``."""
+        if self._thread is not None:
+            if self._thread.is_alive():
+                raise AssertionError("this in-process host is already running")
+            self.stop()  # it stopped itself (`host stop`): put this process back first
+        self._enter_environment({**self.env, **extra_env})
+        self._started.clear()
+        self._failure = None
+        self._thread = threading.Thread(target=self._serve, name="piw-in-process-host")
+        self._thread.start()
+        self._started.wait(timeout=60)
+        if self._failure is not None or not self._started.is_set():
+            failure = self._failure
+            self._thread.join(timeout=STOP_TIMEOUT_S)
+            self._thread = None
+            self._leave_environment()
+            raise AssertionError(f"in-process host did not start: {failure!r}\n{self.host_log()}")
+        wait_until(self._answers, what="the in-process host to answer")
+
+    def _serve(self) -> None:
+        from ..host.runtime import Host
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self.host = Host(self.home, os.environ.get(DATABASE_ENV) or None)
+            await self.host.start()
+            self._started.set()
+            await self.host.stopped.wait()
+
+        try:
+            asyncio.run(main())
+        except BaseException as error:  # reported by start(), or by stop() if it came later
+            self._failure = error
+        finally:
+            self._started.set()
+
+    def stop(self) -> None:
+        """Stop the host as `host stop` does, wait for its thread, and restore this process."""
+        thread = self._thread
+        if thread is None:
+            return
+        if thread.is_alive() and self._loop is not None and self.host is not None:
+            host = self.host
+            self._loop.call_soon_threadsafe(lambda: host.spawn(host.stop()))
+        thread.join(timeout=STOP_TIMEOUT_S)
+        self._thread = None
+        self.host = None
+        self._loop = None
+        self._leave_environment()
+        if thread.is_alive():
+            raise AssertionError(f"the in-process host did not stop:\n{self.host_log()}")
+
+    def cleanup(self) -> None:
+        self.stop()
+        super().cleanup()
+
+    # --- this process, as the host's ------------------------------------------------
+
+    def _enter_environment(self, env: dict[str, str]) -> None:
+        self._saved_environ = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+        if self.plugin_dir.exists():  # local plugin modules (`add_plugin`) import from here
+            self._added_path = str(self.plugin_dir)
+            sys.path.insert(0, self._added_path)
+            importlib.invalidate_caches()
+        plugins.reload()
+        handler = logging.FileHandler(self.root / "host.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter(FORMAT))
+        handler.addFilter(RepeatLimiter())
+        logger = logging.getLogger("pi_workflows")
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        self._log_handler = handler
+
+    def _leave_environment(self) -> None:
+        if self._log_handler is not None:
+            logger = logging.getLogger("pi_workflows")
+            logger.removeHandler(self._log_handler)
+            logger.setLevel(logging.NOTSET)
+            self._log_handler.close()
+            self._log_handler = None
+        if self._added_path is not None:
+            sys.path.remove(self._added_path)
+            for name, module in list(sys.modules.items()):
+                if (getattr(module, "__file__", None) or "").startswith(self._added_path):
+                    del sys.modules[name]
+            self._added_path = None
+        if self._saved_environ is not None:
+            os.environ.clear()
+            os.environ.update(self._saved_environ)
+            self._saved_environ = None
+        plugins.reload()
