@@ -86,6 +86,15 @@ class HostVersionError(PiWorkflowsError):
     """The host runs another pi-workflows version than the client."""
 
 
+class HostProtocolError(PiWorkflowsError):
+    """The host sent a message that breaks the client protocol (SPEC §8); the client drops
+    the connection instead of guessing what was meant."""
+
+
+class ClientClosedError(PiWorkflowsError):
+    """A call on a client after its `close()`."""
+
+
 class HostBusyError(PiWorkflowsError):
     """The host is running but refused the connection (too many connections)."""
 

@@ -21,7 +21,13 @@ def _serve(listener: socket.socket, seen: list[dict]) -> None:
     for attempt in range(2):
         conn, _ = listener.accept()
         with conn, conn.makefile("rwb") as stream:
-            hello = {"schema": SCHEMA, "type": "hello", "connectionId": f"c{attempt}"}
+            hello = {
+                "schema": SCHEMA,
+                "type": "hello",
+                "connectionId": f"c{attempt}",
+                "pluginSet": "plugins",
+                "settings": {},
+            }
             stream.write(json.dumps({**hello, "packageVersion": __version__}).encode() + b"\n")
             stream.flush()
             request = json.loads(stream.readline())

@@ -25,7 +25,13 @@ def _refuse_without_reason(listener: socket.socket) -> None:
     while True:
         conn, _ = listener.accept()
         with conn, conn.makefile("rwb") as stream:
-            hello = {"schema": SCHEMA, "type": "hello", "connectionId": "c1"}
+            hello = {
+                "schema": SCHEMA,
+                "type": "hello",
+                "connectionId": "c1",
+                "pluginSet": "plugins",
+                "settings": {},
+            }
             stream.write(json.dumps({**hello, "packageVersion": __version__}).encode() + b"\n")
             stream.flush()
             line = stream.readline()

@@ -91,7 +91,7 @@ def start_command(
     run_id = receipt["runId"]
     if not wait:
         if as_json:
-            emit_json(client.run_status(run_id))
+            emit_json(client.known_run_status(run_id))
         else:
             click.echo(run_id)
         return
@@ -101,7 +101,7 @@ def start_command(
         display = ProgressDisplay(sys.stderr, live=True)
         autostart = cli_ctx.autostart and not no_autostart
         _follow(cli_ctx, run_id, display.show, display.tick, timeout, autostart=autostart)
-        final = client.run_status(run_id)
+        final = client.known_run_status(run_id)
     else:
         final = client.wait_for_run(
             run_id,
@@ -242,7 +242,7 @@ def list_command(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
 def status_command(cli_ctx: CliContext, run_id: str, as_json: bool) -> None:
     """Show one run's status, output and error."""
     client = cli_ctx.client()
-    status = client.run_status(run_id)
+    status = client.known_run_status(run_id)
     if as_json:
         emit_json(status)
         return
@@ -366,7 +366,7 @@ def restart_command(
     """
     client = cli_ctx.client()
     if expected_revision is None:
-        expected_revision = client.run_status(run_id)["revision"]
+        expected_revision = client.known_run_status(run_id)["revision"]
     receipt = client.restart_run(run_id, expected_revision, workflow_message_id)
     if as_json:
         emit_json(receipt)

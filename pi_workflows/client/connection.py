@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import socket
@@ -17,6 +16,7 @@ from .. import __version__
 from ..canonical import canonical_json
 from ..errors import (
     HostBusyError,
+    HostProtocolError,
     HostUnavailableError,
     HostVersionError,
     InvalidInputError,
@@ -25,8 +25,8 @@ from ..errors import (
 )
 from ..home import check_private_dir
 from ..limits import human_size
-from ..protocol.client_messages import SCHEMA
-from ..protocol.framing import MAX_FRAME_BYTES
+from ..protocol.client_messages import SCHEMA, check_host_message
+from ..protocol.framing import MAX_FRAME_BYTES, FrameError, decode_frame
 from .content import ContentError, materialize, needs_decoding
 
 # Requests a pipelining client keeps unanswered; the host reads at most 32 ahead per
@@ -72,12 +72,15 @@ class HostConnection:
             raise
         self._reader = self._sock.makefile("rb")
         try:
-            self.hello = self._read_message()
-        except (OSError, ValueError) as error:
+            self.hello = self._read_line()
+        except (OSError, FrameError) as error:
             self.close()
             raise HostUnavailableError(
                 f"The workflow host did not greet this client: {error}"
             ) from None
+        except HostUnavailableError:
+            self.close()
+            raise
         if self.hello.get("type") == "refused":
             self.close()
             raise HostBusyError(str(self.hello.get("error") or "The workflow host is busy."))
@@ -91,12 +94,30 @@ class HostConnection:
                 f"{str(self.hello.get('packageVersion'))[:40]}, this client is {__version__}; "
                 "stop it with 'pi-workflows host stop' (the next command starts this version)."
             )
+        try:  # the same version: the whole hello must be as this version sends it
+            check_host_message(self.hello)
+        except FrameError as error:
+            self.close()
+            raise _protocol_error(error) from None
 
-    def _read_message(self) -> dict[str, Any]:
+    def _read_line(self) -> dict[str, Any]:
+        """The next message as JSON, unchecked (the hello is checked after its version)."""
         line = self._reader.readline(MAX_FRAME_BYTES + 1)
         if not line:
             raise HostUnavailableError("The workflow host closed the connection.")
-        return json.loads(line)
+        return decode_frame(line)
+
+    def _read_message(self) -> dict[str, Any]:
+        """The next response or event; a `HostProtocolError` (the connection closed) for
+        anything else or anything malformed."""
+        try:
+            message = check_host_message(self._read_line())
+            if message["type"] not in ("response", "event"):
+                raise FrameError(f"Unexpected {message['type']} after the hello")
+        except FrameError as error:
+            self.close()
+            raise _protocol_error(error) from None
+        return message
 
     def request(
         self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any
@@ -273,6 +294,13 @@ def check_peer(sock: socket.socket, socket_path: Path) -> None:
             f"(uid {os.getuid()}) or root; nothing was sent. Stop it and check who can "
             f"write to {socket_path.parent}."
         )
+
+
+def _protocol_error(error: FrameError) -> HostProtocolError:
+    return HostProtocolError(
+        f"The workflow host sent a malformed message ({error}); the connection is closed. "
+        "Check that the host and this client are the same pi-workflows version."
+    )
 
 
 class RequestFailed(PiWorkflowsError):

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import HostUnavailableError, PiWorkflowsError
+from ..errors import HostProtocolError, HostUnavailableError, PiWorkflowsError
 from ..home import Home
 from .autostart import connect
 from .connection import HostConnection, RequestFailed, Response
@@ -60,14 +60,14 @@ class SessionConnection(HostConnection):
             return None
         if isinstance(item, Exception):
             self._inbox.put(item)
+            if isinstance(item, HostProtocolError):
+                raise HostProtocolError(str(item))
             raise HostUnavailableError("The workflow host closed the connection.")
         if item.get("type") == "event":
             self.events.append(item)
         return item
 
     def _read_message(self) -> dict[str, Any]:
-        if self._inbox is None:
-            return super()._read_message()  # the hello, before the reader starts
         message = self._next(self.timeout_s)
         if message is None:
             raise HostUnavailableError("The workflow host did not answer in time.")

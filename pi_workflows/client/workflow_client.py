@@ -8,8 +8,16 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-from ..errors import HostBusyError, HostUnavailableError, RunWaitTimedOut
+from ..errors import (
+    ClientClosedError,
+    HostBusyError,
+    HostProtocolError,
+    HostUnavailableError,
+    NotFoundError,
+    RunWaitTimedOut,
+)
 from ..home import Home
+from ..protocol.framing import valid_id
 from .autostart import connect
 from .connection import HostConnection, RequestFailed, Response
 from .session_client import SessionConnection
@@ -42,6 +50,38 @@ def run_succeeded(status: dict[str, Any]) -> bool:
     return status["status"] == "waiting" and not run_is_held(status)
 
 
+# What every run view (`run.status`, each item of `run.list`) has, and each one's type.
+RUN_VIEW_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "runId": str,
+    "workflowName": str,
+    "status": str,
+    "queueStatus": str,
+    "paused": bool,
+    "revision": int,
+}
+
+
+def checked_run_view(view: Any, run_id: str | None = None) -> dict[str, Any]:
+    """`view` if it is a run view (of `run_id`, when given); a `HostProtocolError` saying
+    "invalid run view" otherwise, never a KeyError in the caller."""
+    fault = None
+    if not isinstance(view, dict):
+        fault = "not an object"
+    else:
+        for field, kind in RUN_VIEW_FIELDS.items():
+            if not isinstance(view.get(field), kind):
+                fault = f"no {field}"
+                break
+        else:
+            if run_id is not None and view["runId"] != run_id:
+                fault = f"the view is of run {str(view['runId'])[:64]}"
+    if fault is not None:
+        raise HostProtocolError(
+            f"The workflow host sent an invalid run view for {run_id or 'a run'}: {fault}."
+        )
+    return view
+
+
 class WorkflowClient:
     """Talks to the host of one home; starts it on demand unless `autostart=False`."""
 
@@ -55,9 +95,14 @@ class WorkflowClient:
         self._connection: HostConnection | None = None
         # A second connection for the run status the host pushes (`wait_for_run`).
         self._watch: SessionConnection | None = None
+        self._closed = False
 
     @property
     def connection(self) -> HostConnection:
+        if self._closed:
+            raise ClientClosedError(
+                "Workflow client is closed; create a new WorkflowClient to talk to the host."
+            )
         if self._connection is None:
             self._connection = connect(
                 self.home, self.database_url, autostart=self.autostart, client_id=self.client_id
@@ -70,6 +115,13 @@ class WorkflowClient:
         return self._connection.hello if self._connection is not None else None
 
     def close(self) -> None:
+        """Close the connections; every later call raises `ClientClosedError` (closing
+        again is allowed)."""
+        self._closed = True
+        self._drop_connections()
+
+    def _drop_connections(self) -> None:
+        """Close the connections; the next call opens a new one (a lost or broken one)."""
         self._close_watch()
         if self._connection is not None:
             self._connection.close()
@@ -96,11 +148,17 @@ class WorkflowClient:
         try:
             return connection.request(operation, payload, **kwargs)
         except HostUnavailableError:
-            self.close()
+            self._drop_connections()
+        except HostProtocolError:
+            self._drop_connections()  # the next call starts on a new connection
+            raise
         return self.connection.request(operation, payload, **kwargs)
 
     def start_run(self, payload: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        return self.call("run.start", payload, **kwargs)
+        receipt = self.call("run.start", payload, **kwargs)
+        if not isinstance(receipt, dict) or not valid_id(receipt.get("runId")):
+            raise HostProtocolError("The workflow host sent an invalid run.start receipt.")
+        return receipt
 
     def start_runs(self, payloads: list[dict[str, Any]], **kwargs: Any) -> list[dict[str, Any]]:
         """Start several runs in one request and one commit (all or none, at most 1000).
@@ -123,11 +181,34 @@ class WorkflowClient:
         try:
             return connection.request_pipelined("run.start", payloads, request_ids)
         except HostUnavailableError:
-            self.close()
+            self._drop_connections()
+        except HostProtocolError:
+            self._drop_connections()
+            raise
         return self.connection.request_pipelined("run.start", payloads, request_ids)
 
-    def run_status(self, run_id: str) -> dict[str, Any]:
-        return self.call("run.status", {}, run_id=run_id)
+    def run_status(self, run_id: str) -> dict[str, Any] | None:
+        """The run's `run status --json` object; None when the host knows no such run."""
+        response = self.send("run.status", {}, run_id=run_id)
+        if response.outcome == "notFound":
+            return None
+        if not response.ok and response.error is None:
+            raise HostProtocolError(
+                f"The workflow host sent an invalid run view for {run_id}: "
+                f"{response.outcome} without an error."
+            )
+        if not response.ok:
+            raise RequestFailed(response)
+        return checked_run_view(response.receipt, run_id)
+
+    def known_run_status(self, run_id: str) -> dict[str, Any]:
+        """`run_status` of a run that must exist: `NotFoundError` when it does not."""
+        status = self.run_status(run_id)
+        if status is None:
+            raise NotFoundError(
+                f"Workflow run {run_id} does not exist; see 'pi-workflows run list'."
+            )
+        return status
 
     def why_run(self, run_id: str) -> dict[str, Any]:
         """What holds the run now: `{runId, status, reason, code, since, until, next}`."""
@@ -139,7 +220,10 @@ class WorkflowClient:
         return self.call("run.transcript", payload, run_id=run_id)
 
     def list_runs(self, limit: int = 100) -> list[dict[str, Any]]:
-        return self.call("run.list", {"limit": limit})
+        runs = self.call("run.list", {"limit": limit})
+        if not isinstance(runs, list):
+            raise HostProtocolError("The workflow host sent an invalid run list: not a list.")
+        return [checked_run_view(run) for run in runs]
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:
         return self.call("run.cancel", {}, run_id=run_id)
@@ -245,7 +329,7 @@ class WorkflowClient:
         except (HostUnavailableError, HostBusyError):
             self._close_watch()  # the host went away or is full: poll instead
         while True:
-            yield self.run_status(run_id)
+            yield self.known_run_status(run_id)
             if deadline is not None and time.monotonic() >= deadline:
                 return
             time.sleep(poll_s)

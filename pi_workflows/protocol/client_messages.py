@@ -23,6 +23,18 @@ REQUEST_KEYS = {
 }
 OPTIONAL_REQUEST_KEYS = {"runId", "expectedRevision"}
 
+# What the host sends: each type with its exact keys (reference client-protocol §1.4).
+HOST_MESSAGE_KEYS = {
+    "response": ({"schema", "type", "requestId", "outcome"}, {"revision", "receipt", "error"}),
+    "event": ({"schema", "type", "subscriptionId", "event", "payload"}, {"revision", "runId"}),
+    "hello": ({"schema", "type", "connectionId", "packageVersion", "pluginSet", "settings"}, set()),
+    "refused": ({"schema", "type", "error"}, set()),
+}
+OUTCOMES = frozenset(
+    {"accepted", "adopted", "rejected", "conflict", "notFound", "claimLost", "unavailable"}
+)
+EVENTS = frozenset({"session_snapshot", "run_progress", "run_status", "runs_changed"})
+
 
 @dataclass(frozen=True)
 class ClientRequest:
@@ -126,3 +138,44 @@ def hello(
         "pluginSet": plugin_set,
         "settings": settings,
     }
+
+
+def check_host_message(message: Any) -> dict[str, Any]:
+    """`message` if it is a well-formed response, event, hello or refusal; a `FrameError`
+    naming the first fault otherwise."""
+    if not isinstance(message, dict) or message.get("schema") != SCHEMA:
+        raise FrameError(f"Expected a {SCHEMA} message")
+    kind = message.get("type")
+    if kind not in HOST_MESSAGE_KEYS:
+        raise FrameError(f"Expected a client response, event or hello, not {str(kind)[:40]!r}")
+    required, optional = HOST_MESSAGE_KEYS[kind]
+    keys = set(message)
+    if required - keys:
+        raise FrameError(f"The {kind} is missing {', '.join(sorted(required - keys))}")
+    if keys - required - optional:
+        raise FrameError(f"Unknown client protocol field: {sorted(keys - required - optional)[0]}")
+    error = message.get("error")
+    if error is not None and (not isinstance(error, str) or not error):
+        raise FrameError(f"The {kind}'s error must be non-empty text")
+    revision = message.get("revision")
+    if revision is not None and (type(revision) is not int or revision < 0):
+        raise FrameError(f"The {kind}'s revision must be a non-negative integer")
+    if kind == "response":
+        if not valid_id(message["requestId"]):
+            raise FrameError("The response's requestId must be a non-empty id")
+        if message["outcome"] not in OUTCOMES:
+            raise FrameError(f"Unknown response outcome {str(message['outcome'])[:40]!r}")
+    elif kind == "event":
+        if not valid_id(message["subscriptionId"]):
+            raise FrameError("The event's subscriptionId must be a non-empty id")
+        if message["event"] not in EVENTS:
+            raise FrameError(f"Unknown event {str(message['event'])[:40]!r}")
+        if "runId" in message and not valid_id(message["runId"]):
+            raise FrameError("The event's runId must be a non-empty id")
+    elif kind == "hello":
+        for key in ("connectionId", "packageVersion", "pluginSet"):
+            if not valid_id(message[key]):
+                raise FrameError(f"The hello's {key} must be non-empty text")
+        if not isinstance(message["settings"], dict):
+            raise FrameError("The hello's settings must be an object")
+    return message

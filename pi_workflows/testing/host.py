@@ -258,7 +258,7 @@ class WorkflowHost(WorkflowHome):
         client = self.client()
         try:
             return wait_until(
-                lambda: (s := client.run_status(run_id))["status"] in statuses and s,
+                lambda: (s := client.known_run_status(run_id))["status"] in statuses and s,
                 timeout=timeout,
                 what=f"run {run_id} to reach {statuses}",
             )
