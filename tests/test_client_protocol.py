@@ -223,28 +223,26 @@ def test_the_cli_reports_a_malformed_answer_in_one_line(home: WorkflowHome, host
     # The CLI's own plugin set, so that it has nothing to warn about.
     host.hello = {**HELLO, "pluginSet": _cli_plugin_set(home)}
     host.answer = lambda r: [_response(r, outcome="accepted", receipt={"runId": "run-1"})]
-    console = str(Path(sys.executable).with_name("pi-workflows"))
-    result = subprocess.run(
-        [console, "--no-autostart", "run", "status", "run-1"],
-        env=home.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = _cli(home, "run", "status", "run-1")
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
     assert "invalid run view for run-1: no workflowName" in result.stderr
     host.answer = lambda r: [_response(r, outcome="notFound", error="Workflow run nope")]
-    missing = subprocess.run(
-        [console, "--no-autostart", "run", "status", "nope"],
+    missing = _cli(home, "run", "status", "nope")
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "Error: Workflow run nope does not exist; see 'pi-workflows run list'.\n"
+    )
+
+
+def _cli(home: WorkflowHome, *args: str) -> subprocess.CompletedProcess[str]:
+    console = str(Path(sys.executable).with_name("pi-workflows"))
+    return subprocess.run(
+        [console, "--no-autostart", *args],
         env=home.env,
         capture_output=True,
         text=True,
         timeout=60,
-    )
-    assert missing.returncode == 1
-    assert missing.stderr == (
-        "Error: Workflow run nope does not exist; see 'pi-workflows run list'.\n"
     )
 
 
