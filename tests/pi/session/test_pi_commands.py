@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 from piw_pi.node import BUNDLED_PI, DISTRIBUTION_DIR, SESSION_EXTENSION
 
+from pi_workflows.host.lock import live_lock_holder
 from tests.host.conftest import HostHarness
+from tests.pi.model_server import ScriptedModelServer
+from tests.pi.offline_pi import PiHome
 from tests.pi.session.workflow_pi import WorkflowPi
+from tests.polling import wait_until
 
 
 def test_extension_path_names_the_entry_file_pi_loads(harness: HostHarness):
@@ -141,3 +147,23 @@ def test_start_payload_is_what_run_start_needs_and_bad_input_is_one_line(harness
     bad = harness.cli("pi", "start-payload", "two-turn", "--input-json", "{nope", check=False)
     assert bad.returncode == 1
     assert bad.stderr.strip().count("\n") == 0 and "not valid JSON" in bad.stderr
+
+
+def test_a_host_the_extension_starts_does_not_inherit_what_pi_sets_for_itself(
+    harness: HostHarness, pi_home: PiHome, model_server: ScriptedModelServer
+):
+    """Pi sets PI_CODING_AGENT=true in its own process; a host started through the
+    extension is nobody's child and must not pass it to its workers and their commands."""
+    bed = WorkflowPi(harness, pi_home, model_server)
+    try:
+        bed.start(f"pi-session-{uuid.uuid4().hex}")  # connecting starts the home's host
+        holder = wait_until(
+            lambda: harness.home.host_dir.exists() and live_lock_holder(harness.home.lock_path),
+            timeout=60,
+            what="the host the extension starts",
+        )
+        env = psutil.Process(holder["pid"]).environ()
+        assert env["PI_WORKFLOWS_HOME"] == str(harness.home.root)
+        assert "PI_CODING_AGENT" not in env
+    finally:
+        bed.close()

@@ -58,6 +58,18 @@ function cliArgv(): string[] {
 	return words.filter((word) => word.length > 0);
 }
 
+// What Pi puts into its own environment for what it runs (`PI_CODING_AGENT=true`). The CLI
+// may start the host, which is nobody's child: it takes its settings from its own
+// environment and `<config>/settings.toml`, never from the Pi process that happened to
+// start it (so its workers and their commands are not told they run inside Pi).
+const PI_OWN_ENVIRONMENT = ["PI_CODING_AGENT"];
+
+function cliEnvironment(): NodeJS.ProcessEnv {
+	const env = { ...process.env };
+	for (const name of PI_OWN_ENVIRONMENT) delete env[name];
+	return env;
+}
+
 /** Run the pi-workflows CLI; resolves with stdout, rejects with its last error line. */
 export function runCli(args: string[], cwd: string): Promise<string> {
 	const [command, ...prefix] = cliArgv();
@@ -65,7 +77,7 @@ export function runCli(args: string[], cwd: string): Promise<string> {
 		execFile(
 			command,
 			[...prefix, ...args],
-			{ cwd, timeout: CLI_TIMEOUT_MS, maxBuffer: 16 * MAX_FRAME_BYTES, env: process.env },
+			{ cwd, timeout: CLI_TIMEOUT_MS, maxBuffer: 16 * MAX_FRAME_BYTES, env: cliEnvironment() },
 			(error, stdout, stderr) => {
 				if (error) {
 					const lines = String(stderr || error.message)
