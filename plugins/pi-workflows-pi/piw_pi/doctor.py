@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pi_workflows.engine.agents import AgentExecutorError
+from pi_workflows.errors import InvalidInputError
 
 from .executor import PiSettings
 from .install import agent_dir, extension_registered, read_settings, settings_file
@@ -94,12 +95,12 @@ def check_extension(cwd: Path) -> Check:
         try:
             if extension_registered(read_settings(path), path.parent):
                 return True, f"extension: ok (listed in {path})"
-        except Exception as error:  # an unreadable settings file is this check's failure
+        except InvalidInputError as error:  # an unreadable settings file fails this check
             return False, f"extension: {error}"
     return False, f"extension: plain pi does not load it; {INSTALL_HINT}"
 
 
-def probe_models(settings: PiSettings) -> Any:
+def probe_models(settings: PiSettings) -> tuple[Any, list[dict[str, Any]] | None]:
     """Ask a pi (no extensions) for its model and its usable models: (state model, models)."""
     model = ["--model", settings.model] if settings.model else []
     argv = [
