@@ -31,7 +31,7 @@ def pi_group() -> None:
 
 @pi_group.command("extension-path")
 def extension_path_command() -> None:
-    """Print the entry file of the Pi extension (use: pi -e "$(pi-workflows pi extension-path)")."""
+    """Print the entry file of the Pi extension (`pi install` lists it in Pi's settings)."""
     click.echo(str(SESSION_EXTENSION))
 
 

@@ -1,7 +1,8 @@
 /**
  * pi-workflows for Pi: makes this Pi session a workflow session (SPEC §16, item 2).
  *
- * Load with `pi -e "$(pi-workflows pi extension-path)"`. The session id is Pi's own, or
+ * `pi-workflows pi install` lists it in Pi's settings, so plain `pi` loads it (or, for one
+ * run, `pi -e "$(pi-workflows pi extension-path)"`). The session id is Pi's own, or
  * `PI_WORKFLOWS_SESSION_ID`; the host is the one of `PI_WORKFLOWS_HOME`, found (and started)
  * through the CLI named by `PI_WORKFLOWS_CLI` (default `pi-workflows`).
  */
