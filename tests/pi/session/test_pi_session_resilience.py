@@ -216,8 +216,13 @@ def test_a_provider_that_is_down_fails_the_run_once_with_a_notice_naming_the_mod
             what="the step's and the result's turns to end",
         )
         assert [m["kind"] for m in pi_session.host_messages(session_id)] == ["step", "terminal"]
+
         # Pi began its automatic retry of each failed turn; each one was cancelled.
-        retries = [e for e in pi.events if e.get("type", "").startswith("auto_retry")]
+        def retry_events():
+            return [e for e in pi.events if e.get("type", "").startswith("auto_retry")]
+
+        wait_until(lambda: len(retry_events()) >= 4, what="both retries to be cancelled")
+        retries = retry_events()
         assert [e["type"] for e in retries] == ["auto_retry_start", "auto_retry_end"] * 2
         assert {e.get("finalError") for e in retries[1::2]} == {"Retry cancelled"}
         assert pi_session.notices(pi).count(notice) == 1
