@@ -203,12 +203,33 @@ def _unmarked_hook_functions(plugin: object) -> list[str]:
     )
 
 
+# Hooks the core calls one implementation at a time, so that one failing or hanging
+# plugin cannot keep the others from running; pluggy's wrappers (`wrapper=True`,
+# `hookwrapper=True`) wrap a whole hook call and would never run there, so a plugin that
+# wraps one of these is refused when it loads. Other hooks may be wrapped.
+ONE_AT_A_TIME_HOOKS = frozenset(
+    {
+        "piw_run_transition",
+        "piw_register_decision_channels",
+        "piw_register_agent_executors",
+        "piw_register_workflows",
+        "piw_register_commands",
+        "piw_workflow_dirs",
+        "piw_select_run_to_claim",
+        "piw_may_claim",
+        "piw_run_claimed",
+    }
+)
+
+
 def _check_hooks_of(manager: pluggy.PluginManager, name: str) -> None:
-    """Unregister and raise when plugin `name` implements a hook that has no spec.
+    """Unregister and raise when plugin `name` implements a hook that has no spec, or
+    wraps a hook the core calls one implementation at a time.
 
     `check_pending()` over the whole manager would fail the load of every plugin for one
     misspelt hook; checking right after each registration pins the error on its plugin.
     """
+    _refuse_wrappers(manager, name)
     plugin = manager.get_plugin(name)
     unknown = sorted(
         caller.name for caller in manager.get_hookcallers(plugin) or [] if caller.spec is None
@@ -222,6 +243,26 @@ def _check_hooks_of(manager: pluggy.PluginManager, name: str) -> None:
         raise pluggy.PluginValidationError(
             plugin, "; ".join(_unknown_hook_sentence(hook) for hook in unknown)
         ) from error
+
+
+def _refuse_wrappers(manager: pluggy.PluginManager, name: str) -> None:
+    """Unregister and raise when plugin `name` wraps one of `ONE_AT_A_TIME_HOOKS`."""
+    plugin = manager.get_plugin(name)
+    wrapped = sorted(
+        caller.name
+        for caller in manager.get_hookcallers(plugin) or []
+        if caller.name in ONE_AT_A_TIME_HOOKS
+        for impl in caller.get_hookimpls()
+        if impl.plugin_name == name and (impl.wrapper or impl.hookwrapper)
+    )
+    if wrapped:
+        manager.unregister(name=name)
+        raise pluggy.PluginValidationError(
+            plugin,
+            f"it wraps {', '.join(wrapped)}, which pi-workflows calls one implementation "
+            "at a time, so the wrapper would never run; implement it without "
+            "wrapper=True / hookwrapper=True",
+        )
 
 
 def _unknown_hook_sentence(hook: str) -> str:
@@ -260,6 +301,7 @@ def temporary_plugin(plugin: object, name: str | None = None) -> Iterator[str]:
     """Register `plugin` for the duration of a block (tests, embedding)."""
     manager = registry().manager
     registered_name = manager.register(plugin, name=name)
+    _refuse_wrappers(manager, registered_name)
     try:
         yield registered_name
     finally:
@@ -350,6 +392,7 @@ def _call_each(
     `kwargs_for(plugin_name)` builds. Returns the answers, in that order, and the
     failures, each naming its plugin and the hook.
     """
+    assert hook_name in ONE_AT_A_TIME_HOOKS, f"{hook_name} must be listed there"
     answers, failures = [], []
     caller = getattr(registry().manager.hook, hook_name)
     implementations = list(reversed(caller.get_hookimpls()))

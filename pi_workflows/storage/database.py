@@ -7,6 +7,7 @@ import errno
 import functools
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,7 +17,13 @@ import peewee
 
 from .. import plugins
 from ..clock import now_ms
-from ..errors import DatabaseUrlError, NotFoundError, SchemaMismatchError, TransactionAborted
+from ..errors import (
+    DatabaseUrlError,
+    NotFoundError,
+    SchemaMismatchError,
+    TransactionAborted,
+    UnsafeHomeError,
+)
 from ..home import Home, check_private_dir, prepare_home
 from . import blobs, run_transitions
 from .models import ALL_MODELS, SchemaMeta, database_proxy
@@ -366,7 +373,7 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
         )
     location = describe_location(db)
     if isinstance(db, peewee.SqliteDatabase):
-        path = Path(db.database)
+        path = _durable_sqlite_path(db)
         _refuse_foreign_sqlite(path)
         if read_only:
             if not path.exists():
@@ -401,6 +408,28 @@ _NO_STATE_YET = (
     "{where} holds no pi-workflows state yet; the first host creates it "
     "('pi-workflows host start', or any 'run start')."
 )
+
+
+def _durable_sqlite_path(db: peewee.SqliteDatabase) -> Path:
+    """The file of a SQLite state database; refuses one that would not keep the state
+    (in memory) or whose directory others can write to (they could swap the file, or put
+    their own -wal or -shm file beside it, as in a shared /tmp)."""
+    name = str(db.database)
+    if name in ("", ":memory:") or "mode=memory" in name:
+        raise DatabaseUrlError(
+            f"The storage plugin opened an in-memory SQLite database ({name!r}), which "
+            "loses every run when the host stops; return a SqliteDatabase with a file path."
+        )
+    path = Path(name)
+    directory = path.parent
+    mode = directory.stat().st_mode if directory.is_dir() else 0
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafeHomeError(
+            f"The state database's directory {directory} is writable by other users (mode "
+            f"{stat.S_IMODE(mode):o}); move the database to a directory of your own, or run "
+            f"'chmod 700 {directory}'."
+        )
+    return path
 
 
 def _open_sqlite_read_only(db: peewee.SqliteDatabase, path: Path) -> None:
