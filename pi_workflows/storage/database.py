@@ -11,6 +11,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import peewee
@@ -29,6 +30,9 @@ from . import blobs, run_transitions
 from .models import ALL_MODELS, SchemaMeta, database_proxy
 from .schema_upgrade import UPGRADES, upgrade_schema
 
+if TYPE_CHECKING:
+    from ..testing.kill_point import KillPoint
+
 # What SPEC §4 promises for every SQLite state database, whoever opened it: applied to
 # each connection (`permanent=True`), so a storage plugin cannot forget one.
 SQLITE_PRAGMAS = (
@@ -39,6 +43,9 @@ SQLITE_PRAGMAS = (
 )
 # A read-only connection cannot set the journal mode; it refuses writes twice over.
 SQLITE_READ_PRAGMAS = (("foreign_keys", 1), ("busy_timeout", 5000), ("query_only", 1))
+
+# Arms the test kit's kill point (pi_workflows.testing.kill_point); unset in production.
+KILL_POINT_ENV = "PI_WORKFLOWS_TEST_KILL_POINT"
 
 SCHEMA_NAME = "pi-workflows-state"
 # 2: run_queue.priority, runs.announced_status; 3: host_state one row per home,
@@ -77,6 +84,9 @@ class StateStore:
         # refuses to write once its lease has expired (SPEC §14).
         self.fence: Callable[[], None] | None = None
         self._deferred: list[Callable[[], None]] = []
+        # The test kit's crash-point explorer only (PI_WORKFLOWS_TEST_KILL_POINT): told of
+        # each commit that changed a run, right before and right after it.
+        self.kill_point: KillPoint | None = None
 
     @property
     def is_sqlite(self) -> bool:
@@ -129,9 +139,13 @@ class StateStore:
                         "An inner step of this change failed, so nothing was written; "
                         "see the earlier error."
                     )
+                if self.kill_point is not None:
+                    self.kill_point.committing(*run_transitions.noted())
                 for transition in run_transitions.collect():
                     tx.after_commit.append(functools.partial(_announce, transition))
             committed = True
+            if self.kill_point is not None:
+                self.kill_point.committed()
         except BaseException:
             tx.after_commit = []
             run_transitions.forget()
@@ -401,6 +415,10 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
             raise NotFoundError(_NO_STATE_YET.format(where=location))
     else:
         _initialize_schema(store)
+        if os.environ.get(KILL_POINT_ENV):
+            from ..testing.kill_point import armed_kill_point
+
+            store.kill_point = armed_kill_point()
     return store
 
 

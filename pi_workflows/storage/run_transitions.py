@@ -30,6 +30,7 @@ class RunTransition:
 class _Noted(threading.local):
     def __init__(self) -> None:
         self.runs: dict[str, str] = {}  # run id -> event type of its latest change
+        self.events = 0  # run events written (the test kit's kill point counts them)
 
 
 _noted = _Noted()
@@ -49,16 +50,23 @@ def lifecycle_status(run_status: str, queue_status: str, paused: bool) -> str:
 
 def note(run_id: str, event_type: str) -> None:
     _noted.runs[run_id] = event_type
+    _noted.events += 1
+
+
+def noted() -> tuple[dict[str, str], int]:
+    """The runs this transaction changed so far (run id -> event type of its latest
+    change), and how many run events it wrote."""
+    return dict(_noted.runs), _noted.events
 
 
 def forget() -> None:
     """A transaction begins or rolls back: nothing it noted may be announced."""
-    _noted.runs = {}
+    _noted.runs, _noted.events = {}, 0
 
 
 def collect() -> list[RunTransition]:
     """Inside the committing transaction: record and return the noted runs' changes."""
-    noted, _noted.runs = _noted.runs, {}
+    noted, _noted.runs, _noted.events = _noted.runs, {}, 0
     if not noted:
         return []
     transitions = []

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from ..home import CONFIG_ENV, HOME_ENV
+from .crash_points import CrashPoints
 from .host import WorkflowHome, WorkflowHost, short_temp_dir
 from .in_process import InProcessHost
 from .isolation import FOREIGN_ENV, IsolatedPlugins, isolated_plugins
@@ -54,3 +55,19 @@ def in_process_host() -> Iterator[InProcessHost]:
         yield host
     finally:
         host.cleanup()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--crash-points",
+        choices=("ci", "full"),
+        default="ci",
+        help="crash_points fixture: 'full' kills hosts as well as workers in every case "
+        "(tests choose what 'ci' covers)",
+    )
+
+
+@pytest.fixture
+def crash_points(request: pytest.FixtureRequest) -> CrashPoints:
+    """The crash-point explorer: ``crash_points.explore(CrashCase(...))`` -> a report."""
+    return CrashPoints(full=request.config.getoption("--crash-points") == "full")

@@ -1,0 +1,78 @@
+"""Every built-in example workflow survives a SIGKILL of its worker, and of its host, at
+every durable boundary (the test kit's crash-point explorer)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from pi_workflows.testing import WorkflowHost
+from pi_workflows.testing.crash_points import CrashCase
+
+
+def answer_checkpoint(host: WorkflowHost, run: dict[str, Any]) -> None:
+    client = host.client()
+    try:
+        client.answer_checkpoint(run["runId"], {"clarified": "yes"})
+    finally:
+        client.close()
+
+
+def answer_decision(host: WorkflowHost, run: dict[str, Any]) -> None:
+    client = host.client()
+    try:
+        for pending in client.list_decisions():
+            if pending["runId"] == run["runId"]:
+                client.answer_decision(pending["decisionId"], "continue")
+    finally:
+        client.close()
+
+
+def applied_effects(host: WorkflowHost) -> Counter[str]:
+    """The effects the host's ledger holds as applied, by node (a printf leaves no trace of
+    its own to count)."""
+    client = host.client()
+    try:
+        return Counter(
+            effect["nodeId"] for effect in client.list_effects() if effect["status"] == "applied"
+        )
+    finally:
+        client.close()
+
+
+CASES = {
+    "hello": CrashCase("hello", {"name": "Ada"}),
+    "shell": CrashCase("shell", {"text": "once"}, effects=applied_effects),
+    "echo": CrashCase("echo", {"task": "say hi"}, agent_replies={"reply": {"reply": "hi"}}),
+    "branch": CrashCase(
+        "branch",
+        {"task": "unclear"},
+        agent_replies={"classify": {"route": "checkpoint", "reason": "vague"}},
+        answer=answer_checkpoint,
+    ),
+    "two-turn": CrashCase(
+        "two-turn",
+        agent_replies={
+            "inspect": {"findings": ["a"], "repoSummary": "r"},
+            "draft": {"draft": "d"},
+            "checklist": {"checklist": ["c"], "references": ["README.md"]},
+        },
+    ),
+    "human-decision": CrashCase("human-decision", answer=answer_decision),
+}
+# Host kills in CI on these; every example with --crash-points=full.
+HOST_KILLS_IN_CI = ("hello", "human-decision")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_example_workflow_survives_a_kill_at_every_boundary(name: str, crash_points) -> None:
+    targets = ("worker", "host") if crash_points.full or name in HOST_KILLS_IN_CI else ("worker",)
+
+    report = crash_points.explore(CASES[name], targets=targets)
+
+    print(report.summary())
+    assert report.boundaries and report.kills
+    report.assert_clean()
