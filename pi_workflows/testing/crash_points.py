@@ -50,6 +50,8 @@ print(json.dumps(replies[os.environ["PI_WORKFLOWS_NODE_ID"]]))
 class CrashCase:
     """One workflow run the explorer repeats, and how to drive it to its end.
 
+    - `input_for(host)`: the input, for one that names the execution's own files (the
+      home is new each time); else `input`;
     - `prepare(host)`: write workflows, plugins or ``channels.toml`` before the host starts;
     - `answer(host, status)`: called (again and again, until it settles) for a run that
       waits without a continuation; answer its checkpoint or decision through
@@ -61,6 +63,7 @@ class CrashCase:
 
     workflow: str
     input: Any = None
+    input_for: Callable[[WorkflowHost], Any] | None = None
     prepare: Callable[[WorkflowHost], None] | None = None
     answer: Callable[[WorkflowHost, dict[str, Any]], None] | None = None
     effects: Callable[[WorkflowHost], Mapping[str, int]] | None = None
@@ -143,9 +146,11 @@ def explore_crash_points(
     case: CrashCase,
     *,
     targets: tuple[str, ...] = TARGETS,
+    where: Callable[[Boundary], bool] | None = None,
     host_factory: Callable[[Path], WorkflowHost] = WorkflowHost,
 ) -> CrashReport:
-    """Record `case`'s boundaries, kill each of `targets` on both sides of each, report."""
+    """Record `case`'s boundaries, kill each of `targets` on both sides of each (of those
+    `where` accepts), report."""
     with _Execution(case, host_factory, None) as first:
         baseline = first.outcome
         boundaries = first.boundaries()
@@ -153,6 +158,8 @@ def explore_crash_points(
     if baseline.problems:
         raise AssertionError(f"{case.workflow} fails without any kill: {baseline.problems}")
     for boundary in boundaries:
+        if where is not None and not where(boundary):
+            continue
         for target in targets:
             if target == "worker" and not boundary.has_worker:
                 continue  # nothing to kill (the claim, before its worker runs; an answer)
@@ -190,8 +197,14 @@ class CrashPoints:
 
     full: bool = False
 
-    def explore(self, case: CrashCase, *, targets: tuple[str, ...] = TARGETS) -> CrashReport:
-        return explore_crash_points(case, targets=targets)
+    def explore(
+        self,
+        case: CrashCase,
+        *,
+        targets: tuple[str, ...] = TARGETS,
+        where: Callable[[Boundary], bool] | None = None,
+    ) -> CrashReport:
+        return explore_crash_points(case, targets=targets, where=where)
 
 
 def _compare(expected: Outcome, actual: Outcome) -> list[str]:
@@ -267,7 +280,7 @@ class _Execution:
         self.payload = start_payload(
             case.workflow,
             host.project,
-            case.input,
+            case.input if case.input_for is None else case.input_for(host),
             session_id=SESSION if case.interactive else None,
         )
 
