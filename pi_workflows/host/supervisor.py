@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES, FrameError, decode_frame, encode_frame
+from ..protocol.worker_messages import worker_response
 from ..records import WorkerProcessSpec
 from .forkserver import ForkedWorker, ForkServer
 
@@ -151,7 +152,7 @@ class WorkerSupervisor:
             if reply is None:
                 continue
             with contextlib.suppress(ConnectionError, BrokenPipeError):
-                self.process.stdin.write(encode_frame(reply, MAX_WORKER_FRAME_BYTES))
+                self.process.stdin.write(_frame_for_worker(reply))
                 await self.process.stdin.drain()
 
     async def _collect_stderr(self) -> None:
@@ -194,6 +195,20 @@ class WorkerSupervisor:
             _signal_group(pgid, signal.SIGKILL)
         # Children that ignored SIGTERM must not outlive their worker.
         _signal_group(pgid, signal.SIGKILL)
+
+
+def _frame_for_worker(reply: dict[str, Any]) -> bytes:
+    """The reply as one pipe line; a reply longer than a line (a run state over 64 MiB)
+    becomes a bounded rejection, so the worker hears why instead of waiting forever."""
+    try:
+        return encode_frame(reply, MAX_WORKER_FRAME_BYTES)
+    except FrameError as error:
+        refusal = worker_response(
+            str(reply.get("messageId")),
+            "rejected",
+            error=f"The host's answer could not be transferred: {error}",
+        )
+        return encode_frame(refusal, MAX_WORKER_FRAME_BYTES)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

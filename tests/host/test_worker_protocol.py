@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.storage.models import Lease, Run
 from pi_workflows.storage.runs import create_run
@@ -318,3 +319,70 @@ def test_a_huge_refusal_is_bounded_and_the_removed_whole_run_read_stops_its_work
         lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
         what="the run to be parked: its worker made no progress",
     )
+
+
+# A worker that grows its run state to just under a pipe line (64 MiB), asks for it back
+# with the run's input (a longer line), and ends the run with what it heard.
+BIG_STATE_WORKER_PLUGIN = '''
+import dataclasses
+import sys
+
+from pi_workflows import hookimpl
+from pi_workflows.builtin import launch
+
+CODE = """
+import json, os, sys
+from pi_workflows.worker.host_pipe import HostPipe
+
+envelope = json.loads(os.environ["PI_WORKFLOWS_WORKER_LAUNCH"])
+pipe = HostPipe(envelope, sys.stdin.buffer, sys.stdout.buffer)
+pipe.ready()
+
+
+def snapshot(status, event, **fields):
+    state = {"schema": "pi-workflows.run-state.v1", "runId": envelope["runId"], "steps": []}
+    return {"snapshot": {**state, "status": status, **fields}, "trace_event": {"type": event}}
+
+
+big = {"big": "x" * (64 * 2**20 - 200 * 2**10)}
+pipe.call("store.writeSnapshot", snapshot("running", "run_started", outputs=big))
+try:
+    pipe.call("store.readRunState", {})
+    heard = "the whole state"
+except Exception as error:
+    heard = str(error)
+pipe.call("store.writeSnapshot", snapshot("failed", "run_failed", error=heard))
+"""
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    spec = launch.piw_worker_process(envelope, settings)
+    return dataclasses.replace(spec, argv=[sys.executable, "-c", CODE])
+'''
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.scenario("3.16")
+def test_an_answer_longer_than_a_pipe_line_reaches_the_worker_as_a_bounded_refusal(
+    harness: HostHarness, tmp_path: Path
+):
+    (tmp_path / "big_state_worker.py").write_text(BIG_STATE_WORKER_PLUGIN)
+    harness.start_host(
+        PI_WORKFLOWS_PLUGINS="big_state_worker",
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    )
+    with HostConnection(harness.home.socket_path) as connection:
+        started = connection.request(
+            "run.start", start_payload("hello", harness.project, {"pad": "y" * 400_000})
+        )
+    run_id = started.receipt["runId"]
+
+    status = harness.wait_for_run(run_id, timeout=120)
+
+    assert status["status"] == "failed", status
+    assert status["error"] == (
+        "The host's answer could not be transferred: Protocol message exceeds 64 MiB"
+    )
+    assert harness.host_process.poll() is None
+    assert harness.status()["state"] == "running"
