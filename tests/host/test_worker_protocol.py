@@ -11,8 +11,10 @@ import pytest
 
 from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
+from pi_workflows.errors import HostUnavailableError
 from pi_workflows.storage.models import Lease, Run
 from pi_workflows.storage.runs import create_run
+from pi_workflows.testing.host import TERMINAL_STATUSES
 
 from .conftest import HostHarness, wait_until
 from .workflows import CHECKPOINTED, GATED_IMPORT, STALE_LAUNCH_PLUGIN, STEPS
@@ -371,6 +373,9 @@ def test_an_answer_longer_than_a_pipe_line_reaches_the_worker_as_a_bounded_refus
     harness.start_host(
         PI_WORKFLOWS_PLUGINS="big_state_worker",
         PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        # Under load, moving 64 MiB through JSON can hold the host's loop past its
+        # default lease; this test is about the answer, not the lease.
+        PI_WORKFLOWS_HOST_LEASE_MS="300000",
     )
     with HostConnection(harness.home.socket_path) as connection:
         started = connection.request(
@@ -378,8 +383,19 @@ def test_an_answer_longer_than_a_pipe_line_reaches_the_worker_as_a_bounded_refus
         )
     run_id = started.receipt["runId"]
 
-    status = harness.wait_for_run(run_id, timeout=120)
+    def ended() -> dict | None:
+        # Moving 64 MiB through JSON keeps the host's loop busy for seconds under load:
+        # a status request that finds it busy is asked again.
+        client = harness.client()
+        try:
+            status = client.run_status(run_id)
+        except HostUnavailableError:
+            return None
+        finally:
+            client.close()
+        return status if status["status"] in TERMINAL_STATUSES else None
 
+    status = wait_until(ended, timeout=120, what="the run to end")
     assert status["status"] == "failed", status
     assert status["error"] == (
         "The host's answer could not be transferred: Protocol message exceeds 64 MiB"
