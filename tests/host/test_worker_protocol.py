@@ -297,13 +297,10 @@ def piw_worker_process(envelope, settings):
 
 @pytest.mark.scenario("3.19", "3.20")
 def test_a_huge_refusal_is_bounded_and_the_removed_whole_run_read_stops_its_worker(
-    harness: HostHarness, tmp_path: Path
+    harness: HostHarness,
 ):
-    (tmp_path / "raw_worker.py").write_text(RAW_WORKER_PLUGIN)
-    harness.start_host(
-        PI_WORKFLOWS_PLUGINS="raw_worker",
-        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-    )
+    harness.add_plugin("raw_worker", RAW_WORKER_PLUGIN)
+    harness.start_host()
     run_id = harness.start_run("hello")
 
     wait_until(
@@ -367,12 +364,10 @@ def piw_worker_process(envelope, settings):
 @pytest.mark.sqlite_only
 @pytest.mark.scenario("3.16")
 def test_an_answer_longer_than_a_pipe_line_reaches_the_worker_as_a_bounded_refusal(
-    harness: HostHarness, tmp_path: Path
+    harness: HostHarness,
 ):
-    (tmp_path / "big_state_worker.py").write_text(BIG_STATE_WORKER_PLUGIN)
+    harness.add_plugin("big_state_worker", BIG_STATE_WORKER_PLUGIN)
     harness.start_host(
-        PI_WORKFLOWS_PLUGINS="big_state_worker",
-        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
         # Under load, moving 64 MiB through JSON can hold the host's loop past its
         # default lease; this test is about the answer, not the lease.
         PI_WORKFLOWS_HOST_LEASE_MS="300000",
