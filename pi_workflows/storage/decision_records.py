@@ -577,11 +577,12 @@ def has_pending_continuations() -> bool:
 
 
 def reserve_pending_continuations() -> list[str]:
-    """Continuations of accepted decisions whose parent was not parked yet at acceptance."""
+    """Continuations of accepted decisions whose parent was not parked yet at acceptance
+    (a parent paused since waits for `run resume`)."""
     reserved = []
     for row in _unreserved_continuations():
         parent = parked_parent(row.decision.run_id)
-        if parent is None:
+        if parent is None or parent.paused:
             continue
         decision_id = row.decision.decision_id
         run_id = continuation_id_for_decision(decision_id)
