@@ -350,3 +350,63 @@ def test_pause_and_cancel_from_another_host_are_applied_by_the_owner(
     assert ("run.pause", "applied", "accepted") in commands
     assert all(status == "applied" for _, status, _ in commands)
     assert (owner.project / "trace").read_text().split().count("c") == 0
+
+
+NEVER_CLAIM = """
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    return False
+"""
+
+
+@pytest.mark.scenario("5.10")
+def test_cancel_waits_for_a_live_owner_and_ends_a_run_whose_owner_expired(
+    hosts: list[HostHarness],
+):
+    """The reference refuses a cancel while another owner's lease is live; here the
+    command is forwarded to that owner and never applied over its claim. Once the lease
+    has expired the run is cancelled, and its claim generation moves on."""
+    owner, other = hosts[0], hosts[1]
+    owner.write_workflow("steps", STEPS)
+    owner.start_host()
+    run_id = owner.start_run("steps")
+    owner.wait_for_pid("b.pid")
+    other.add_plugin("never_claim", NEVER_CLAIM)  # so the run is not taken over
+    other.start_host()
+    [(generation, owner_id)] = owner.query(
+        "SELECT generation, owner_id FROM leases WHERE run_id = ?", run_id
+    )
+    assert owner_id == _host_id(owner)
+
+    owner.host_process.send_signal(signal.SIGSTOP)
+    forwarded = json.loads(other.cli("run", "cancel", run_id, "--json").stdout)
+    assert forwarded["forwarded"] is True
+    # The stopped owner's claim still holds: nothing cancelled the run over it.
+    assert other.client().run_status(run_id)["status"] == "running"
+    assert owner.query("SELECT owner_id FROM leases WHERE run_id = ?", run_id) == [(owner_id,)]
+
+    wait_until(
+        lambda: owner.query(
+            "SELECT 1 FROM leases WHERE run_id = ? AND (owner_id IS NULL OR expires_at <= ?)",
+            run_id,
+            int(time.time() * 1000),
+        ),
+        timeout=60,
+        interval=SLOW_LOOK_S,
+        what="the stopped owner's claim to expire",
+    )
+    other.cli("run", "cancel", run_id, check=False)  # applied now, unless already done
+    status = other.wait_for_status(run_id, "cancelled", timeout=60)
+    assert status["error"] == "Workflow run cancelled"
+    [(new_generation, new_owner)] = owner.query(
+        "SELECT generation, owner_id FROM leases WHERE run_id = ?", run_id
+    )
+    assert new_owner is None and new_generation > generation
+    assert owner.query("SELECT status FROM run_queue WHERE run_id = ?", run_id) == [("cancelled",)]
+
+    owner.host_process.send_signal(signal.SIGCONT)
+    assert owner.host_process.wait(timeout=30) == 0, owner.host_log()
+    assert other.client().run_status(run_id)["status"] == "cancelled"
