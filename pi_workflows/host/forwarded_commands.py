@@ -20,20 +20,22 @@ from ..storage.models import ForwardedCommand, Lease
 from .receipts import OperationResult
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from ..storage import StateStore
+    from .operations import OperationTable
+    from .slots import WorkerSlots
 
 log = logging.getLogger("pi_workflows.host.forwarded")
 
 
-def owned_elsewhere(host: Host, run_id: str) -> bool:
+def owned_elsewhere(slots: WorkerSlots, run_id: str) -> bool:
     """True while another host holds the run's live claim."""
-    if host.slots.is_busy(run_id):
+    if slots.is_busy(run_id):
         return False
     lease = Lease.get_or_none(Lease.run == run_id)
     return (
         lease is not None
         and lease.owner_id is not None
-        and lease.owner_id != host.host_id
+        and lease.owner_id != slots.host_id
         and lease.expires_at > now_ms()
     )
 
@@ -58,7 +60,7 @@ def forward(request: ClientRequest, run_id: str) -> OperationResult:
     )
 
 
-def apply_pending(host: Host) -> None:
+def apply_pending(slots: WorkerSlots, store: StateStore, table: OperationTable) -> None:
     """Poll: apply the commands for runs this host owns, or that no live host owns."""
     pending = list(
         ForwardedCommand.select(ForwardedCommand, Lease)
@@ -70,13 +72,13 @@ def apply_pending(host: Host) -> None:
     for command in pending:
         run_id = command.run_id
         lease = command.lease
-        mine = host.slots.is_busy(run_id)
+        mine = slots.is_busy(run_id)
         unowned = lease.owner_id is None or lease.expires_at <= now
         if mine or unowned:
-            _apply(host, command)
+            _apply(store, table, command)
 
 
-def _apply(host: Host, command: ForwardedCommand) -> None:
+def _apply(store: StateStore, table: OperationTable, command: ForwardedCommand) -> None:
     request = ClientRequest(
         request_id=f"forwarded-{command.command_id}",
         client_id=command.client_id,
@@ -88,7 +90,7 @@ def _apply(host: Host, command: ForwardedCommand) -> None:
         raw={},
     )
     try:
-        with host.store.transaction():
+        with store.transaction():
             taken = (
                 ForwardedCommand.update(status="applied", applied_at=now_ms())
                 .where(
@@ -99,7 +101,7 @@ def _apply(host: Host, command: ForwardedCommand) -> None:
             )
             if taken != 1:
                 return  # another host applied it
-            result = host.operations.table.durable_handler(command.operation)(request)
+            result = table.durable_handler(command.operation)(request)
             ForwardedCommand.update(outcome=result.outcome).where(
                 ForwardedCommand.command_id == command.command_id
             ).execute()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..clock import now_ms
 from ..errors import InvalidInputError, PiWorkflowsError
@@ -30,7 +30,6 @@ from ..storage.models import (
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.transcripts import attempt_transcripts
 from . import epoch_lease, forwarded_commands
-from .profile import host_profile
 from .receipts import OperationResult, apply_durable, execute_durable, outcome_for_error, refusal
 from .session_views import unfinished_session_run
 
@@ -38,7 +37,9 @@ from .session_views import unfinished_session_run
 MAX_BATCH_RUNS = 1000
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from ..storage import StateStore
+    from .commit_group import CommitGroup
+    from .slots import WorkerSlots
 
 RUN_LIST_LIMIT = 100
 # A 32-bit column on every database.
@@ -103,10 +104,31 @@ class OperationTable:
         return frozenset({*self.durable, *self.queries, *self.live, "host.stop"})
 
 
+class HostControl(Protocol):
+    """What the client operations need of the host besides its worker slots."""
+
+    store: StateStore
+    worker_commits: CommitGroup
+
+    def serving_epoch(self) -> int | None:
+        """The epoch clients are served under; None while the host starts or stops."""
+
+    def request_stop(self) -> None:
+        """`host.stop`: stop soon (after this answer)."""
+
+    def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
+        """After commit: a run left `running` (features react)."""
+
+    def status_facts(self) -> dict[str, Any]:
+        """`host status`'s facts of the host process (socket, epoch, uptime, clients,
+        features' fields, profile, duty), in the order it shows them."""
+
+
 class Operations:
     """The host's own run operations and the dispatcher over the operation table."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, slots: WorkerSlots, host: HostControl) -> None:
+        self.slots = slots
         self.host = host
         self.table = OperationTable()
         for name, durable in (
@@ -132,7 +154,8 @@ class Operations:
 
     async def dispatch(self, request: ClientRequest, connection: Any = None) -> dict[str, Any]:
         host = self.host
-        if host.stopping or host.epoch_lease is None:
+        epoch = host.serving_epoch()
+        if epoch is None:
             return response(request.request_id, "unavailable", error="Workflow host is stopping")
         operation = request.operation
         table = self.table
@@ -145,11 +168,9 @@ class Operations:
                 )
         if operation in table.durable:
             handler = table.durable_handler(operation)
-            return execute_durable(
-                host.store, request, host.epoch_lease.epoch, lambda: handler(request)
-            )
+            return execute_durable(host.store, request, epoch, lambda: handler(request))
         if operation == "host.stop":
-            host.spawn(host.stop())
+            host.request_stop()
             return response(request.request_id, "accepted", receipt={"stopping": True})
         try:
             receipt = table.queries[operation](request)
@@ -173,12 +194,12 @@ class Operations:
         refused, or fails, alone. Each answer is the one `dispatch` would give, or the
         exception that request raised."""
         host = self.host
-        if host.stopping or host.epoch_lease is None:
+        epoch = host.serving_epoch()
+        if epoch is None:
             return [
                 response(r.request_id, "unavailable", error="Workflow host is stopping")
                 for r in requests
             ]
-        epoch = host.epoch_lease.epoch
         handler = self.table.durable_handler("run.start")
         group = host.worker_commits
         futures = [
@@ -232,7 +253,7 @@ class Operations:
             if isinstance(created, OperationResult):
                 raise InvalidInputError(f"runs[{index}]: {created.error}")
             run_ids.append(created)
-        self.host.slots.claim_free_slots()
+        self.slots.claim_free_slots()
         return OperationResult(
             "accepted", receipt={"runs": [{"runId": r, "status": "queued"} for r in run_ids]}
         )
@@ -305,10 +326,10 @@ class Operations:
         run = get_run(run_id)
         host = self.host
         if run.status not in TERMINAL_RUN_STATUSES and forwarded_commands.owned_elsewhere(
-            host, run_id
+            self.slots, run_id
         ):
             return forwarded_commands.forward(request, run_id)
-        slots = host.slots
+        slots = self.slots
         active = slots.active_runs.get(run_id)
         token = active.claim_token if active else slots.pending_claims.get(run_id)
         if active is not None and (active.control in ("pause", "handoff") or active.released):
@@ -349,9 +370,9 @@ class Operations:
             return OperationResult(
                 "adopted", receipt={**receipt, "alreadyPaused": True}, run_id=run_id
             )
-        if forwarded_commands.owned_elsewhere(host, run_id):
+        if forwarded_commands.owned_elsewhere(self.slots, run_id):
             return forwarded_commands.forward(request, run_id)
-        slots = host.slots
+        slots = self.slots
         active = slots.active_runs.get(run_id)
         if active is not None and active.control is not None:
             return OperationResult(
@@ -397,8 +418,8 @@ class Operations:
         run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
-        slots = host.slots
-        if slots.is_busy(run_id) or forwarded_commands.owned_elsewhere(host, run_id):
+        slots = self.slots
+        if slots.is_busy(run_id) or forwarded_commands.owned_elsewhere(self.slots, run_id):
             return OperationResult(
                 "adopted",
                 receipt={
@@ -517,16 +538,17 @@ class Operations:
             )
             .count()
         )
+        facts = host.status_facts()
         return {
             "state": "running",
             # No pid or start identity: the receipt may reach a model through a session;
             # the CLI reads the process from the home's lock file.
-            "socketAvailable": host.server is not None,
-            "epoch": host.epoch_lease.epoch if host.epoch_lease else None,
-            "uptimeMs": host.uptime_ms(),
-            "activeWorkers": len(host.slots.active_runs),
-            "maxWorkers": host.slots.max_workers,
-            "connectedClients": host.server.connected_clients if host.server else 0,
+            "socketAvailable": facts.pop("socketAvailable"),
+            "epoch": facts.pop("epoch"),
+            "uptimeMs": facts.pop("uptimeMs"),
+            "activeWorkers": len(self.slots.active_runs),
+            "maxWorkers": self.slots.max_workers,
+            "connectedClients": facts.pop("connectedClients"),
             "queuedRuns": queue_counts.get("queued", 0),
             "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
             "parkedRuns": queue_counts.get("parked", 0),
@@ -541,11 +563,9 @@ class Operations:
             .count(),
             "ambiguousEffects": _ambiguous_effects(),
             "lifecycleContradictions": _lifecycle_contradictions(),
-            "claimPassFailure": host.slots.failure(),
-            **host.features.host_status(),
-            **host_profile(host.home, host.database_url, host.settings),
-            "dutyHost": host.is_duty_host,
-            "hosts": [_host_record(row, host.host_id) for row in epoch_lease.live_hosts()],
+            "claimPassFailure": self.slots.failure(),
+            **facts,  # the features', the profile and the duty
+            "hosts": [_host_record(row, self.slots.host_id) for row in epoch_lease.live_hosts()],
         }
 
 

@@ -50,6 +50,7 @@ from .human_decisions import HumanDecisions
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
 from .process_identity import is_running, is_same_process, start_identity
+from .profile import host_profile
 from .restarts import Restarts
 from .run_watch import RunWatches
 from .run_why import RunWhy
@@ -140,11 +141,11 @@ class Host:
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
         self.server: Any = None
-        self.operations = Operations(self)
+        self.operations = Operations(self.slots, self)
         self.fork_server = (
             ForkServer(sys.executable, str(home.root)) if self.settings["fork_server"] else None
         )
-        services = HostServices(self)
+        services = HostServices(self.slots, self)
         self.features = HostFeatures([feature(services) for feature in FEATURES])
         self.features.register_operations(self.operations.table)
 
@@ -197,7 +198,13 @@ class Host:
             await process_groups.stop_orphaned_groups(self.store)
             self.features.startup()
             self.started_at = now_ms()
-            self.server = ClientServer(self, self.operations)
+            self.server = ClientServer(
+                self.operations,
+                home=self.home,
+                host_settings=self.settings,
+                store=self.store,
+                commits=self.worker_commits,
+            )
             await self.server.listen()
         except BaseException:
             self._release_identity()
@@ -305,7 +312,7 @@ class Host:
         if not self.store.is_sqlite:
             self._take_over_expired_hosts()
             try:
-                forwarded_commands.apply_pending(self)
+                forwarded_commands.apply_pending(self.slots, self.store, self.operations.table)
             except Exception:
                 log.exception("forwarded commands failed")
         self.slots.poll()
@@ -446,7 +453,14 @@ class Host:
     async def _run_worker(self, active: ActiveRun, envelope: dict[str, Any]) -> WorkerExit:
         settings = WorkerSettings(self.home.root, self.database_url, sys.executable)
         spec = plugins.worker_process(envelope, settings)
-        gateway = WorkerGateway(self, active)
+        gateway = WorkerGateway(
+            active,
+            self.slots,
+            store=self.store,
+            commits=self.worker_commits,
+            features=self.features,
+            state_directory=self.home.host_dir,
+        )
         supervisor = WorkerSupervisor(
             spec, gateway.handle, startup_timeout_s=self.timings.worker_startup_s
         )
@@ -543,21 +557,28 @@ class Host:
         """After-commit effects of a run leaving `running`; none of them may raise."""
         self.features.run_stopped(run_id, old_status, new_status)
 
-    def release_to_waiting(self, run_id: str, event_type: str) -> bool:
-        """Park the run of an active worker as `waiting` and let the worker go (in a
-        transaction); False when this host no longer holds the run's claim."""
-        active = self.slots.active_runs.get(run_id)
-        if active is None or not run_claims.park_run(
-            run_id, active.claim_token, event_type=event_type, to_waiting=True
-        ):
-            return False
-        active.control = "handoff"
-        return True
+    # --- what the client operations see (`operations.HostControl`) ----------------------
 
-    # --- status ------------------------------------------------------------------------
+    def serving_epoch(self) -> int | None:
+        """The epoch clients are served under; None while the host starts or stops."""
+        if self.stopping or self.epoch_lease is None:
+            return None
+        return self.epoch_lease.epoch
 
-    def uptime_ms(self) -> int:
-        return now_ms() - self.started_at if self.started_at else 0
+    def request_stop(self) -> None:
+        self.spawn(self.stop())
+
+    def status_facts(self) -> dict[str, Any]:
+        """`host status`'s facts of this process; the operations add the database's."""
+        return {
+            "socketAvailable": self.server is not None,
+            "epoch": self.epoch_lease.epoch if self.epoch_lease else None,
+            "uptimeMs": now_ms() - self.started_at if self.started_at else 0,
+            "connectedClients": self.server.connected_clients if self.server else 0,
+            **self.features.host_status(),
+            **host_profile(self.home, self.database_url, self.settings),
+            "dutyHost": self.is_duty_host,
+        }
 
 
 async def _finish_by(deadline: float, tasks: set[asyncio.Task]) -> set[asyncio.Task]:

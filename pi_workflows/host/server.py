@@ -30,7 +30,10 @@ from .content_references import HeldContent, frame_within_limit
 from .operations import Operations
 
 if TYPE_CHECKING:
-    from .runtime import Host
+    from ..home import Home
+    from ..settings import Settings
+    from ..storage import StateStore
+    from .commit_group import CommitGroup
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +56,32 @@ def max_connections() -> int:
 
 
 class ClientServer:
-    def __init__(self, host: Host, operations: Operations) -> None:
-        self.host = host
+    def __init__(
+        self,
+        operations: Operations,
+        *,
+        home: Home,
+        host_settings: Settings,
+        store: StateStore,
+        commits: CommitGroup,
+    ) -> None:
         self.operations = operations
+        self.home = home
+        self.store = store
+        # Client `run.start`s go ahead of worker messages while a client streams them.
+        self.commits = commits
         self.listener: socket.socket | None = None
         self.connections: set[ClientConnection] = set()
         # Plugins load once per process, so every hello can carry the same digest.
         self.plugin_set = plugins.plugin_set_digest()
-        self.settings_fingerprints = host.settings.fingerprints()
+        self.settings_fingerprints = host_settings.fingerprints()
         self._accepting: asyncio.Task | None = None
         self._serving: set[asyncio.Task] = set()  # one per accepted connection
         self.max_connections = max_connections()
         self.idle_timeout_s = settings.value("idle_connection_s")
 
     async def listen(self) -> None:
-        path = self.host.home.socket_path
+        path = self.home.socket_path
         if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
             raise PiWorkflowsError(
                 f"Socket path {path} is longer than the OS allows ({MAX_SOCKET_PATH_BYTES} "
@@ -228,7 +242,7 @@ class ClientServer:
                 continue
             # Any other request (the watch of a run just started, say) ends a hold: the
             # workers wait only for a stream of starts.
-            self.host.worker_commits.release()
+            self.commits.release()
             if len(answering) >= MAX_REQUESTS_IN_FLIGHT:
                 await asyncio.wait(answering, return_when=asyncio.FIRST_COMPLETED)
             task = loop.create_task(self._answer(request, connection))
@@ -275,7 +289,7 @@ class ClientServer:
             await self._send_answer(request, reply, connection)
         connection.start_answered_at = loop.time()
         if streaming:
-            self.host.worker_commits.hold()
+            self.commits.hold()
 
     async def _send_answer(
         self, request: ClientRequest, reply: dict | Exception, connection: ClientConnection
@@ -302,7 +316,7 @@ class ClientServer:
                 )
 
     def _failure(self, operation: str, error: Exception) -> str:
-        location = self.host.store.location
+        location = self.store.location
         if is_disk_full(error):
             return (
                 f"The workflow host cannot write its state at {location}: the disk is full. "

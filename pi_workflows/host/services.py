@@ -8,18 +8,36 @@ rule it keeps.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import asyncio
 
     from ..home import Home
     from ..storage import StateStore
-    from .runtime import Host
+    from .features import HostFeatures
+    from .slots import WorkerSlots
+
+
+class HostLife(Protocol):
+    """What of the host's own state the services read (it changes while the host runs)."""
+
+    store: StateStore
+    home: Home
+    host_id: str
+    stopping: bool
+    is_duty_host: bool
+    previous_heartbeat_at: int | None
+    features: HostFeatures
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
+
+    def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None: ...
 
 
 class HostServices:
-    def __init__(self, host: Host) -> None:
+    def __init__(self, slots: WorkerSlots, host: HostLife) -> None:
+        self._slots = slots
         self._host = host
 
     @property
@@ -41,16 +59,16 @@ class HostServices:
 
     def worker_load(self) -> tuple[int, int]:
         """(worker slots in use, the worker limit) of this host."""
-        slots = self._host.slots
+        slots = self._slots
         return slots.busy(), slots.max_workers
 
     def claim_failure(self) -> str | None:
         """The claim plugins failing now (named), or None."""
-        return self._host.slots.failure()
+        return self._slots.failure()
 
     def is_vetoed(self, run_id: str, revision: int) -> bool:
         """True while a claim plugin's remembered veto holds for the run."""
-        return self._host.slots.is_vetoed(run_id, revision)
+        return self._slots.is_vetoed(run_id, revision)
 
     def session_has_coordinator(self, session_id: str) -> bool:
         """Whether a live client coordinates the session on this host."""
@@ -77,18 +95,18 @@ class HostServices:
 
     def schedule_claim_pass(self) -> None:
         """A run became claimable: look for work soon (never inside the claim pass)."""
-        self._host.slots.schedule_pass()
+        self._slots.schedule_pass()
 
     def claim_now(self) -> None:
         """A run became claimable in this transaction: claim it (and any other) for the
         free worker slots in the same commit (with claim plugins: just after it); the
         workers launch after commit."""
-        self._host.slots.claim_free_slots()
+        self._slots.claim_free_slots()
 
     def unblock_run(self, run_id: str) -> None:
         """An operator cleared what held the run (inside a transaction): after commit it
         may be claimed again, by this host's next claim pass."""
-        slots = self._host.slots
+        slots = self._slots
 
         def release() -> None:
             slots.blocked_runs.discard(run_id)
@@ -98,25 +116,25 @@ class HostServices:
 
     def is_run_busy(self, run_id: str) -> bool:
         """True while this host runs, or is about to launch, a worker for the run."""
-        return self._host.slots.is_busy(run_id)
+        return self._slots.is_busy(run_id)
 
     def admit(self, run_id: str) -> bool:
         """Outside a transaction: a worker slot is free and the claim plugins allow the
         run now; then `claim_run(run_id, admitted=True)` in the transaction."""
-        return self._host.slots.admit(run_id)
+        return self._slots.admit(run_id)
 
     def claim_run(
         self, run_id: str, *, admitted: bool = False, allow_pending_interaction: bool = False
     ) -> int | None:
         """Claim a run through the claim gate (inside a transaction); its worker launches
         after commit. None when it was not claimed (no slot, not admitted, taken)."""
-        return self._host.slots.claim_run(
+        return self._slots.claim_run(
             run_id, admitted=admitted, allow_pending_interaction=allow_pending_interaction
         ).generation
 
     def release_to_waiting(self, run_id: str, event_type: str) -> bool:
         """Park the run this host's worker holds as `waiting`; the worker is let go."""
-        return self._host.release_to_waiting(run_id, event_type)
+        return self._slots.release_to_waiting(run_id, event_type)
 
     def run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         """Announce, after commit, that a feature's write moved a run out of `running`."""

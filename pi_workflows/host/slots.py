@@ -345,6 +345,17 @@ class WorkerSlots:
         self.blocked_runs.discard(run_id)
         return GateAnswer(claim.generation)
 
+    def release_to_waiting(self, run_id: str, event_type: str) -> bool:
+        """Park the run of an active worker as `waiting` and let the worker go (in a
+        transaction); False when this host no longer holds the run's claim."""
+        active = self.active_runs.get(run_id)
+        if active is None or not run_claims.park_run(
+            run_id, active.claim_token, event_type=event_type, to_waiting=True
+        ):
+            return False
+        active.control = "handoff"
+        return True
+
     # --- the claim itself --------------------------------------------------------------
 
     def _claim(

@@ -47,8 +47,13 @@ from .process_groups import this_machine
 from .process_identity import start_identity
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..records import RunRecord
-    from .runtime import Host
+    from ..storage import StateStore
+    from .commit_group import CommitGroup
+    from .features import HostFeatures
+    from .slots import WorkerSlots
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +61,22 @@ READ_ONLY_OPERATIONS = frozenset({"store.readRunState", "worker.ready", "worker.
 
 
 class WorkerGateway:
-    def __init__(self, host: Host, active: ActiveRun) -> None:
-        self.host = host
+    def __init__(
+        self,
+        active: ActiveRun,
+        slots: WorkerSlots,
+        *,
+        store: StateStore,
+        commits: CommitGroup,
+        features: HostFeatures,
+        state_directory: Path,
+    ) -> None:
         self.active = active
+        self.slots = slots
+        self.store = store
+        self.commits = commits
+        self.features = features
+        self.state_directory = state_directory
         # Set while a store operation's transaction releases the run's claim.
         self._releases_claim = False
         # The run's status as the current store operation has left it (None: read it).
@@ -68,12 +86,12 @@ class WorkerGateway:
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
         # A client streaming run.starts goes first (bounded; see host/commit_group.py).
-        await self.host.worker_commits.worker_turn()
+        await self.commits.worker_turn()
         validate_message(message)
         message_id = message["messageId"]
         active = self.active
         if (
-            self.host.slots.active_runs.get(message["runId"]) is not active
+            self.slots.active_runs.get(message["runId"]) is not active
             or message["generation"] != active.generation
             or message["workerEpoch"] != active.worker_epoch
         ):
@@ -86,7 +104,7 @@ class WorkerGateway:
             # commit (`_record_ready`), unless a store read comes first: that read must
             # see the revision worker.ready promised.
             if message["operation"] != "worker.ready" and active.ready == "deferred":
-                self.host.store.flush_deferred()
+                self.store.flush_deferred()
             try:
                 return self._dispatch(message)
             except PiWorkflowsError as error:
@@ -118,7 +136,7 @@ class WorkerGateway:
 
         try:
             # Writes of other workers read in the same loop pass share this commit.
-            reply = await self.host.worker_commits.submit(apply)
+            reply = await self.commits.submit(apply)
         except HostLeaseLostError:
             return self._claim_lost(message_id)  # this host's lease is gone: no write at all
         except PiWorkflowsError as error:
@@ -140,7 +158,7 @@ class WorkerGateway:
         return self._store_operation(message)
 
     def _record(self, message: dict[str, Any], fingerprint: str, reply: dict[str, Any]) -> None:
-        with self.host.store.transaction():
+        with self.store.transaction():
             statements.insert_worker_message(
                 self.active.worker_epoch,
                 message["messageId"],
@@ -188,7 +206,7 @@ class WorkerGateway:
         # told the revision that write finds: `mark_running` bumps it once.
         if active.ready is None:
             active.ready = "deferred"
-            self.host.store.defer_write(self._record_ready)
+            self.store.defer_write(self._record_ready)
         if active.supervisor is not None:
             active.supervisor.ready.set()
         if self._prepared is not None:  # the answer went with the launch
@@ -216,7 +234,7 @@ class WorkerGateway:
             "command": command.to_json(),
             "originSessionId": record.origin_session_id,
             "runState": state,
-            "stateDirectory": str(self.host.home.host_dir),
+            "stateDirectory": str(self.state_directory),
             "workflowName": state["workflowName"],
         }
         if result["command"].get("kind") == "continue":
@@ -235,7 +253,7 @@ class WorkerGateway:
         )
         if marked:  # once per worker
             run_claims.mark_running(active.run_id, active.claim_token)
-        self.host.store.after_commit(lambda: setattr(active, "ready", "recorded"))
+        self.store.after_commit(lambda: setattr(active, "ready", "recorded"))
 
     def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:
         self._note_exiting(message["payload"])
@@ -302,12 +320,12 @@ class WorkerGateway:
             result: Any = {"results": results}
             goodbye = payload.get("exiting")
             if goodbye is not None:  # the worker's goodbye rode on its last write
-                self.host.store.after_commit(lambda: self._note_exiting(goodbye))
+                self.store.after_commit(lambda: self._note_exiting(goodbye))
         else:
             result = self._apply_write(operation, payload)
         if self._releases_claim:
             # The commit that frees this worker's slot also claims the run waiting for it.
-            self.host.worker_commits.claim_at_end(freed=active)
+            self.commits.claim_at_end(freed=active)
         return worker_response(
             message_id, "accepted", result=result, revision=current_revision(active.run_id)
         )
@@ -317,18 +335,18 @@ class WorkerGateway:
         if operation != "store.writeSnapshot":
             self._status = None  # what other operations do to the status is not tracked
             result = self._apply(operation, payload)
-            self.host.features.worker_operation(operation, active.run_id, payload, result)
+            self.features.worker_operation(operation, active.run_id, payload, result)
             return result
         old_status = self._status if self._status is not None else current_status(active.run_id)
         result = self._apply(operation, payload)
-        self.host.features.worker_operation(operation, active.run_id, payload, result)
+        self.features.worker_operation(operation, active.run_id, payload, result)
         new_status = self._status = payload["snapshot"]["status"]
         if new_status != "running":
             run_claims.project_lifecycle(active.run_id, active.generation, new_status)
             self._releases_claim = True
-            self.host.store.after_commit(lambda: setattr(active, "released", True))
-            self.host.store.after_commit(
-                lambda: self.host.after_run_stopped(active.run_id, old_status, new_status)
+            self.store.after_commit(lambda: setattr(active, "released", True))
+            self.store.after_commit(
+                lambda: self.features.run_stopped(active.run_id, old_status, new_status)
             )
         return result
 
