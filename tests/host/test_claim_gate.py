@@ -3,6 +3,8 @@ hooks, then the fenced claim, then the launch after commit (host/slots.py)."""
 
 from __future__ import annotations
 
+import json
+
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
 
@@ -90,6 +92,10 @@ def test_a_veto_is_remembered_until_the_run_changes(harness: HostHarness):
         vetoed.append(harness.start_run("hello", {"veto": True}))
         wait_until(lambda: times_asked(vetoed[-1]) == 1, what="the new run to be asked")
     assert [times_asked(run_id) for run_id in vetoed] == [1, 1, 1]
+    why = json.loads(harness.cli("run", "why", vetoed[1], "--json").stdout)
+    assert why["reason"] == (
+        "queued behind 1 runs; 1 of 2 workers busy; a claim plugin (piw_may_claim) vetoes it"
+    )
 
     # A run that changes (its revision) is asked again; the others are not.
     harness.cli("run", "pause", vetoed[0])
