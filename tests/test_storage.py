@@ -613,3 +613,53 @@ def test_a_read_only_store_cannot_write(home_env, database_url, make_run):
         assert Blob.select().where(Blob.content == b"not stored").count() == 0
     finally:
         writer.close()
+
+
+def test_state_verify_reads_one_snapshot_while_a_host_commits(
+    home_env, store, make_run, database_url, monkeypatch
+):
+    # Found by the model test (tests/model/): `state verify` beside a live host reported
+    # "revision 1 but 2 events" for a run the host changed between its two reads.
+    from pi_workflows.storage import maintenance
+
+    with store.transaction():
+        make_run("busy-run")
+    store.close()
+    reader = open_state(home_env.home, database_url, read_only=True)
+    select = Event.select
+    writes = []
+
+    def host_commits_meanwhile(*args, **kwargs):
+        if not writes:  # the run's next change, committed by another connection
+            writes.append(_commit_next_revision(home_env, database_url, "busy-run"))
+        return select(*args, **kwargs)
+
+    monkeypatch.setattr(maintenance.Event, "select", host_commits_meanwhile)
+    try:
+        problems = maintenance.state_verify(reader)
+    finally:
+        reader.close()
+
+    assert writes and problems == []
+
+
+def _commit_next_revision(home_env, database_url: str | None, run_id: str) -> None:
+    statements = (
+        "INSERT INTO events (run_id, revision, event_type, actor, lease_generation, "
+        "payload_hash, recorded_at) SELECT run_id, 2, event_type, actor, lease_generation, "
+        f"payload_hash, recorded_at FROM events WHERE run_id = '{run_id}' AND revision = 1",
+        f"UPDATE runs SET revision = 2 WHERE run_id = '{run_id}'",
+    )
+    if database_url is None:
+        connection = sqlite3.connect(home_env.home.database_path)
+    else:
+        import psycopg2
+
+        connection = psycopg2.connect(database_url)
+    try:
+        cursor = connection.cursor()
+        for statement in statements:
+            cursor.execute(statement)
+        connection.commit()
+    finally:
+        connection.close()

@@ -48,7 +48,18 @@ def _count_by(model: Any, column: Any) -> Any:
 
 
 def state_verify(store: StateStore) -> list[str]:
-    """Every problem found, one line each; an empty list means the state is sound."""
+    """Every problem found, one line each; an empty list means the state is sound.
+
+    Reads one snapshot: a host that commits meanwhile (bumping a run's revision and
+    appending its event) must not look like a run whose events do not match it.
+    """
+    with store.db.atomic():
+        if not store.is_sqlite:  # PostgreSQL's default gives each statement its own
+            store.db.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return _problems(store)
+
+
+def _problems(store: StateStore) -> list[str]:
     problems: list[str] = []
     if store.is_sqlite:
         integrity = [row[0] for row in store.db.execute_sql("PRAGMA integrity_check").fetchall()]
