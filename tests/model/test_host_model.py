@@ -173,24 +173,17 @@ class HostModel(RuleBasedStateMachine):
     def open_gate(self, key: str) -> None:
         Path(self.runs[key].input["gate"]).touch()
 
-    @rule(key=lineages)
-    def pause(self, key: str) -> None:
+    @rule(key=lineages, pause=st.booleans())
+    def pause_or_resume(self, key: str, pause: bool) -> None:
         model = self.runs[key]
         try:
-            self.call("pause_run", model.current)
+            self.call("pause_run" if pause else "resume_run", model.current)
         except PiWorkflowsError:
-            return  # finished, or waiting: a refusal in one line is the answer
-        if model.paused_since is None:
+            return  # finished, or not paused: a refusal in one line is the answer
+        if not pause:
+            model.paused_since = None
+        elif model.paused_since is None:
             model.paused_since = time.time() * 1000
-
-    @rule(key=lineages)
-    def resume(self, key: str) -> None:
-        model = self.runs[key]
-        try:
-            self.call("resume_run", model.current)
-        except PiWorkflowsError:
-            return
-        model.paused_since = None
 
     @rule(key=lineages)
     def cancel(self, key: str) -> None:

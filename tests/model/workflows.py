@@ -27,6 +27,26 @@ def gate(ctx):
 # The shell nodes log with the same line format as `log`.
 SHELL_LOG = 'printf "%s %s\\n" "$1" "$2" >> "$0"'
 
+
+def shell_workflow(name: str, effect: str, logged_as: str) -> str:
+    """A shell node with `effect` that logs `<key> <logged_as>`, then a compute node."""
+    return (
+        LOG_HELPERS
+        + f"""
+from pi_workflows import compute, edge, {effect}, shell, workflow
+
+def command(ctx):
+    gate(ctx)
+    return {{"command": "sh", "args": ["-c", {SHELL_LOG!r}, ctx.input["log"],
+                                      ctx.input["key"], {logged_as!r}]}}
+
+WORKFLOW = workflow(name={name!r}, start_at="effect", edges=[edge("effect", "after")],
+                    nodes={{"effect": shell(command, effect={effect}("append")),
+                           "after": compute(lambda ctx: {{"ok": True}})}})
+"""
+    )
+
+
 WORKFLOWS = {
     "chain": LOG_HELPERS
     + """
@@ -64,32 +84,8 @@ WORKFLOW = workflow(name="branch", start_at="pick",
                            "right": compute(lane("right"))},
                     edges=[switch("pick", on="$.route", cases={"left": "left", "right": "right"})])
 """,
-    "idempotent": LOG_HELPERS
-    + f"""
-from pi_workflows import compute, edge, idempotent_effect, shell, workflow
-
-def command(ctx):
-    gate(ctx)
-    return {{"command": "sh", "args": ["-c", {SHELL_LOG!r}, ctx.input["log"],
-                                      ctx.input["key"], "effect"]}}
-
-WORKFLOW = workflow(name="idempotent", start_at="effect", edges=[edge("effect", "after")],
-                    nodes={{"effect": shell(command, effect=idempotent_effect("append")),
-                           "after": compute(lambda ctx: {{"ok": True}})}})
-""",
-    "manual": LOG_HELPERS
-    + f"""
-from pi_workflows import compute, edge, manual_effect, shell, workflow
-
-def command(ctx):
-    gate(ctx)
-    return {{"command": "sh", "args": ["-c", {SHELL_LOG!r}, ctx.input["log"],
-                                      ctx.input["key"], "manual"]}}
-
-WORKFLOW = workflow(name="manual", start_at="effect", edges=[edge("effect", "after")],
-                    nodes={{"effect": shell(command, effect=manual_effect("append")),
-                           "after": compute(lambda ctx: {{"ok": True}})}})
-""",
+    "idempotent": shell_workflow("idempotent", "idempotent_effect", "effect"),
+    "manual": shell_workflow("manual", "manual_effect", "manual"),
     "checkpoint": LOG_HELPERS
     + """
 from pi_workflows import checkpoint, compute, edge, workflow
