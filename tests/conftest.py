@@ -50,6 +50,7 @@ BOTH_BACKEND_SUITES = (
     "tests/test_run_claims.py",
     "tests/test_postgres.py",
     "tests/test_schema_upgrade.py",
+    "tests/test_retention.py",
     "tests/engine/",
     "tests/host/",
     "tests/sessions/",

@@ -20,6 +20,8 @@ PART_MIN_BYTES = 4 * 1024
 SPLIT_DEPTH = 4
 _SKELETON = "$piw-skeleton"
 _PARTS = "$piw-parts"
+#: How a split value's stored bytes begin (canonical JSON sorts `_PARTS` first).
+SPLIT_PREFIX = b'{"$piw-parts":'
 
 
 #: How many committed blob addresses are kept as hints before the hints start over.
@@ -204,6 +206,11 @@ def _put_part(value: Any) -> str:
 
 def _is_split_form(value: Any) -> bool:
     return isinstance(value, dict) and value.keys() == {_SKELETON, _PARTS}
+
+
+def split_part_hashes(content: bytes) -> set[str]:
+    """The parts a stored split value (its bytes begin with `SPLIT_PREFIX`) references."""
+    return {part_hash for _, part_hash in json.loads(content)[_PARTS]}
 
 
 def _joined(split: dict[str, Any]) -> Any:

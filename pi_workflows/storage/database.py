@@ -27,7 +27,7 @@ from ..errors import (
 )
 from ..home import Home, check_private_dir, prepare_home
 from . import blobs, run_transitions
-from .models import ALL_MODELS, SchemaMeta, database_proxy
+from .models import ADDED_INDEXES, ALL_MODELS, SchemaMeta, database_proxy
 from .schema_upgrade import UPGRADES, upgrade_schema
 
 if TYPE_CHECKING:
@@ -342,10 +342,12 @@ def _initialize_schema(store: StateStore) -> None:
     db = store.db
     version = _existing_schema_version(store)
     if version == SCHEMA_VERSION:
+        add_missing_indexes(db)
         return
     if version is not None:
         with store.transaction():
             upgrade_schema(db, store.home, store.location, SCHEMA_VERSION)
+        add_missing_indexes(db)
         return
     with store.transaction():
         # Another process may have created the schema while this one waited for the
@@ -362,6 +364,18 @@ def _initialize_schema(store: StateStore) -> None:
             created_at=stamp,
             updated_at=stamp,
         )
+
+
+def add_missing_indexes(db: peewee.Database) -> None:
+    """Create the indexes added since the schema version was released that `db` lacks
+    (`CREATE INDEX IF NOT EXISTS`: two processes opening it at once both succeed)."""
+    existing: dict[str, set[str]] = {}
+    for model, index in ADDED_INDEXES:
+        table = model._meta.table_name
+        if table not in existing:
+            existing[table] = {row.name for row in db.get_indexes(table)}
+        if index._name not in existing[table]:
+            db.execute(index.safe(True))
 
 
 def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -> StateStore:

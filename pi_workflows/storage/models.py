@@ -539,6 +539,33 @@ Run.add_index(
     )
 )
 
+# Indexes added after schema v3 was released: a database of that version gets those it
+# lacks when it is opened for writing (`database.add_missing_indexes`), no upgrade step.
+ADDED_INDEXES: tuple[tuple[type[BaseModel], peewee.ModelIndex], ...] = (
+    # Pruning finds a lineage by its root and deletes each run's rows by run id.
+    (Run, Run.index(Run.root_run_id, name="runs_root_run_id")),
+    (RunWorker, RunWorker.index(RunWorker.run, name="run_workers_run_id")),
+    (
+        InteractiveRequest,
+        InteractiveRequest.index(InteractiveRequest.run, name="interactive_requests_run_id"),
+    ),
+    (HumanDecision, HumanDecision.index(HumanDecision.run, name="human_decisions_run_id")),
+    (WorkflowTurn, WorkflowTurn.index(WorkflowTurn.run, name="workflow_turns_run_id")),
+    (RunProcess, RunProcess.index(RunProcess.run, name="run_processes_run_id")),
+    (
+        ForwardedCommand,
+        ForwardedCommand.index(ForwardedCommand.run, name="forwarded_commands_run_id"),
+    ),
+    # `run list --status|--workflow` pages newest first.
+    (Run, Run.index(Run.status, Run.created_at, Run.run_id, name="runs_status_created")),
+    (
+        Run,
+        Run.index(Run.workflow_name, Run.created_at, Run.run_id, name="runs_workflow_created"),
+    ),
+)
+for _model, _index in ADDED_INDEXES:
+    _model.add_index(_index)
+
 ALL_MODELS = (
     SchemaMeta,
     Blob,

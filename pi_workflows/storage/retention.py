@@ -1,0 +1,329 @@
+"""Pruning finished runs: what goes, what is protected, and the blobs nothing references.
+
+A run goes with its whole lineage (the root and every continuation and restart, which all
+share `root_run_id`), and only once every run of it has finished before the cut-off. A
+lineage is protected while any of its runs is unfinished, or has a pending decision, an
+unsettled effect, an undelivered terminal message or a live worker. Deletion happens in
+bounded transactions of a few lineages each, so a host writing alongside waits at most one
+batch; each batch checks the lineages again under its write lock, so a restart created
+since the plan keeps its lineage. A dry run does the same work and rolls each batch back.
+
+A blob (content-addressed, shared by any row that stores the same bytes) is deleted only
+when no remaining row references it, directly in a `*_hash` column or nested: the parts of
+a split value (`blobs.put_json_in_parts`) and an agent transcript named by its event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import peewee
+
+from .blobs import JSON, SPLIT_PREFIX, split_part_hashes
+from .database import StateStore
+from .models import (
+    ACTIVE_WORKER_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    Blob,
+    Effect,
+    Event,
+    ForwardedCommand,
+    HostCommand,
+    HumanDecision,
+    HumanDecisionResolution,
+    InteractiveRequest,
+    InteractiveSubmission,
+    Lease,
+    NodeAttempt,
+    Run,
+    RunProcess,
+    RunQueue,
+    RunWorker,
+    WorkerMessage,
+    WorkflowMessage,
+    WorkflowTurn,
+    WorkflowUpdate,
+)
+from .run_state import TRANSCRIPT_EVENT
+
+DAY_MS = 24 * 60 * 60 * 1000
+#: Lineages deleted per transaction: the longest a host writing alongside has to wait.
+LINEAGES_PER_BATCH = 50
+#: Hashes per `IN (...)` list (SQLite allows 32766 parameters; PostgreSQL 65535).
+HASHES_PER_QUERY = 500
+
+UNSETTLED_EFFECT_STATUSES = ("pending", "applying", "ambiguous")
+
+
+@dataclass
+class PruneReport:
+    """What a prune removed (`applied`) or would remove (a dry run)."""
+
+    before: int
+    applied: bool
+    runs: int = 0
+    lineages: int = 0
+    events: int = 0
+    transcripts: int = 0
+    blobs: int = 0
+    bytes: int = 0
+    protected: int = 0  # lineages finished before the cut-off that something keeps
+    backup: dict[str, Any] | None = field(default=None)
+
+    def as_json(self) -> dict[str, Any]:
+        report = {
+            "before": self.before,
+            "applied": self.applied,
+            "runs": self.runs,
+            "lineages": self.lineages,
+            "events": self.events,
+            "transcripts": self.transcripts,
+            "blobs": self.blobs,
+            "bytes": self.bytes,
+            "protectedLineages": self.protected,
+        }
+        if self.backup is not None:
+            report["backup"] = self.backup
+        return report
+
+
+class _DryRun(Exception):
+    """Raised at the end of a dry run's batch so its transaction rolls back."""
+
+
+def prune(store: StateStore, before: int, *, apply: bool) -> PruneReport:
+    """Delete (with `apply`; otherwise count) the lineages that finished before `before`
+    (epoch ms) and nothing protects, and the blobs only they referenced."""
+    report = PruneReport(before=before, applied=apply)
+    roots = _finished_roots(before, None)
+    for start in range(0, len(roots), LINEAGES_PER_BATCH):
+        batch = roots[start : start + LINEAGES_PER_BATCH]
+        try:
+            with store.transaction():
+                _prune_batch(batch, before, report)
+                if not apply:
+                    raise _DryRun
+        except _DryRun:
+            pass
+    return report
+
+
+def _settled() -> peewee.Expression:
+    """A run that is done: terminal, or answered and carried on by a continuation (it
+    stays `waiting` with its queue row `done`)."""
+    return Run.status.in_(TERMINAL_RUN_STATUSES) | (
+        (Run.status == "waiting") & (RunQueue.status == "done")
+    )
+
+
+def _finished_roots(before: int, roots: list[str] | None) -> list[str]:
+    """Root ids of the lineages whose every run is settled, the last before `before`."""
+    unsettled = peewee.Case(None, [(_settled(), 0)], 1)
+    finished = peewee.fn.COALESCE(Run.finished_at, Run.updated_at)
+    query = (
+        Run.select(Run.root_run_id)
+        .join(RunQueue, peewee.JOIN.LEFT_OUTER, on=(RunQueue.run == Run.run_id))
+        .group_by(Run.root_run_id)
+        .having((peewee.fn.SUM(unsettled) == 0) & (peewee.fn.MAX(finished) < before))
+        .order_by(Run.root_run_id)
+    )
+    if roots is not None:
+        query = query.where(Run.root_run_id.in_(roots))
+    return [row.root_run_id for row in query]
+
+
+def _protected_runs(run_ids: list[str]) -> set[str]:
+    """Of `run_ids`, those something still needs (their lineage stays whole)."""
+    protected: set[str] = set()
+    for query in (
+        HumanDecision.select(HumanDecision.run).where(
+            HumanDecision.run.in_(run_ids) & (HumanDecision.status == "pending")
+        ),
+        Effect.select(Effect.run).where(
+            Effect.run.in_(run_ids) & Effect.status.in_(UNSETTLED_EFFECT_STATUSES)
+        ),
+        WorkflowMessage.select(WorkflowMessage.run).where(
+            WorkflowMessage.run.in_(run_ids)
+            & (WorkflowMessage.kind == "terminal")
+            & (WorkflowMessage.status == "pending")
+        ),
+        RunWorker.select(RunWorker.run).where(
+            RunWorker.run.in_(run_ids) & RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
+        ),
+    ):
+        protected.update(row[0] for row in query.tuples())
+    return protected
+
+
+def _prune_batch(batch: list[str], before: int, report: PruneReport) -> None:
+    """Delete the lineages of `batch` that are still prunable (inside a transaction)."""
+    roots = _finished_roots(before, batch)
+    runs = list(Run.select(Run.run_id, Run.root_run_id).where(Run.root_run_id.in_(roots)))
+    protected = _protected_runs([r.run_id for r in runs])
+    kept_roots = {r.root_run_id for r in runs if r.run_id in protected}
+    report.protected += len(kept_roots) + len(set(batch) - set(roots))
+    run_ids = [r.run_id for r in runs if r.root_run_id not in kept_roots]
+    if not run_ids:
+        return
+    report.lineages += len(set(roots) - kept_roots)
+    report.runs += len(run_ids)
+    events = Event.select().where(Event.run.in_(run_ids))
+    report.events += events.count()
+    report.transcripts += events.where(Event.event_type == TRANSCRIPT_EVENT).count()
+    candidates = _hashes_of_rows(run_ids)
+    candidates |= _nested(candidates, _transcripts_of(run_ids))
+    _delete_rows(run_ids)
+    doomed = candidates - _still_referenced(candidates)
+    for chunk in _chunks(sorted(doomed)):
+        report.blobs += len(chunk)
+        size = Blob.select(peewee.fn.SUM(Blob.byte_length)).where(Blob.blob_hash.in_(chunk))
+        report.bytes += size.scalar() or 0
+        Blob.delete().where(Blob.blob_hash.in_(chunk)).execute()
+
+
+# Rows that belong to a run, children before their parents; the second item selects the
+# rows of the runs in `run_ids`.
+def _run_rows(run_ids: list[str]) -> list[tuple[type[peewee.Model], peewee.Expression]]:
+    workers = RunWorker.select(RunWorker.worker_epoch).where(RunWorker.run.in_(run_ids))
+    requests = InteractiveRequest.select(InteractiveRequest.request_id).where(
+        InteractiveRequest.run.in_(run_ids)
+    )
+    decisions = HumanDecision.select(HumanDecision.decision_id).where(
+        HumanDecision.run.in_(run_ids)
+    )
+    return [
+        (WorkerMessage, WorkerMessage.worker.in_(workers)),
+        (InteractiveSubmission, InteractiveSubmission.request.in_(requests)),
+        (HumanDecisionResolution, HumanDecisionResolution.decision.in_(decisions)),
+        (RunProcess, RunProcess.run.in_(run_ids)),
+        (WorkflowTurn, WorkflowTurn.run.in_(run_ids)),
+        (WorkflowMessage, WorkflowMessage.run.in_(run_ids)),
+        (RunWorker, RunWorker.run.in_(run_ids)),
+        (NodeAttempt, NodeAttempt.run.in_(run_ids)),
+        (WorkflowUpdate, WorkflowUpdate.run.in_(run_ids)),
+        (InteractiveRequest, InteractiveRequest.run.in_(run_ids)),
+        (HumanDecision, HumanDecision.run.in_(run_ids)),
+        (Effect, Effect.run.in_(run_ids)),
+        (ForwardedCommand, ForwardedCommand.run.in_(run_ids)),
+        (Event, Event.run.in_(run_ids)),
+        (Lease, Lease.run.in_(run_ids)),
+        (RunQueue, RunQueue.run.in_(run_ids)),
+        (HostCommand, HostCommand.run_id.in_(run_ids)),
+        (Run, Run.run_id.in_(run_ids)),
+    ]
+
+
+def _blob_columns(model: type[peewee.Model]) -> list[peewee.Field]:
+    """The columns of `model` that hold a blob's address (`token_hash` is a secret's)."""
+    return [
+        f for f in model._meta.sorted_fields if f.name.endswith("_hash") and f.name != "token_hash"
+    ]
+
+
+# Every table with a blob column: rows that are not a run's (channel effects, run-less
+# commands) reference blobs too.
+_REFERENCING = [
+    model
+    for model in (
+        Run,
+        RunQueue,
+        Event,
+        HostCommand,
+        RunWorker,
+        WorkerMessage,
+        NodeAttempt,
+        WorkflowUpdate,
+        InteractiveRequest,
+        InteractiveSubmission,
+        WorkflowMessage,
+        HumanDecision,
+        HumanDecisionResolution,
+        Effect,
+    )
+    if _blob_columns(model)
+]
+
+
+def _hashes_of_rows(run_ids: list[str]) -> set[str]:
+    hashes: set[str] = set()
+    for model, where in _run_rows(run_ids):
+        columns = _blob_columns(model)
+        if columns:
+            for row in model.select(*columns).where(where).tuples():
+                hashes.update(value for value in row if value)
+    return hashes
+
+
+def _delete_rows(run_ids: list[str]) -> None:
+    # Explicitly, children first: the same on both backends whatever the cascade settings.
+    for model, where in _run_rows(run_ids):
+        model.delete().where(where).execute()
+
+
+def _transcripts_of(run_ids: list[str] | None) -> set[str]:
+    """The transcript blobs the transcript events of `run_ids` (None: of every run) name."""
+    events = Event.select(Event.payload_hash).where(Event.event_type == TRANSCRIPT_EVENT)
+    if run_ids is not None:
+        events = events.where(Event.run.in_(run_ids))
+    payloads = {row[0] for row in events.tuples()}
+    named: set[str] = set()
+    for chunk in _chunks(sorted(payloads)):
+        for (content,) in Blob.select(Blob.content).where(Blob.blob_hash.in_(chunk)).tuples():
+            value = json.loads(bytes(content))
+            if isinstance(value, dict) and isinstance(value.get("transcriptHash"), str):
+                named.add(value["transcriptHash"])
+    return named
+
+
+def _split_parts(hashes: Iterable[str] | None) -> dict[str, set[str]]:
+    """Split blob -> its parts, for the split blobs among `hashes` (None: all of them)."""
+    query = Blob.select(Blob.blob_hash, Blob.content).where(
+        (Blob.media_type == JSON)
+        & (peewee.fn.SUBSTR(Blob.content, 1, len(SPLIT_PREFIX)) == SPLIT_PREFIX)
+    )
+    chunks = [None] if hashes is None else _chunks(sorted(hashes))
+    parts: dict[str, set[str]] = {}
+    for chunk in chunks:
+        selected = query if chunk is None else query.where(Blob.blob_hash.in_(chunk))
+        for blob_hash, content in selected.tuples():
+            parts[blob_hash] = split_part_hashes(bytes(content))
+    return parts
+
+
+def _nested(hashes: set[str], transcripts: set[str]) -> set[str]:
+    """`hashes` with the transcripts given and the parts of every split value among them."""
+    found = hashes | transcripts
+    for parts in _split_parts(found).values():
+        found |= parts
+    return found
+
+
+def _still_referenced(candidates: set[str]) -> set[str]:
+    """Of `candidates`, those a remaining row references directly or through a value it
+    references (after the pruned rows were deleted)."""
+    referenced: set[str] = set()
+    for chunk in _chunks(sorted(candidates)):
+        for model in _REFERENCING:
+            for column in _blob_columns(model):
+                rows = model.select(column).where(column.in_(chunk)).distinct().tuples()
+                referenced.update(row[0] for row in rows)
+    nested = candidates - referenced
+    if not nested:
+        return referenced
+    # Nested references: look into the split values and transcript events that remain.
+    holders = _transcripts_of(None)
+    splits = _split_parts(None)
+    while True:
+        live = referenced | (set(splits) - candidates)
+        reached = {part for holder in live & set(splits) for part in splits[holder]}
+        grown = referenced | ((holders | reached) & candidates)
+        if grown == referenced:
+            return referenced
+        referenced = grown
+
+
+def _chunks(values: list[str]) -> list[list[str]]:
+    return [values[i : i + HASHES_PER_QUERY] for i in range(0, len(values), HASHES_PER_QUERY)]

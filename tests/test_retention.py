@@ -1,0 +1,227 @@
+"""Pruning finished lineages (storage.retention): what goes, what stays, and its blobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from pi_workflows.clock import now_ms
+from pi_workflows.storage import put_json, put_json_in_parts
+from pi_workflows.storage.blobs import PART_MIN_BYTES
+from pi_workflows.storage.maintenance import state_verify
+from pi_workflows.storage.models import (
+    Blob,
+    Effect,
+    Event,
+    HumanDecision,
+    Run,
+    RunQueue,
+    RunWorker,
+    WorkflowMessage,
+)
+from pi_workflows.storage.retention import DAY_MS, prune
+from pi_workflows.storage.revisions import record_run_change
+from pi_workflows.storage.run_state import TRANSCRIPT_EVENT
+
+OLD = now_ms() - 40 * DAY_MS
+CUTOFF = now_ms() - 30 * DAY_MS
+
+
+def _finish(run_id: str, at: int, status: str = "completed") -> None:
+    Run.update(status=status, finished_at=at, updated_at=at).where(Run.run_id == run_id).execute()
+    RunQueue.update(status="done", finished_at=at).where(RunQueue.run == run_id).execute()
+
+
+def _finished_run(make_run, run_id: str, at: int = OLD, **options) -> str:
+    make_run(run_id, **options)
+    _finish(run_id, at)
+    return run_id
+
+
+def _restart(make_run, run_id: str, parent: str, root: str) -> str:
+    return make_run(run_id, parent_run_id=parent, root_run_id=root, lineage_kind="restart")
+
+
+def _exists(run_id: str) -> bool:
+    return Run.get_or_none(Run.run_id == run_id) is not None
+
+
+def test_an_old_lineage_goes_whole_with_its_events_and_blobs_and_the_state_stays_sound(
+    store, make_run
+):
+    with store.transaction():
+        _finished_run(make_run, "root")
+        _restart(make_run, "restart-1", "root", "root")
+        _finish("restart-1", OLD + 1000, "failed")
+        make_run(
+            "cont-1", parent_run_id="restart-1", root_run_id="root", lineage_kind="continuation"
+        )
+        _finish("cont-1", OLD + 2000)
+        record_run_change(
+            "root",
+            event_type=TRANSCRIPT_EVENT,
+            actor="test",
+            payload={
+                "nodeId": "a",
+                "attemptId": "a-1",
+                "transcriptHash": put_json([{"kind": "text"}]),
+            },
+        )
+        _finished_run(make_run, "recent", at=now_ms() - DAY_MS)
+    blobs_before = Blob.select().count()
+
+    report = prune(store, CUTOFF, apply=True)
+
+    assert not any(map(_exists, ("root", "restart-1", "cont-1")))
+    assert _exists("recent")
+    assert Event.select().where(Event.run.in_(["root", "restart-1", "cont-1"])).count() == 0
+    assert (report.runs, report.lineages, report.events, report.transcripts) == (3, 1, 4, 1)
+    assert report.blobs > 0 and report.bytes > 0
+    assert Blob.select().count() == blobs_before - report.blobs
+    assert state_verify(store) == []
+
+
+def test_a_lineage_goes_only_after_its_last_run_finished_before_the_cut_off(store, make_run):
+    with store.transaction():
+        _finished_run(make_run, "root")
+        _restart(make_run, "restart-1", "root", "root")
+        _finish("restart-1", now_ms() - DAY_MS)
+
+    report = prune(store, CUTOFF, apply=True)
+
+    assert _exists("root") and _exists("restart-1")
+    assert report.runs == 0
+
+
+def _unfinished_restart(run_id: str, make_run) -> None:
+    _restart(make_run, f"{run_id}-restart", run_id, Run.get_by_id(run_id).root_run_id)
+
+
+def _pending_decision(run_id: str, make_run) -> None:
+    HumanDecision.insert(
+        decision_id=f"{run_id}-decision",
+        run=run_id,
+        attempt_id="a-1",
+        node_id="ask",
+        audience="default",
+        request_hash=put_json({}),
+        request_digest="sha256:" + "0" * 64,
+        status="pending",
+        created_at=OLD,
+        updated_at=OLD,
+    ).execute()
+
+
+def _unsettled_effect(run_id: str, make_run) -> None:
+    Effect.insert(
+        effect_id=f"{run_id}-effect",
+        run=run_id,
+        scope="run",
+        effect_type="notify",
+        idempotency_key="k",
+        policy="manual",
+        status="ambiguous",
+        created_at=OLD,
+        updated_at=OLD,
+    ).execute()
+
+
+def _undelivered_terminal_message(run_id: str, make_run) -> None:
+    WorkflowMessage.insert(
+        workflow_message_id=f"{run_id}-message",
+        run=run_id,
+        target_session_id="session",
+        kind="terminal",
+        source_id=run_id,
+        idempotency_key="k",
+        content_hash=put_json({}),
+        order_number=1,
+        status="pending",
+        created_at=OLD,
+        updated_at=OLD,
+    ).execute()
+
+
+def _live_worker(run_id: str, make_run) -> None:
+    RunWorker.insert(
+        worker_epoch=f"{run_id}-worker",
+        run=run_id,
+        generation=1,
+        host_epoch=1,
+        launch_envelope_hash=put_json({}),
+        launch_progress_revision=1,
+        status="running",
+        started_at=OLD,
+    ).execute()
+
+
+@pytest.mark.parametrize(
+    "protection",
+    [
+        _unfinished_restart,
+        _pending_decision,
+        _unsettled_effect,
+        _undelivered_terminal_message,
+        _live_worker,
+    ],
+)
+def test_a_protected_lineage_stays_whole_while_an_unprotected_one_goes(store, make_run, protection):
+    with store.transaction():
+        _finished_run(make_run, "kept")
+        _restart(make_run, "kept-restart", "kept", "kept")
+        _finish("kept-restart", OLD)
+        protection("kept-restart", make_run)
+        _finished_run(make_run, "gone")
+
+    report = prune(store, CUTOFF, apply=True)
+
+    assert _exists("kept") and _exists("kept-restart")
+    assert not _exists("gone")
+    # An unfinished lineage is not a candidate at all; the others are counted as protected.
+    assert report.runs == 1
+    assert report.protected == (0 if protection is _unfinished_restart else 1)
+
+
+def test_an_unfinished_run_is_never_pruned(store, make_run):
+    with store.transaction():
+        make_run("queued")
+        Run.update(updated_at=OLD, created_at=OLD).execute()
+
+    assert prune(store, now_ms(), apply=True).runs == 0
+    assert _exists("queued")
+
+
+def test_blobs_a_kept_run_shares_survive_and_read_back(store, make_run):
+    big = {"text": "x" * (2 * PART_MIN_BYTES)}
+    with store.transaction():
+        _finished_run(make_run, "gone", input={"shared": True})
+        record_run_change("gone", event_type="step", actor="test", payload={"out": big, "n": 1})
+        _finished_run(make_run, "kept", at=now_ms(), input={"shared": True})
+        kept_state = put_json_in_parts({"out": big, "n": 2})
+        Run.update(state_hash=kept_state).where(Run.run_id == "kept").execute()
+    shared_input = Run.get_by_id("kept").input_hash
+
+    report = prune(store, CUTOFF, apply=True)
+
+    assert report.runs == 1 and report.blobs > 0
+    assert Blob.get_or_none(Blob.blob_hash == shared_input) is not None
+    from pi_workflows.storage import read_json
+
+    assert read_json(kept_state) == {"out": big, "n": 2}
+    assert state_verify(store) == []
+
+
+def test_a_dry_run_changes_nothing_and_a_repeated_prune_is_a_no_op(store, make_run):
+    with store.transaction():
+        for index in range(3):
+            _finished_run(make_run, f"old-{index}")
+    counts = (Run.select().count(), Event.select().count(), Blob.select().count())
+
+    dry = prune(store, CUTOFF, apply=False)
+
+    assert (Run.select().count(), Event.select().count(), Blob.select().count()) == counts
+    applied = prune(store, CUTOFF, apply=True)
+    assert (dry.applied, applied.applied) == (False, True)
+    assert dry.as_json() | {"applied": True} == applied.as_json()
+    again = prune(store, CUTOFF, apply=True)
+    assert (again.runs, again.events, again.blobs) == (0, 0, 0)
+    assert Run.select().count() == 0
