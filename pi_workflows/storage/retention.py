@@ -26,6 +26,7 @@ from .blobs import JSON, SPLIT_PREFIX, split_part_hashes
 from .database import StateStore
 from .models import (
     ACTIVE_WORKER_STATUSES,
+    ALL_MODELS,
     TERMINAL_RUN_STATUSES,
     Blob,
     Effect,
@@ -225,26 +226,7 @@ def _blob_columns(model: type[peewee.Model]) -> list[peewee.Field]:
 
 # Every table with a blob column: rows that are not a run's (channel effects, run-less
 # commands) reference blobs too.
-_REFERENCING = [
-    model
-    for model in (
-        Run,
-        RunQueue,
-        Event,
-        HostCommand,
-        RunWorker,
-        WorkerMessage,
-        NodeAttempt,
-        WorkflowUpdate,
-        InteractiveRequest,
-        InteractiveSubmission,
-        WorkflowMessage,
-        HumanDecision,
-        HumanDecisionResolution,
-        Effect,
-    )
-    if _blob_columns(model)
-]
+_REFERENCING = [model for model in ALL_MODELS if model is not Blob and _blob_columns(model)]
 
 
 def _hashes_of_rows(run_ids: list[str]) -> set[str]:
