@@ -210,4 +210,6 @@ class RunWatches:
         }
         if watch.run_id is not None:
             message.update(runId=watch.run_id, revision=watch.revision)
-        watch.connection.push(message)
+        # A status is whole (an unsent one is obsolete); progress and changes add up.
+        replaces = watch.subscription_id if event == "run_status" else None
+        watch.connection.push(message, replaces=replaces)

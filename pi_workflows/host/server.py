@@ -10,6 +10,7 @@ import os
 import resource
 import secrets
 import socket
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -363,6 +364,9 @@ class ClientConnection:
         self.start_answered_at = -math.inf  # loop time of its last run.start answer
         self._on_close: list[Callable[[], None]] = []
         self._lock = asyncio.Lock()
+        # Events not written yet, each with the key a newer one replaces it by (or None).
+        self._pushes: deque[tuple[str | None, dict]] = deque()
+        self._pusher: asyncio.Task | None = None
         # Values of answers too big for a frame, until the client reads them back.
         self.content = HeldContent()
 
@@ -371,14 +375,31 @@ class ClientConnection:
             self.writer.write(frame_within_limit(message, self.content))
             await self.writer.drain()
 
-    def push(self, message: dict) -> None:
-        """Send an event without waiting (views call this from synchronous code)."""
-        if self.is_open:
-            asyncio.get_running_loop().create_task(self._push(message))
+    def push(self, message: dict, *, replaces: str | None = None) -> None:
+        """Send an event without waiting (views call this from synchronous code).
 
-    async def _push(self, message: dict) -> None:
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            await self.send(message)
+        Events wait in order for one writer. An event sent with `replaces` (a whole view,
+        keyed by its subscription) drops the unsent one of the same key: while the client
+        is slow to read, only its latest view waits behind the write in progress, not one
+        view per change.
+        """
+        if not self.is_open:
+            return
+        if replaces is not None:
+            self._pushes = deque(entry for entry in self._pushes if entry[0] != replaces)
+        self._pushes.append((replaces, message))
+        if self._pusher is None:
+            self._pusher = asyncio.get_running_loop().create_task(self._write_pushes())
+
+    async def _write_pushes(self) -> None:
+        try:
+            while self._pushes and self.is_open:
+                _, message = self._pushes.popleft()
+                await self.send(message)
+        except (ConnectionError, RuntimeError):
+            self._pushes.clear()  # the client is gone: nothing is left to wait for
+        finally:
+            self._pusher = None
 
     def on_close(self, callback: Callable[[], None]) -> None:
         self._on_close.append(callback)

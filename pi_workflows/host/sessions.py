@@ -242,7 +242,8 @@ class Sessions:
                     "event": "session_snapshot",
                     "revision": watch.revision,
                     "payload": view,
-                }
+                },
+                replaces=watch.subscription_id,
             )
 
     # --- branch and turn reports ----------------------------------------------------------

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import socket
+
 import pytest
 
 from pi_workflows.bounded_values import truncation_marker
 from pi_workflows.canonical import canonical_json
 from pi_workflows.host.session_views import MAX_VIEW_MESSAGES, PROMPT_MARKER
+from tests.host.conftest import request_frame
 
 # 80 notifications of 16 KB each (1.3 MB of messages), then a 300 KiB result.
 CHATTY = """
@@ -95,3 +99,34 @@ def test_a_prompt_over_the_limit_fails_its_step_with_the_reason(sessions, harnes
     session = sessions.open("session-huge", coordinator=False)
     view = session.wait_for(lambda v: v["workflowMessages"], what="the terminal message")
     assert [m["kind"] for m in view["workflowMessages"]] == ["terminal"]
+
+
+@pytest.mark.scenario("1.13")
+def test_a_viewer_that_reads_slowly_gets_the_latest_view_not_every_one(sessions, harness):
+    harness.write_workflow("chatty", CHATTY.replace("80", "40").replace("16_000", "4_000"))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as slow:
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.settimeout(30)
+        slow.connect(str(harness.home.socket_path))
+        reader = slow.makefile("rb")
+        assert json.loads(reader.readline())["type"] == "hello"
+        watch = {"subscriptionId": "slow", "sessionId": "session-slow", "coordinator": False}
+        slow.sendall(request_frame("watch", "view.session.watch", watch))
+        assert json.loads(reader.readline())["outcome"] == "accepted"
+
+        # The viewer reads nothing while 40 notifications and the result change its view.
+        run_id = sessions.start("chatty", "session-slow")
+        harness.wait_for_status(run_id, "completed", timeout=60)
+
+        snapshots = []
+        while not snapshots or snapshots[-1]["payload"]["workflowMessageTotal"] < 41:
+            frame = json.loads(reader.readline())
+            if frame.get("event") == "session_snapshot":
+                snapshots.append(frame)
+    revisions = [snapshot["revision"] for snapshot in snapshots]
+    assert revisions == sorted(revisions)
+    # Dozens of views were published (each revision one); the slow viewer was written a
+    # few of them, the last one whole, instead of every one.
+    assert revisions[-1] > 20 and len(snapshots) < revisions[-1] / 2, revisions
+    final = snapshots[-1]["payload"]
+    assert final["workflowMessages"][-1]["kind"] == "terminal"
