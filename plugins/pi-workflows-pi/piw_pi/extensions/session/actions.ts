@@ -5,7 +5,8 @@
  * person (the `session` decision channel) can answer.
  */
 
-import { isOk, RequestRefused, runCli } from "./host-link.js";
+import { type DecisionSummary, isObject, type PendingInteraction, type ReceiptOf, valueAt } from "./envelope.js";
+import { isOk, type RequestOptions, RequestRefused, runCli } from "./host-link.js";
 import type { WorkflowSession } from "./session.js";
 
 export const MODEL_DECISION_REFUSAL = "Protected human decisions cannot be answered by the workflow tool";
@@ -32,8 +33,11 @@ export function parseAnswer(text: string): unknown {
  * A person's answer as a decision response (reference decisions §3.3): `{choice, input?}`
  * as is, `{answer: "key"}` as that choice, a bare string (a choice key) as the choice.
  */
-export function decisionResponse(answer: unknown, decision: any): { choice: string; input?: unknown } {
-	const given = typeof answer === "object" && answer !== null && !Array.isArray(answer) ? (answer as any) : null;
+export function decisionResponse(
+	answer: unknown,
+	decision: Pick<DecisionSummary, "choices">,
+): { choice: string; input?: unknown } {
+	const given = isObject(answer) ? answer : null;
 	const choice = typeof answer === "string" ? answer.trim() : (given?.choice ?? given?.answer);
 	if (typeof choice !== "string" || !choice) {
 		const keys = Object.keys(decision.choices ?? {}).join(", ");
@@ -60,10 +64,15 @@ export class WorkflowActions {
 		return session;
 	}
 
-	private async call(operation: string, payload: Record<string, unknown>, options = {}): Promise<any> {
+	/** The receipt of `operation`, of the type its envelope check (`Receipts`) guarantees. */
+	private async call<Operation extends string>(
+		operation: Operation,
+		payload: Record<string, unknown>,
+		options: RequestOptions = {},
+	): Promise<ReceiptOf<Operation>> {
 		const response = await this.session().request(operation, payload, options);
 		if (!isOk(response)) throw new RequestRefused(response);
-		return response.receipt;
+		return response.receipt as ReceiptOf<Operation>;
 	}
 
 	/** The runs this session has shown messages of, and its current run, oldest first. */
@@ -88,49 +97,53 @@ export class WorkflowActions {
 	}
 
 	async listWorkflows(cwd: string): Promise<string> {
-		const found = JSON.parse(await runCli(["workflows", "--project", cwd, "--json"], cwd)) as any[];
+		// The CLI's own `workflows --json` listing.
+		const found = JSON.parse(await runCli(["workflows", "--project", cwd, "--json"], cwd)) as Array<{
+			name: string;
+			error?: string | null;
+		}>;
 		if (found.length === 0) return "No workflows found.";
 		return found
 			.map((entry) => (entry.error ? `${entry.name}  BROKEN: ${entry.error}` : `${entry.name}`))
 			.join("\n");
 	}
 
-	async start(workflow: string, input: unknown, cwd: string, idempotencyKey?: string): Promise<any> {
+	async start(workflow: string | undefined, input: unknown, cwd: string, idempotencyKey?: string) {
 		if (!workflow) throw new Error("Name the workflow to start, e.g. /workflow start two-turn.");
 		const session = this.session();
 		const args = ["pi", "start-payload", workflow, "--project", cwd];
 		if (input !== undefined) args.push("--input-json", JSON.stringify(input));
-		const payload = JSON.parse(await runCli(args, cwd));
+		const payload = JSON.parse(await runCli(args, cwd)) as Record<string, unknown>;
 		payload.executionMode = "interactive";
 		payload.originSessionId = session.sessionId;
 		return await this.call("run.start", payload, { idempotencyKey });
 	}
 
-	async status(runId?: string): Promise<any> {
+	async status(runId?: string) {
 		return await this.call("run.status", {}, { runId: await this.runOf(runId) });
 	}
 
-	async control(operation: "run.pause" | "run.resume" | "run.cancel", runId?: string): Promise<any> {
+	async control(operation: "run.pause" | "run.resume" | "run.cancel", runId?: string): Promise<unknown> {
 		return await this.call(operation, {}, { runId: await this.runOf(runId) });
 	}
 
 	/** The newest still-pending human decision of this session's runs, if any. */
-	private async pendingDecision(): Promise<any | null> {
+	private async pendingDecision(): Promise<DecisionSummary | null> {
 		const view = await this.session().currentView();
 		const ids = new Set(
 			view.workflowMessages
 				.filter((message) => message.kind === "decision")
-				.map((message) => message.details?.decisionId),
+				.map((message) => message.details.decisionId),
 		);
 		if (ids.size === 0) return null;
-		const pending = ((await this.call("decision.list", { all: false })) as any[]).filter(
+		const pending = (await this.call("decision.list", { all: false })).filter(
 			(decision) => ids.has(decision.decisionId) && decision.status === "pending",
 		);
 		return pending.length > 0 ? pending[pending.length - 1] : null;
 	}
 
 	/** The model answers: checkpoints only. */
-	async answerAsModel(input: unknown, runId?: string): Promise<any> {
+	async answerAsModel(input: unknown, runId?: string): Promise<unknown> {
 		if (await this.pendingDecision()) throw new Error(MODEL_DECISION_REFUSAL);
 		return await this.call("checkpoint.answer", { input }, { runId: await this.runOf(runId) });
 	}
@@ -140,7 +153,7 @@ export class WorkflowActions {
 	 * session channel, else the run's waiting checkpoint. VALUE is JSON or plain text; RUN,
 	 * when the first word names a run of this session, picks that run's checkpoint.
 	 */
-	async answerAsPerson(raw: string): Promise<any> {
+	async answerAsPerson(raw: string): Promise<unknown> {
 		const [first = "", ...rest] = raw.trim().split(/\s+/);
 		const runs = await this.sessionRuns();
 		const runId = rest.length > 0 && runs.includes(first) ? first : undefined;
@@ -161,7 +174,7 @@ export class WorkflowActions {
 		return await this.call("decision.answer", payload);
 	}
 
-	private async step(target: StepTarget): Promise<any> {
+	private async step(target: StepTarget): Promise<PendingInteraction> {
 		const session = this.session();
 		const view = await session.currentView();
 		const steps = view.pendingInteractions.filter((item) => item.kind !== "decision");
@@ -174,7 +187,7 @@ export class WorkflowActions {
 		} else if (steps.length > 1) {
 			const turn = session.coordinator.currentTurn();
 			const message = view.workflowMessages.find((m) => m.workflowMessageId === turn?.workflowMessageId);
-			matches = steps.filter((item) => item.requestId === message?.details?.requestId);
+			matches = steps.filter((item) => item.requestId === message?.details.requestId);
 		}
 		if (matches.length !== 1) {
 			const open = steps.map((item) => `${item.step} (attempt ${item.attempt})`).join(", ") || "none";
@@ -194,7 +207,7 @@ export class WorkflowActions {
 		}
 	}
 
-	async submit(target: StepTarget, output: unknown, toolCallId: string): Promise<any> {
+	async submit(target: StepTarget, output: unknown, toolCallId: string): Promise<unknown> {
 		if (output === undefined) throw new Error('submit needs "output": the step\'s result.');
 		await this.turnStartSettled();
 		const step = await this.step(target);
@@ -213,14 +226,14 @@ export class WorkflowActions {
 		} catch (error) {
 			// The step's validator refused the output: tell the model what was wrong and what
 			// to do, in the words the headless bridge uses.
-			if (error instanceof RequestRefused && error.response.receipt?.status === "rejected") {
+			if (error instanceof RequestRefused && valueAt(error.response.receipt, "status") === "rejected") {
 				throw new Error(`${REJECTED_OUTPUT} ${error.message} Correct the output and submit again.`);
 			}
 			throw error;
 		}
 	}
 
-	async update(target: StepTarget, update: unknown, toolCallId: string): Promise<any> {
+	async update(target: StepTarget, update: unknown, toolCallId: string): Promise<unknown> {
 		if (typeof update !== "object" || update === null || Array.isArray(update)) {
 			throw new Error('update needs "update": a JSON object such as {"type": "progress", "data": {…}}.');
 		}

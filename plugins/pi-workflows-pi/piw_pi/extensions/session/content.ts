@@ -4,8 +4,9 @@
  * it starts a model turn; the renderers draw the compact cards.
  */
 
-import type { ExtensionAPI } from "@mariozechner/pi-coding-agent";
+import type { ExtensionAPI, Theme } from "@mariozechner/pi-coding-agent";
 import { Box, Text } from "@mariozechner/pi-tui";
+import { isObject, valueAt } from "./envelope.js";
 
 export interface WorkflowMessage {
 	workflowMessageId: string;
@@ -14,9 +15,12 @@ export interface WorkflowMessage {
 	status: string;
 	order: number;
 	content: string;
-	details: Record<string, any>;
+	details: Record<string, unknown>;
 	sessionEntryId: string | null;
 }
+
+/** What `pi.sendMessage` takes: a custom message, its details carrying the workflow message id. */
+export type PiMessage = Parameters<ExtensionAPI["sendMessage"]>[0];
 
 interface Presentation {
 	customType: string;
@@ -37,7 +41,7 @@ export function startsTurn(kind: string): boolean {
 }
 
 /** The `pi.sendMessage` arguments for a workflow message; the hidden id rides in `details`. */
-export function piMessageFor(message: WorkflowMessage) {
+export function piMessageFor(message: WorkflowMessage): { message: PiMessage; options: { triggerTurn: boolean } } {
 	const presentation = PRESENTATIONS[message.kind];
 	if (!presentation) throw new Error(`Unknown workflow message kind ${message.kind}`);
 	return {
@@ -60,7 +64,7 @@ const STEP_REASONS: Record<string, string> = {
 	resumed: "resumed",
 };
 
-function card(theme: any, lines: string[], expanded: boolean, full: string) {
+function card(theme: Theme, lines: string[], expanded: boolean, full: string): Box {
 	const box = new Box(1, 0, (text: string) => theme.bg("customMessageBg", text));
 	const body = expanded ? [...lines, "", full] : lines;
 	box.addChild(new Text(body.join("\n"), 0, 0));
@@ -70,39 +74,39 @@ function card(theme: any, lines: string[], expanded: boolean, full: string) {
 function textOf(content: unknown): string {
 	if (typeof content === "string") return content;
 	if (Array.isArray(content)) {
-		return content.map((part: any) => (part?.type === "text" ? part.text : "")).join("");
+		return content.map((part) => (isObject(part) && part.type === "text" ? String(part.text) : "")).join("");
 	}
 	return "";
 }
 
 export function registerRenderers(pi: ExtensionAPI): void {
 	pi.registerMessageRenderer("pi-workflows-step", (message, { expanded }, theme) => {
-		const details = (message.details ?? {}) as Record<string, any>;
-		const workflow = details.contract?.workflowName ?? "workflow";
-		const lines = [theme.fg("accent", `▶ ${workflow} › ${details.step ?? details.contract?.nodeId ?? "step"}`)];
+		const details = message.details;
+		const workflow = valueAt(details, "contract", "workflowName") ?? "workflow";
+		const step = valueAt(details, "step") ?? valueAt(details, "contract", "nodeId") ?? "step";
+		const lines = [theme.fg("accent", `▶ ${workflow} › ${step}`)];
 		// The node's status detail travels in the message itself (content builders table:
 		// `presentation`), so the card says the same thing whenever it is drawn.
-		const statusDetail = details.presentation?.statusDetail;
+		const statusDetail = valueAt(details, "presentation", "statusDetail");
 		if (typeof statusDetail === "string" && statusDetail) lines.push(theme.fg("muted", `  ${statusDetail}`));
-		const reason = STEP_REASONS[details.reason];
+		const why = valueAt(details, "reason");
+		const reason = typeof why === "string" ? STEP_REASONS[why] : undefined;
 		if (reason) lines.push(theme.fg("dim", `  ${reason}`));
 		return card(theme, lines, expanded, textOf(message.content));
 	});
 	pi.registerMessageRenderer("pi-workflows-interaction", (message, { expanded }, theme) => {
-		const details = (message.details ?? {}) as Record<string, any>;
 		const title = textOf(message.content).split("\n")[0];
 		const lines = [theme.fg("warning", `◆ decision: ${title}`)];
-		for (const [key, choice] of Object.entries(details.choices ?? {})) {
-			const label = (choice as any)?.label ?? key;
-			lines.push(`  ${theme.fg("accent", key)}  ${label}`);
+		const choices = valueAt(message.details, "choices");
+		for (const [key, choice] of Object.entries(isObject(choices) ? choices : {})) {
+			lines.push(`  ${theme.fg("accent", key)}  ${valueAt(choice, "label") ?? key}`);
 		}
 		lines.push(theme.fg("dim", "  answer with /workflow answer CHOICE"));
 		return card(theme, lines, expanded, textOf(message.content));
 	});
 	pi.registerMessageRenderer("pi-workflows-notification", (message, { expanded }, theme) => {
-		const details = (message.details ?? {}) as Record<string, any>;
 		const first = textOf(message.content).split("\n")[0];
-		const lines = [theme.fg("muted", `• ${details.nodeId ?? "workflow"}: ${first}`)];
+		const lines = [theme.fg("muted", `• ${valueAt(message.details, "nodeId") ?? "workflow"}: ${first}`)];
 		return card(theme, lines, expanded, textOf(message.content));
 	});
 	pi.registerMessageRenderer("pi-workflows-follow-up", (message, { expanded }, theme) => {

@@ -12,21 +12,32 @@
  */
 
 import { randomUUID } from "node:crypto";
-import { piMessageFor, startsTurn, type WorkflowMessage } from "./content.js";
+import type { AgentEndEvent, SessionEntry } from "@mariozechner/pi-coding-agent";
+import { type PiMessage, piMessageFor, startsTurn, type WorkflowMessage } from "./content.js";
+import { isObject, type PendingInteraction, type RunStatus } from "./envelope.js";
 import { type HostResponse, HostUnavailable, isOk, RequestRefused } from "./host-link.js";
 
 const RECEIPT_SCHEMA = "pi-workflows.workflow-turn-report-receipt.v1";
 const TURN_SCHEMA = "pi-workflows.workflow-turn.v1";
 const REPLACED = "Workflow session coordinator was replaced";
 
+/** The host's open workflow turn of the session (reference client-protocol §4.8). */
+export interface OpenWorkflowTurn {
+	workflowTurnId: string;
+	workflowMessageId: string;
+	runId: string;
+	state: string;
+}
+
+/** The session view the host sends (`session_snapshot`), as `viewProblem` checks it. */
 export interface SessionView {
 	sessionId: string;
-	run: Record<string, any> | null;
-	pendingInteractions: Array<Record<string, any>>;
+	run: RunStatus | null;
+	pendingInteractions: PendingInteraction[];
 	workflowMessages: WorkflowMessage[];
 	nextWorkflowMessageId: string | null;
 	openWorkflowMessageId: string | null;
-	openWorkflowTurn: Record<string, any> | null;
+	openWorkflowTurn: OpenWorkflowTurn | null;
 	coordinatorEpoch: string | null;
 	coordinatorActive: boolean;
 	branchReportRequired: boolean;
@@ -36,8 +47,8 @@ export interface SessionView {
 export interface PiSide {
 	isIdle(): boolean;
 	hasPendingMessages(): boolean;
-	branch(): any[];
-	sendMessage(message: any, options: { triggerTurn: boolean }): void;
+	branch(): SessionEntry[];
+	sendMessage(message: PiMessage, options: { triggerTurn: boolean }): void;
 }
 
 /** What the coordinator needs from the host connection. */
@@ -62,8 +73,23 @@ interface LocalTurn {
 	end?: TurnEnd;
 }
 
+/** What Pi hands `agent_end`: the run's messages. */
+type AgentMessages = AgentEndEvent["messages"];
+
+/** A turn report's receipt (reference §4.8), as `validateReceipt` checks it. */
+export interface TurnReceipt {
+	schema: string;
+	ownership: "active" | "settled" | "absent";
+	turn: Record<string, unknown> | null;
+}
+
 /** A report the host refused for good (not a lost connection): the turn is dropped. */
 class TurnRefused extends Error {}
+
+/** The workflow message id a custom message entry of the branch carries, if any. */
+function workflowMessageIdOf(entry: SessionEntry): unknown {
+	return entry.type === "custom_message" && isObject(entry.details) ? entry.details.workflowMessageId : undefined;
+}
 
 export class MessageCoordinator {
 	private view: SessionView | null = null;
@@ -134,7 +160,7 @@ export class MessageCoordinator {
 
 	/** A run this session saw going that failed gets one notice saying why (the model may
 	 * not be able to explain it: its provider may be what failed). */
-	private noticeFailedRun(run: Record<string, any> | null): void {
+	private noticeFailedRun(run: RunStatus | null): void {
 		if (!run?.runId) return;
 		if (run.status !== "failed") {
 			this.liveRuns.add(run.runId);
@@ -202,7 +228,7 @@ export class MessageCoordinator {
 
 	/** A Pi run ended; true when it was a workflow turn the model failed (a provider or
 	 * model error), which ends the step: Pi's own retry of it must not run. */
-	agentEnded(messages: any[]): boolean {
+	agentEnded(messages: AgentMessages): boolean {
 		const turn = this.current;
 		this.current = null;
 		if (!turn || turn.dropped) return false;
@@ -237,8 +263,8 @@ export class MessageCoordinator {
 		const branch = this.pi.branch();
 		for (let index = branch.length - 1; index >= 0; index--) {
 			const entry = branch[index];
-			if (entry.type === "custom_message" && entry.details?.workflowMessageId === workflowMessageId) return null;
-			if (entry.type === "message" && entry.message?.role === "assistant") return entry.id;
+			if (workflowMessageIdOf(entry) === workflowMessageId) return null;
+			if (entry.type === "message" && entry.message.role === "assistant") return entry.id;
 		}
 		return null;
 	}
@@ -257,14 +283,15 @@ export class MessageCoordinator {
 	}
 
 	private async pass(): Promise<void> {
-		if (!this.active()) return;
-		this.resumeOpenTurn();
+		const view = this.view;
+		if (!this.active() || !view) return;
+		this.resumeOpenTurn(view);
 		const entries = this.branchEntries();
 		const key = JSON.stringify(entries);
 		const unrecorded = entries.some((entry) => this.message(entry.workflowMessageId)?.status !== "sent");
 		if (
 			this.branchReportedEpoch !== this.epoch ||
-			this.view!.branchReportRequired ||
+			view.branchReportRequired ||
 			(unrecorded && key !== this.lastBranchKey)
 		) {
 			await this.reportBranch(entries, key);
@@ -274,8 +301,7 @@ export class MessageCoordinator {
 	}
 
 	/** Pi is busy with a turn the host still shows open and we know nothing of: adopt it. */
-	private resumeOpenTurn(): void {
-		const view = this.view!;
+	private resumeOpenTurn(view: SessionView): void {
 		const open = view.openWorkflowTurn;
 		if (this.current || this.pi.isIdle() || !open || open.state !== "started") return;
 		if (this.settledTurnIds.has(open.workflowTurnId) || this.closedTurnMessages.has(open.workflowMessageId)) return;
@@ -297,8 +323,7 @@ export class MessageCoordinator {
 		const entries: Array<{ workflowMessageId: string; sessionEntryId: string }> = [];
 		const seen = new Set<string>();
 		for (const entry of this.pi.branch()) {
-			if (entry.type !== "custom_message") continue;
-			const id = entry.details?.workflowMessageId;
+			const id = workflowMessageIdOf(entry);
 			if (typeof id !== "string" || seen.has(id) || !this.message(id)) continue;
 			seen.add(id);
 			entries.push({ workflowMessageId: id, sessionEntryId: entry.id });
@@ -310,7 +335,7 @@ export class MessageCoordinator {
 		entries: Array<{ workflowMessageId: string; sessionEntryId: string }>,
 		key: string,
 	): Promise<void> {
-		const epoch = this.epoch!;
+		const epoch = this.epoch;
 		// A turn this client still has to report keeps the session busy: an idle report would
 		// make the host end it as lost.
 		const idle = this.pi.isIdle() && !this.current && this.turns.length === 0;
@@ -353,7 +378,7 @@ export class MessageCoordinator {
 		}
 	}
 
-	private async reportTurn(turn: LocalTurn, state: "started" | "ended"): Promise<any> {
+	private async reportTurn(turn: LocalTurn, state: "started" | "ended"): Promise<TurnReceipt> {
 		const payload: Record<string, unknown> = {
 			state,
 			workflowTurnId: turn.workflowTurnId,
@@ -362,10 +387,10 @@ export class MessageCoordinator {
 			targetSessionId: this.sessionId,
 			coordinatorEpoch: this.epoch,
 		};
-		if (state === "ended") {
-			payload.stopReason = turn.end!.stopReason;
-			payload.responseSessionEntryId = turn.end!.responseSessionEntryId;
-			payload.error = turn.end!.error;
+		if (state === "ended" && turn.end) {
+			payload.stopReason = turn.end.stopReason;
+			payload.responseSessionEntryId = turn.end.responseSessionEntryId;
+			payload.error = turn.end.error;
 		}
 		const response = await this.host.request("workflowTurn.report", payload, { runId: turn.runId });
 		this.checkFence(response);
@@ -392,12 +417,12 @@ export class MessageCoordinator {
 	}
 
 	private async sendNext(): Promise<void> {
-		if (!this.active()) return;
-		const view = this.view!;
+		const view = this.view;
+		if (!this.active() || !view) return;
 		const next = view.nextWorkflowMessageId;
 		if (!next || this.queued.has(next)) return;
 		const message = this.message(next);
-		if (!message || message.status !== "pending") return;
+		if (message?.status !== "pending") return;
 		if (!this.pi.isIdle() || this.pi.hasPendingMessages()) return;
 		this.queued.add(next);
 		if (this.branchHas(next)) {
@@ -429,7 +454,7 @@ export class MessageCoordinator {
 	}
 
 	private branchHas(id: string): boolean {
-		return this.pi.branch().some((entry) => entry.type === "custom_message" && entry.details?.workflowMessageId === id);
+		return this.pi.branch().some((entry) => workflowMessageIdOf(entry) === id);
 	}
 
 	private checkFence(response: HostResponse): void {
@@ -450,39 +475,49 @@ export class MessageCoordinator {
 const FAILURE_CHARS = 400;
 
 /** `The model P/M failed: <its error, on one line>`, from the run's last assistant message. */
-function modelFailure(messages: any[]): string {
-	const last = [...messages].reverse().find((message) => message?.role === "assistant");
+function modelFailure(messages: AgentMessages): string {
+	const last = lastAssistant(messages);
 	const name = last ? `${last.provider}/${last.model}` : "of this Pi session";
 	const detail = String(last?.errorMessage || "no error message").replace(/\s+/g, " ").trim();
 	const cut = detail.length > FAILURE_CHARS ? `${detail.slice(0, FAILURE_CHARS - 1)}…` : detail;
 	return `The model ${name} failed: ${cut}`;
 }
 
-function stopReasonOf(messages: any[]): TurnEnd["stopReason"] {
-	for (let index = messages.length - 1; index >= 0; index--) {
-		const message = messages[index];
-		if (message?.role !== "assistant") continue;
-		if (message.stopReason === "aborted") return "aborted";
-		if (message.stopReason === "error") return "error";
-		return "completed";
-	}
-	return "error";
+type AssistantMessage = Extract<AgentMessages[number], { role: "assistant" }>;
+
+function lastAssistant(messages: AgentMessages): AssistantMessage | undefined {
+	return messages.findLast((message): message is AssistantMessage => message?.role === "assistant");
+}
+
+function stopReasonOf(messages: AgentMessages): TurnEnd["stopReason"] {
+	const last = lastAssistant(messages);
+	if (!last) return "error";
+	if (last.stopReason === "aborted") return "aborted";
+	if (last.stopReason === "error") return "error";
+	return "completed";
 }
 
 /** The receipt contract of reference §4.8; anything else is a host this client cannot trust. */
-export function validateReceipt(receipt: any, turn: LocalTurn, sessionId: string, state: "started" | "ended"): any {
-	const fail = (why: string) => {
+export function validateReceipt(
+	receipt: unknown,
+	turn: Pick<LocalTurn, "workflowTurnId" | "workflowMessageId" | "runId">,
+	sessionId: string,
+	state: "started" | "ended",
+): TurnReceipt {
+	const fail = (why: string): never => {
 		throw new TurnRefused(`The workflow host sent an invalid turn receipt: ${why}`);
 	};
-	if (receipt?.schema !== RECEIPT_SCHEMA) fail("wrong schema");
+	if (!isObject(receipt) || receipt.schema !== RECEIPT_SCHEMA) return fail("wrong schema");
 	const ownership = receipt.ownership;
-	if (!["active", "settled", "absent"].includes(ownership)) fail(`unknown ownership ${ownership}`);
+	if (ownership !== "active" && ownership !== "settled" && ownership !== "absent") {
+		return fail(`unknown ownership ${ownership}`);
+	}
 	if (ownership === "absent") {
 		if (receipt.turn !== null) fail("an absent receipt carries a turn");
-		return receipt;
+		return { schema: RECEIPT_SCHEMA, ownership, turn: null };
 	}
 	const saved = receipt.turn;
-	if (saved?.schema !== TURN_SCHEMA) fail("the turn has the wrong schema");
+	if (!isObject(saved) || saved.schema !== TURN_SCHEMA) return fail("the turn has the wrong schema");
 	if (
 		saved.workflowTurnId !== turn.workflowTurnId ||
 		saved.workflowMessageId !== turn.workflowMessageId ||
@@ -494,5 +529,5 @@ export function validateReceipt(receipt: any, turn: LocalTurn, sessionId: string
 	if (ownership === "active" && saved.state !== "started") fail("an active turn is not started");
 	if (ownership === "settled" && saved.state !== "ended") fail("a settled turn has not ended");
 	if (state === "ended" && ownership !== "settled") fail("an end report was not settled");
-	return receipt;
+	return { schema: RECEIPT_SCHEMA, ownership, turn: saved };
 }

@@ -11,14 +11,61 @@ export const OUTCOMES = ["accepted", "adopted", "rejected", "conflict", "notFoun
 /** The host sent something this client cannot use. */
 export class HostProtocolError extends Error {}
 
-type Check = (value: any) => string | null;
+/** A run as `run.status` and the session view show it (its text fields are checked). */
+export interface RunStatus {
+	runId: string;
+	status: string;
+	workflowName: string;
+	paused?: boolean;
+	statusDetail?: string | null;
+	error?: string | null;
+}
 
-const isObject = (value: unknown): value is Record<string, any> =>
+/** One entry of `decision.list`. */
+export interface DecisionSummary {
+	decisionId: string;
+	status: string;
+	choices?: Record<string, unknown>;
+}
+
+/** A step request (or decision) of the session view's `pendingInteractions`. */
+export interface PendingInteraction {
+	requestId: string;
+	kind: string;
+	runId?: string;
+	step?: string;
+	attempt?: string;
+	revision?: number;
+}
+
+/** The receipts whose fields this extension reads, by operation: what `RECEIPTS` checks. */
+export interface Receipts {
+	"run.start": { runId: string };
+	"run.status": RunStatus;
+	"decision.list": DecisionSummary[];
+}
+
+/** The receipt type of `operation`: checked for the operations of `Receipts`, else unknown. */
+export type ReceiptOf<Operation extends string> = Operation extends keyof Receipts ? Receipts[Operation] : unknown;
+
+type Check = (value: unknown) => string | null;
+
+export const isObject = (value: unknown): value is Record<string, unknown> =>
 	typeof value === "object" && value !== null && !Array.isArray(value);
+/** The value at `path` inside nested objects, or undefined where one is missing. */
+export function valueAt(value: unknown, ...path: string[]): unknown {
+	let found = value;
+	for (const key of path) {
+		if (!isObject(found)) return undefined;
+		found = found[key];
+	}
+	return found;
+}
+
 const isText = (value: unknown): value is string => typeof value === "string" && value.length > 0;
 
 /** Why `value[key]` is not text (or null when `nullable`), or null when it is. */
-function text(value: Record<string, any>, key: string, where: string, nullable = false): string | null {
+function text(value: Record<string, unknown>, key: string, where: string, nullable = false): string | null {
 	const field = value[key];
 	if (isText(field) || (nullable && field === null)) return null;
 	return `${where}.${key} is ${field === undefined ? "missing" : "not text"}`;
@@ -36,7 +83,7 @@ function objectWith(keys: string[]): Check {
 const runStatus = objectWith(["runId", "status", "workflowName"]);
 
 /** Receipts whose fields the extension reads, by operation; others are passed on as they are. */
-const RECEIPTS: Record<string, Check> = {
+const RECEIPTS: Record<keyof Receipts, Check> = {
 	"run.start": objectWith(["runId"]),
 	"run.status": runStatus,
 	"decision.list": (receipt) => {
@@ -54,35 +101,36 @@ const RECEIPTS: Record<string, Check> = {
 	},
 };
 
-export interface CheckedResponse {
+/** A response envelope (SPEC §8): its receipt is checked only for the operations of `Receipts`. */
+export interface HostResponse {
 	requestId: string;
 	outcome: string;
-	receipt?: any;
+	receipt?: unknown;
 	error?: string;
 	revision?: number;
 }
 
 /** The response to `operation`, checked; HostProtocolError says what is wrong with it. */
-export function checkResponse(message: any, operation: string): CheckedResponse {
+export function checkResponse(message: Record<string, unknown>, operation: string): HostResponse {
 	const fail = (why: string): never => {
 		throw new HostProtocolError(`The workflow host sent an invalid answer to ${operation}: ${why}.`);
 	};
-	if (!OUTCOMES.includes(message.outcome)) fail(`unknown outcome ${JSON.stringify(message.outcome)?.slice(0, 40)}`);
+	if (typeof message.outcome !== "string" || !OUTCOMES.includes(message.outcome)) fail(`unknown outcome ${JSON.stringify(message.outcome)?.slice(0, 40)}`);
 	if (message.error !== undefined && typeof message.error !== "string") fail("its error is not text");
 	if (message.revision !== undefined && !Number.isInteger(message.revision)) fail("its revision is not an integer");
 	const ok = message.outcome === "accepted" || message.outcome === "adopted";
-	const check = RECEIPTS[operation];
+	const check: Check | undefined = RECEIPTS[operation as keyof Receipts];
 	if (ok && check) {
 		const problem = check(message.receipt);
 		if (problem) fail(problem);
 	}
-	return message as CheckedResponse;
+	return message as unknown as HostResponse;
 }
 
 const VIEW_LISTS = ["pendingInteractions", "workflowMessages"];
 const VIEW_IDS = ["nextWorkflowMessageId", "openWorkflowMessageId", "coordinatorEpoch"];
 
-function checkMessage(message: any, index: number): string | null {
+function checkMessage(message: unknown, index: number): string | null {
 	const where = `workflowMessages[${index}]`;
 	if (!isObject(message)) return `${where} is not an object`;
 	const problem = first(
@@ -98,7 +146,7 @@ function checkMessage(message: any, index: number): string | null {
 }
 
 /** Why a session view cannot be used, or null when it can. */
-export function viewProblem(view: any): string | null {
+export function viewProblem(view: unknown): string | null {
 	if (!isObject(view)) return "it is not an object";
 	const problem = text(view, "sessionId", "view");
 	if (problem) return problem;
@@ -114,11 +162,11 @@ export function viewProblem(view: any): string | null {
 	for (const key of ["coordinatorActive", "branchReportRequired"]) {
 		if (typeof view[key] !== "boolean") return `view.${key} is not true or false`;
 	}
-	for (const [index, message] of view.workflowMessages.entries()) {
+	for (const [index, message] of (view.workflowMessages as unknown[]).entries()) {
 		const bad = checkMessage(message, index);
 		if (bad) return bad;
 	}
-	for (const [index, item] of view.pendingInteractions.entries()) {
+	for (const [index, item] of (view.pendingInteractions as unknown[]).entries()) {
 		if (!isObject(item) || !isText(item.requestId) || !isText(item.kind)) {
 			return `pendingInteractions[${index}] has no requestId or kind`;
 		}

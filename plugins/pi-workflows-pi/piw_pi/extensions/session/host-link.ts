@@ -8,21 +8,15 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import net from "node:net";
 import { canonicalJson } from "./canonical.js";
-import { checkResponse } from "./envelope.js";
+import { checkResponse, type HostResponse, isObject } from "./envelope.js";
+
+export type { HostResponse } from "./envelope.js";
 
 export const CLIENT_SCHEMA = "pi-workflows.client.v1";
 const MAX_FRAME_BYTES = 1024 * 1024;
 const CONNECT_TIMEOUT_MS = 5_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 const CLI_TIMEOUT_MS = 60_000;
-
-export interface HostResponse {
-	requestId: string;
-	outcome: string;
-	receipt?: any;
-	error?: string;
-	revision?: number;
-}
 
 export interface RequestOptions {
 	runId?: string;
@@ -108,13 +102,21 @@ export async function locateHost(cwd: string): Promise<HostAddress> {
 	return { socketPath: found.socketPath, packageVersion: found.packageVersion };
 }
 
+/** An event frame of the host (SPEC §8): `payload` is checked by whoever reads it. */
+export interface HostEvent {
+	type: "event";
+	event?: unknown;
+	subscriptionId?: unknown;
+	payload?: unknown;
+}
+
 /** Why the host's first frame does not open a usable connection, or null when it does. */
-function refusalOf(first: any, expectedVersion: string): HostUnavailable | null {
-	if (first?.type === "refused") {
+function refusalOf(first: unknown, expectedVersion: string): HostUnavailable | null {
+	if (isObject(first) && first.type === "refused") {
 		const reason = typeof first.error === "string" && first.error ? first.error : "no reason given";
 		return new HostRefused(`the workflow host refused the connection: ${reason.slice(0, 300)}`);
 	}
-	if (first?.type !== "hello") return new HostUnavailable("The workflow host did not greet this session.");
+	if (!isObject(first) || first.type !== "hello") return new HostUnavailable("The workflow host did not greet this session.");
 	if (first.packageVersion !== expectedVersion) {
 		return new HostRefused(
 			`the workflow host runs pi-workflows ${String(first.packageVersion).slice(0, 40)}, ` +
@@ -133,7 +135,7 @@ interface Pending {
 
 export class HostConnection {
 	readonly clientId = `client-${randomUUID()}`;
-	onEvent: (event: any) => void = () => {};
+	onEvent: (event: HostEvent) => void = () => {};
 	onClose: () => void = () => {};
 	/** An event handler failed: the connection goes on, the session says so once. */
 	onEventError: (error: Error) => void = () => {};
@@ -182,9 +184,10 @@ export class HostConnection {
 		return !this.closed;
 	}
 
-	private frames(chunk: Buffer): any[] {
+	/** The whole frames received so far; a line that is not JSON ends the connection. */
+	private frames(chunk: Buffer): unknown[] {
 		this.buffer = Buffer.concat([this.buffer, chunk]);
-		const messages: any[] = [];
+		const messages: unknown[] = [];
 		let newline = this.buffer.indexOf(0x0a);
 		while (newline !== -1) {
 			const line = this.buffer.subarray(0, newline).toString("utf8");
@@ -203,8 +206,9 @@ export class HostConnection {
 		return messages;
 	}
 
-	private dispatch(message: any): void {
-		if (message?.type === "response") {
+	private dispatch(message: unknown): void {
+		if (!isObject(message)) return;
+		if (message.type === "response") {
 			if (typeof message.requestId !== "string") {
 				// A response no request can claim: the stream cannot be trusted any more.
 				this.socket.destroy();
@@ -220,9 +224,9 @@ export class HostConnection {
 					waiter.reject(error as Error);
 				}
 			}
-		} else if (message?.type === "event") {
+		} else if (message.type === "event") {
 			try {
-				this.onEvent(message);
+				this.onEvent(message as unknown as HostEvent);
 			} catch (error) {
 				this.onEventError(error as Error);
 			}

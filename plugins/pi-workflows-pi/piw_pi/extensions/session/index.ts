@@ -11,37 +11,16 @@ import { StringEnum } from "@mariozechner/pi-ai";
 import type { ExtensionAPI, ExtensionContext } from "@mariozechner/pi-coding-agent";
 import { Type } from "typebox";
 import { WorkflowActions } from "./actions.js";
+import { ACTION_NAMES, COMMAND_FORMS, completions, parseCommand } from "./command.js";
 import { registerRenderers } from "./content.js";
+import type { RunStatus } from "./envelope.js";
 import { WorkflowSession } from "./session.js";
-
-const ACTIONS = ["list", "start", "status", "answer", "update", "submit", "pause", "resume", "cancel"] as const;
-
-const COMMAND_USAGE =
-	"Usage: /workflow NAME [task text] | start NAME [JSON] | list | status | answer CHOICE|JSON | pause | resume | cancel";
-const INPUT_JSON_FLAG = "--input-json";
-
-/**
- * The run input a command's text after the workflow name gives (reference engine §1.1):
- * `--input-json JSON` or text that starts like JSON (`{`, `[`) is parsed as JSON, any other
- * text is the task, `{task: "…"}`; no text, no input.
- */
-function commandInput(text: string): unknown {
-	if (!text) return undefined;
-	const flagged = text.startsWith(INPUT_JSON_FLAG) ? text.slice(INPUT_JSON_FLAG.length).trim() : null;
-	const json = flagged ?? (/^[[{]/.test(text) ? text : null);
-	if (json === null) return { task: text };
-	try {
-		return JSON.parse(json);
-	} catch {
-		throw new Error(`The input is not valid JSON: ${json}`);
-	}
-}
 
 function text(value: unknown): string {
 	return typeof value === "string" ? value : JSON.stringify(value, null, 2);
 }
 
-function runLine(status: any): string {
+function runLine(status: RunStatus): string {
 	const detail = status.statusDetail ? ` — ${status.statusDetail}` : "";
 	return `${status.workflowName} ${status.runId}: ${status.status}${status.paused ? " (paused)" : ""}${detail}`;
 }
@@ -65,7 +44,7 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 		],
 		parameters: Type.Object(
 			{
-				action: StringEnum(ACTIONS, { description: "What to do" }),
+				action: StringEnum(ACTION_NAMES, { description: "What to do" }),
 				workflow: Type.Optional(Type.String({ description: "start: the workflow name" })),
 				input: Type.Optional(Type.Unknown({ description: "start: the run input; answer: the checkpoint answer" })),
 				runId: Type.Optional(Type.String({ description: "status/pause/resume/cancel/answer: a run of this session" })),
@@ -77,7 +56,7 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 			},
 			{ additionalProperties: false },
 		),
-		async execute(toolCallId, params: any, _signal, _onUpdate, ctx) {
+		async execute(toolCallId, params, _signal, _onUpdate, ctx) {
 			const target = { requestId: params.requestId, step: params.step, attempt: params.attempt };
 			let result: unknown;
 			switch (params.action) {
@@ -106,34 +85,23 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 					result = await actions.control(`run.${params.action}`, params.runId);
 					break;
 				default:
-					throw new Error(`Unknown workflow action ${params.action}; use one of ${ACTIONS.join(", ")}.`);
+					throw new Error(`Unknown workflow action ${String(params.action)}; use one of ${ACTION_NAMES.join(", ")}.`);
 			}
 			return { content: [{ type: "text", text: text(result) }], details: { action: params.action } };
 		},
 	});
 
 	pi.registerCommand("workflow", {
-		description: "pi-workflows: /workflow NAME [task] | start NAME [JSON] | list | status | answer CHOICE|JSON | cancel",
-		getArgumentCompletions: (prefix: string) => {
-			const items = ["start", "list", "status", "answer", "pause", "resume", "cancel"]
-				.filter((word) => word.startsWith(prefix))
-				.map((word) => ({ value: word, label: word }));
-			return items.length > 0 ? items : null;
-		},
+		description: `pi-workflows: ${COMMAND_FORMS}`,
+		getArgumentCompletions: completions,
 		handler: async (args, ctx) => {
 			const say = (message: string, level: "info" | "warning" | "error" = "info") => ctx.ui.notify(message, level);
-			const startCommand = async (name: string, text: string) => {
-				const started = await actions.start(name, commandInput(text), ctx.cwd);
-				say(`Started ${name}: run ${started.runId}`);
-			};
-			const trimmed = args.trim();
-			const [verb = "", ...rest] = trimmed.split(/\s+/);
-			const tail = trimmed.slice(verb.length).trim();
 			try {
-				switch (verb) {
+				const command = parseCommand(args);
+				switch (command.action) {
 					case "start": {
-						const [name = ""] = rest;
-						await startCommand(name, tail.slice(name.length).trim());
+						const started = await actions.start(command.workflow, command.input, ctx.cwd);
+						say(`Started ${command.workflow}: run ${started.runId}`);
 						break;
 					}
 					case "list":
@@ -142,24 +110,18 @@ export default function piWorkflows(pi: ExtensionAPI): void {
 					case "status":
 						say(runLine(await actions.status()));
 						break;
-					case "answer": {
-						if (!tail) throw new Error('Give the answer: a choice key (/workflow answer continue) or JSON.');
-						const receipt = await actions.answerAsPerson(tail);
-						say(`Answered: ${text(receipt)}`);
+					case "answer":
+						say(`Answered: ${text(await actions.answerAsPerson(command.answer))}`);
 						break;
-					}
 					case "pause":
 					case "resume":
 					case "cancel":
-						await actions.control(`run.${verb}`);
-						say(`Workflow run: ${verb} requested.`);
+						await actions.control(`run.${command.action}`);
+						say(`Workflow run: ${command.action} requested.`);
 						break;
-					case "":
-						say(COMMAND_USAGE, "warning");
+					case "usage":
+						say(`Usage: ${COMMAND_FORMS}`, "warning");
 						break;
-					default:
-						// The reference's form: `/workflow NAME [task text]`.
-						await startCommand(verb, tail);
 				}
 			} catch (error) {
 				say(`pi-workflows: ${(error as Error).message}`, "error");

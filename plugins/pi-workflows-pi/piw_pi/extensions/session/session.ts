@@ -10,7 +10,7 @@
 
 import { randomUUID } from "node:crypto";
 import { MessageCoordinator, type PiSide, type SessionView } from "./coordinator.js";
-import { viewProblem } from "./envelope.js";
+import { isObject, viewProblem } from "./envelope.js";
 import {
 	HostConnection,
 	HostRefused,
@@ -136,8 +136,9 @@ export class WorkflowSession {
 				complain(problem);
 				return;
 			}
-			if (registered) this.coordinator.updateView(event.payload);
-			else firstView = event.payload;
+			const view = event.payload as SessionView; // checked just now
+			if (registered) this.coordinator.updateView(view);
+			else firstView = view;
 		};
 		connection.onEventError = (error) => complain(error.message);
 		connection.onClose = () => this.lost(connection);
@@ -152,7 +153,8 @@ export class WorkflowSession {
 			connection.close();
 			throw error;
 		}
-		if (!isOk(response) || (asCoordinator && typeof response.receipt?.coordinatorEpoch !== "string")) {
+		const granted = isObject(response.receipt) ? response.receipt.coordinatorEpoch : undefined;
+		if (!isOk(response) || (asCoordinator && typeof granted !== "string")) {
 			connection.close();
 			throw new Error(response.error ?? "the host did not make this session its coordinator");
 		}
@@ -161,7 +163,7 @@ export class WorkflowSession {
 			return;
 		}
 		this.connection = connection;
-		this.epoch = asCoordinator ? response.receipt.coordinatorEpoch : null;
+		this.epoch = asCoordinator && typeof granted === "string" ? granted : null;
 		if (this.epoch) this.coordinator.connected(this.epoch);
 		registered = true;
 		if (firstView) this.coordinator.updateView(firstView);
@@ -238,7 +240,11 @@ export class WorkflowSession {
 	}
 
 	/** A command of this session; repeated once (same idempotency key) if the connection drops. */
-	async request(operation: string, payload: Record<string, unknown>, options: RequestOptions = {}) {
+	async request(
+		operation: string,
+		payload: Record<string, unknown>,
+		options: RequestOptions = {},
+	): Promise<HostResponse> {
 		const stable = { ...options, idempotencyKey: options.idempotencyKey ?? `${operation}-${randomUUID()}` };
 		try {
 			return await (await this.connected()).request(operation, payload, stable);
