@@ -121,12 +121,13 @@ def _percent(part: int, whole: int) -> str:
 def coverage_report(sections: list[Section], tested: set[str]) -> list[str]:
     """Lines: per section the tested ids and the untested ones with their titles, then totals."""
     lines: list[str] = []
-    all_applicable = all_tested = 0
+    all_applicable = all_tested = not_applicable = 0
     for section in sections:
         applicable = [s for s in section.scenarios if s.applicable]
         covered = [s for s in applicable if s.id in tested]
         all_applicable += len(applicable)
         all_tested += len(covered)
+        not_applicable += len(section.scenarios) - len(applicable)
         lines.append(
             f"{section.title}: {len(covered)}/{len(applicable)} tested "
             f"({_percent(len(covered), len(applicable))})"
@@ -139,7 +140,7 @@ def coverage_report(sections: list[Section], tested: set[str]) -> list[str]:
                 lines.append(f"  untested: {scenario.id} {scenario.title}{note}")
     lines.append(
         f"all: {all_tested}/{all_applicable} applicable scenarios tested "
-        f"({_percent(all_tested, all_applicable)})"
+        f"({_percent(all_tested, all_applicable)}); {not_applicable} not applicable"
     )
     return lines
 
