@@ -46,7 +46,7 @@ class InProcessHost(WorkflowHost):
         self._failure: BaseException | None = None
         self._saved_environ: dict[str, str] | None = None
         self._log_handler: logging.Handler | None = None
-        self._added_path: str | None = None
+        self._added_paths: list[str] = []
 
     def start(self, **extra_env: str) -> None:  # type: ignore[override]
         """Start the host in a thread and return once it answers ``host.status``."""
@@ -111,10 +111,13 @@ class InProcessHost(WorkflowHost):
         self._saved_environ = dict(os.environ)
         os.environ.clear()
         os.environ.update(env)
-        if self.plugin_dir.exists():  # local plugin modules (`add_plugin`) import from here
-            self._added_path = str(self.plugin_dir)
-            sys.path.insert(0, self._added_path)
-            importlib.invalidate_caches()
+        # What a host process would import from its PYTHONPATH (the modules `add_plugin`
+        # writes, a test's own plugin directory) this process imports too, while it runs.
+        for entry in env.get("PYTHONPATH", "").split(os.pathsep):
+            if entry and entry not in sys.path:
+                sys.path.insert(0, entry)
+                self._added_paths.append(entry)
+        importlib.invalidate_caches()
         plugins.reload()
         handler = logging.FileHandler(self.root / "host.log", encoding="utf-8")
         handler.setFormatter(logging.Formatter(FORMAT))
@@ -131,12 +134,12 @@ class InProcessHost(WorkflowHost):
             logger.setLevel(logging.NOTSET)
             self._log_handler.close()
             self._log_handler = None
-        if self._added_path is not None:
-            sys.path.remove(self._added_path)
+        for entry in self._added_paths:
+            sys.path.remove(entry)
             for name, module in list(sys.modules.items()):
-                if (getattr(module, "__file__", None) or "").startswith(self._added_path):
-                    del sys.modules[name]
-            self._added_path = None
+                if (getattr(module, "__file__", None) or "").startswith(entry):
+                    del sys.modules[name]  # the next host imports its own version afresh
+        self._added_paths = []
         if self._saved_environ is not None:
             os.environ.clear()
             os.environ.update(self._saved_environ)

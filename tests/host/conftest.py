@@ -123,11 +123,20 @@ class InProcessHarness(HostHarness, InProcessHost):
     """:class:`HostHarness` whose host runs in a thread of the test process (the kit's
     :class:`InProcessHost`): real socket, database and workers, no host process to kill."""
 
+    def open_store(self) -> StateStore:
+        """The running host's store: opening a second one in this process would repoint the
+        process-wide database the host's thread uses. Its connections are per thread, so
+        this thread reads and writes on its own connection; `close()` closes only that."""
+        if self.host is None:
+            return super().open_store()
+        self.host.store.db.connect(reuse_if_open=True)
+        return self.host.store
+
 
 # Suites whose host-driven tests run on the in-process host, except those marked
 # `integration` (they kill, signal or restart the host process). The others still start a
 # host process per test.
-IN_PROCESS_SUITES = ("tests/decisions/",)
+IN_PROCESS_SUITES = ("tests/decisions/", "tests/terminal/", "tests/sessions/", "tests/host/")
 
 
 def runs_in_process(request: pytest.FixtureRequest) -> bool:

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.polling import wait_until
 
 from .conftest import HostHarness
@@ -105,6 +107,7 @@ def _low_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
 
 
+@pytest.mark.integration
 def test_a_flood_under_a_low_fd_limit_keeps_the_host_and_its_log_healthy(harness: HostHarness):
     log = open(harness.root / "host.log", "ab")
     host = subprocess.Popen(
@@ -135,6 +138,7 @@ def test_a_flood_under_a_low_fd_limit_keeps_the_host_and_its_log_healthy(harness
     assert len(text) < 16 * 1024, text[-2000:]
 
 
+@pytest.mark.integration
 def test_the_background_host_log_is_size_capped(harness: HostHarness):
     harness.cli("host", "start", PI_WORKFLOWS_HOST_LOG_MAX_BYTES="1024")
     for _ in range(40):

@@ -48,6 +48,7 @@ def _fill(path: Path) -> None:
                 return
 
 
+@pytest.mark.integration
 def test_a_full_disk_is_reported_as_such_and_the_host_survives(small_disk_harness: HostHarness):
     harness = small_disk_harness
     harness.start_host()

@@ -92,6 +92,7 @@ def test_cancel_or_pause_kills_the_shell_command_and_its_descendants(
     assert status["status"] == "cancelled" if control == "cancel" else status["paused"]
 
 
+@pytest.mark.integration
 def test_a_clean_host_stop_kills_the_shell_command_it_hands_off(harness: HostHarness):
     harness.write_workflow("slowshell", slow_shell("idempotent"))
     harness.start_host()
@@ -101,6 +102,7 @@ def test_a_clean_host_stop_kills_the_shell_command_it_hands_off(harness: HostHar
     assert all(process_gone(pid) for pid in group), group
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.5")
 def test_host_sigkill_during_a_shell_node_the_next_host_kills_the_old_group_first(
     harness: HostHarness,

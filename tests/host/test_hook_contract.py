@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pi_workflows.client.start_request import start_payload
 
 from .conftest import HostHarness, wait_until
@@ -509,6 +511,7 @@ def test_a_step_prompt_plugin_writes_what_the_agent_is_told(harness: HostHarness
     assert "Workflow step contract" not in prompt  # the built-in block was replaced
 
 
+@pytest.mark.integration
 def test_one_claim_pass_fills_every_free_worker_slot(harness: HostHarness):
     """The pass a host runs as it starts (outside any transaction) claims as many queued
     runs as it has free slots, not half of them."""

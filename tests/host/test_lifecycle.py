@@ -18,6 +18,7 @@ from .conftest import HostHarness, request_frame, wait_until
 from .workflows import STEPS
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.2", "1.3")
 def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
@@ -36,6 +37,7 @@ def test_a_second_host_on_the_same_home_is_refused(harness: HostHarness):
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
 
 
+@pytest.mark.integration
 @pytest.mark.sqlite_only
 @pytest.mark.scenario("1.4")
 def test_a_socket_that_cannot_be_bound_releases_the_epoch_and_the_lock(harness: HostHarness):
@@ -70,6 +72,7 @@ def _connected(harness: HostHarness) -> socket.socket:
     return client
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.8")
 def test_stop_closes_an_idle_client_connection_and_does_not_wait_for_it(harness: HostHarness):
     process = harness.start_host()
@@ -83,6 +86,7 @@ def test_stop_closes_an_idle_client_connection_and_does_not_wait_for_it(harness:
     assert not harness.home.socket_path.exists()
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.9")
 def test_a_client_that_resets_its_connection_harms_no_other(harness: HostHarness):
     harness.start_host()
@@ -119,6 +123,7 @@ def test_the_status_receipt_counts_runs_and_names_no_process(harness: HostHarnes
     assert not {"pid", "hostId", "processStartIdentity", "startIdentity"} & set(receipt)
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.1")
 def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: HostHarness):
     started = json.loads(harness.cli("host", "start", "--json").stdout)
@@ -132,6 +137,7 @@ def test_host_start_is_idempotent_and_stop_removes_socket_and_lock(harness: Host
     assert process_gone(started["pid"])
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.6", "2.3")
 def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
@@ -158,6 +164,7 @@ def test_host_sigkill_next_host_takes_a_higher_epoch_and_finishes_the_run(harnes
     assert (harness.project / "trace").read_text().split() == ["a", "b", "b", "c"]
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("3.21")
 def test_clean_stop_parks_a_running_run_and_the_next_host_finishes_it(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
@@ -174,6 +181,7 @@ def test_clean_stop_parks_a_running_run_and_the_next_host_finishes_it(harness: H
     assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
 
 
+@pytest.mark.integration
 def test_runs_still_complete_after_the_worker_fork_server_dies(harness: HostHarness):
     host = harness.start_host()
     first = harness.start_run("hello", {"name": "one"})
@@ -206,6 +214,7 @@ def _the_spare(zygote: psutil.Process) -> psutil.Process | None:
     return children[0] if len(children) == 1 else None
 
 
+@pytest.mark.integration
 def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
     host = harness.start_host()
@@ -254,6 +263,7 @@ def piw_register_workflows(register):
 """
 
 
+@pytest.mark.integration
 def test_a_launch_while_the_fork_server_starts_waits_for_it_instead_of_a_cold_start(
     harness: HostHarness,
 ):

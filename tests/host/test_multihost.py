@@ -111,6 +111,7 @@ def _host_id(harness: HostHarness) -> str:
     return next(h["hostId"] for h in status["hosts"] if h["self"])
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("2.18")
 def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
     hosts: list[HostHarness],
@@ -235,6 +236,7 @@ def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
     assert sorted(h["hostId"] for h in status["hosts"]) == sorted([ids[0], ids[2]])
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.6", "1.7")
 def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     hosts: list[HostHarness],
@@ -314,6 +316,7 @@ def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     assert json.loads(verified.stdout) == {"ok": True, "problems": []}
 
 
+@pytest.mark.integration
 def test_pause_and_cancel_from_another_host_are_applied_by_the_owner(
     hosts: list[HostHarness],
 ):

@@ -80,6 +80,7 @@ def test_a_node_that_kills_its_worker_is_relaunched_once_then_parked(harness: Ho
     assert why["blockedRuns"] == 2
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("A.2")
 def test_the_crash_limit_is_a_setting_and_survives_a_host_restart(harness: HostHarness):
     harness.write_workflow("suicidal", SUICIDAL)

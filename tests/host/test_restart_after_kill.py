@@ -6,10 +6,12 @@ import json
 import signal
 
 import psutil
+import pytest
 
 from .conftest import HostHarness, wait_until
 
 
+@pytest.mark.integration
 def test_an_unreaped_killed_host_does_not_block_the_next_client(harness: HostHarness):
     first = harness.start_host()
     first.send_signal(signal.SIGKILL)
@@ -29,6 +31,7 @@ def test_an_unreaped_killed_host_does_not_block_the_next_client(harness: HostHar
     harness.cli("host", "stop")
 
 
+@pytest.mark.integration
 def test_every_first_command_after_a_host_kill_starts_a_new_host(harness: HostHarness):
     for _ in range(2):
         harness.cli("host", "start")

@@ -166,6 +166,7 @@ def test_runs_watch_pushes_every_run_whose_state_moved(harness: HostHarness):
         connection.close()
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.11")
 def test_run_watch_follows_the_run_across_a_host_restart(harness: HostHarness):
     harness.write_workflow("watched", WATCHED)

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from pi_workflows.client.session_client import SessionClient
 from pi_workflows.testing import installed_entry_points, short_temp_dir
 from tests.decisions.conftest import decision_workflow
@@ -138,6 +140,7 @@ def test_why_names_what_holds_each_run(harness: HostHarness):
     assert "'pi-workflows decision answer " in text
 
 
+@pytest.mark.integration
 def test_why_a_parked_run_waits_for_a_claim(harness: HostHarness, tmp_path: Path):
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host()
@@ -157,6 +160,7 @@ def test_why_a_parked_run_waits_for_a_claim(harness: HostHarness, tmp_path: Path
     assert answer["next"] == "a host resumes it at its next claim pass"
 
 
+@pytest.mark.integration
 def test_why_a_crashed_hosts_run_waits_for_its_claim_to_be_taken_over(
     harness: HostHarness, tmp_path: Path
 ):
@@ -181,6 +185,7 @@ def test_why_a_crashed_hosts_run_waits_for_its_claim_to_be_taken_over(
     assert answer["next"] == "the next claim pass of a live host takes it over"
 
 
+@pytest.mark.integration
 def test_why_a_run_another_live_host_holds_names_that_host_and_its_lease(postgres_url: str):
     owner, other = (
         HostHarness(short_temp_dir(), postgres_url, entry_points=installed_entry_points())

@@ -16,6 +16,7 @@ from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER, CRASHY, STEPS
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("4.18")
 def test_run_start_hello_wait_starts_the_host_and_prints_the_greeting(harness: HostHarness):
     result = harness.cli("run", "start", "hello", "--input-json", '{"name": "Ada"}', "--wait")
@@ -59,6 +60,7 @@ def test_shell_workflow_completes_in_a_worker(harness: HostHarness):
     assert status["finalOutput"] is not None
 
 
+@pytest.mark.integration
 def test_no_autostart_refuses_without_a_host(harness: HostHarness):
     result = harness.cli("run", "start", "hello", "--no-autostart", check=False)
     assert result.returncode == 1

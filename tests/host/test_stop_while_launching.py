@@ -13,6 +13,7 @@ import signal
 import subprocess
 
 import psutil
+import pytest
 
 from .conftest import HostHarness, wait_until
 from .workflows import HOLD_CLAIMS_PLUGIN, STEPS
@@ -77,6 +78,7 @@ def _workers_in(harness: HostHarness) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.integration
 def test_a_host_stopped_while_forked_workers_are_answered_exits(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
     harness.add_plugin("hold_claims", HOLD_CLAIMS_PLUGIN)
@@ -133,6 +135,7 @@ WORKFLOW = workflow(name="stubborn", start_at="wait", nodes={"wait": compute(wai
 """
 
 
+@pytest.mark.integration
 def test_a_second_sigterm_during_a_stop_does_not_make_the_stop_wait_for_itself(
     harness: HostHarness,
 ):

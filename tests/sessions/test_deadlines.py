@@ -241,6 +241,7 @@ def test_a_step_clock_stops_while_its_session_has_no_coordinator(sessions, harne
     assert len(_event_times(harness, run_id, "interaction.turn_resumed")) == 2
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("6.10")
 def test_a_host_outage_during_an_open_turn_is_not_charged_to_the_step(sessions, harness):
     run_id, session, message, turn = _working_on_step(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
 from tests.polling import wait_until
 
 # The worker launch goes through a relay (a real process between host and worker) that
@@ -57,6 +59,7 @@ for line in worker.stdout:
 """
 
 
+@pytest.mark.integration
 def test_a_step_requested_just_before_the_host_died_is_asked_once(sessions, harness):
     held = harness.root / "held-operation"
     harness.stop()

@@ -58,6 +58,7 @@ def test_a_turn_the_model_failed_fails_the_run_with_what_the_session_says(sessio
     assert [m["kind"] for m in shown] == ["step", "terminal"]  # no reminder
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("7.4", "7.8", "A.5", "A.7")
 def test_three_failed_turns_fail_the_run_and_release_ownership(sessions, harness):
     racing_run = sessions.start("echo", "session-race")
@@ -224,6 +225,7 @@ def test_branch_evidence_marks_sent_and_vanished_steps_come_back(sessions):
     assert session.message(shown["workflowMessageId"])["sessionEntryId"] == entry
 
 
+@pytest.mark.integration
 def test_a_step_reaches_only_its_session_once_across_restarts(sessions, harness):
     mine = sessions.start("two-steps", "session-mine")
     sessions.start("two-steps", "session-other")

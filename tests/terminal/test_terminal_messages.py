@@ -75,6 +75,7 @@ def test_a_completed_run_gets_the_reference_layout(harness: HostHarness):
     assert message["status"] == "pending"
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("3.8", "8.2")
 def test_every_path_that_ends_a_run_writes_exactly_one_terminal_message(harness: HostHarness):
     harness.write_workflow("failing", FAILING)
@@ -251,6 +252,7 @@ def test_a_failing_renderer_never_loses_the_terminal_state_or_the_message(
     assert f"terminal workflow message reconciliation failed for {run_id}" in harness.host_log()
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("8.1", "A.3")
 def test_a_host_killed_before_the_message_writes_it_before_serving_again(
     harness: HostHarness, tmp_path: Path
