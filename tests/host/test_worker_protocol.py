@@ -361,6 +361,7 @@ def piw_worker_process(envelope, settings):
 '''
 
 
+@pytest.mark.integration
 @pytest.mark.sqlite_only
 @pytest.mark.scenario("3.16")
 def test_an_answer_longer_than_a_pipe_line_reaches_the_worker_as_a_bounded_refusal(
