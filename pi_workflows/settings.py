@@ -26,6 +26,7 @@ from typing import Any, Literal
 import tomli_w
 
 from .canonical import sha256_hex
+from .durations import duration_ms
 from .errors import PiWorkflowsError
 from .home import config_dir
 
@@ -79,6 +80,12 @@ def _switch(raw: object) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError("on or off (1/0, true/false)")
+
+
+def _duration(raw: object) -> str:
+    text = str(raw).strip()
+    duration_ms(text)
+    return text
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,13 @@ SETTINGS: tuple[Setting, ...] = (
         host_level=False,
     ),
     Setting("fork_server", _switch, True, "start workers from a pre-imported fork server"),
+    Setting(
+        "retention",
+        _duration,
+        "30d",
+        "how long finished runs are kept before the host prunes them (0: keep all)",
+    ),
+    Setting("retention_sweep_s", _positive_number, 86_400.0, "how often the host prunes"),
 )
 BY_KEY: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import signal
 import time
@@ -158,6 +159,7 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     click.echo(f"agent executor: {executor['name']}{missing}")
     click.echo(f"plugins: {', '.join(plugin['name'] for plugin in status['plugins'])}")
     _echo_channels(status["channels"])
+    _echo_last_prune(status.get("lastPrune"))
     click.echo("settings (pi-workflows config set KEY VALUE; environment overrides):")
     for item in status["settings"]:
         shown = "(not set)" if item["value"] is None else item["value"]
@@ -167,6 +169,22 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
         f"pending interactions, {status['ambiguousEffects']} ambiguous effects, "
         f"{status['lifecycleContradictions']} lifecycle contradictions"
     )
+
+
+def _echo_last_prune(last: dict[str, Any] | None) -> None:
+    if last is None:
+        click.echo("last prune: none yet")
+    elif last["outcome"] == "failed":
+        click.echo(f"last prune: failed at {_when(last['at'])}: {last['error']}")
+    else:
+        click.echo(
+            f"last prune: completed at {_when(last['at'])}: {last['runs']} runs, "
+            f"{last['blobs']} blobs, {last['bytes']} bytes"
+        )
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _echo_channels(channels: dict[str, Any]) -> None:

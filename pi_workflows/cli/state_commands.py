@@ -1,4 +1,4 @@
-"""`pi-workflows state status|verify|backup|copy`."""
+"""`pi-workflows state status|verify|backup|prune|copy`."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ from pathlib import Path
 
 import click
 
-from ..errors import HostAlreadyRunningError
+from .. import settings
+from ..clock import now_ms
+from ..durations import duration_ms, parse_before
+from ..errors import HostAlreadyRunningError, InvalidInputError
 from ..host.lock import live_lock_holder
 from ..storage.maintenance import state_backup, state_status, state_verify, upgrade_needed
+from ..storage.retention import prune
 from ..storage.state_copy import copy_state
 from .context import CliContext, emit_json, json_option, pass_cli
 
@@ -35,6 +39,14 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     click.echo(f"runs: {runs}")
     click.echo(f"pending decisions: {status['pendingDecisions']}")
     click.echo(f"blobs: {status['blobs']}")
+    space = status["space"]
+    if "freeBytes" in space:
+        click.echo(f"size: {space['bytes']} bytes, {space['freeBytes']} free")
+    else:
+        click.echo(
+            f"size: {space['bytes']} bytes; {space['deadRows']} dead rows for autovacuum "
+            f"beside {space['liveRows']} live"
+        )
 
 
 @state_group.command("verify")
@@ -66,6 +78,68 @@ def backup_command(cli_ctx: CliContext, destination: Path, as_json: bool) -> Non
         emit_json(result)
     else:
         click.echo(f"backed up {result['bytes']} bytes to {result['destination']}")
+
+
+@state_group.command("prune")
+@click.option("--before", "before_text", help="Prune what finished before this date or time.")
+@click.option(
+    "--older-than",
+    "older_than",
+    help="Prune what finished longer ago than this (30d, 12h; default: the retention setting).",
+)
+@click.option("--apply", is_flag=True, help="Delete; without it, only report what would go.")
+@click.option(
+    "--backup",
+    "backup_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Back the SQLite database up to this new file first.",
+)
+@json_option
+@pass_cli
+def prune_command(
+    cli_ctx: CliContext,
+    before_text: str | None,
+    older_than: str | None,
+    apply: bool,
+    backup_path: Path | None,
+    as_json: bool,
+) -> None:
+    """Prune finished run lineages and the blobs only they used (a dry run without
+    --apply); runs that are unfinished or still needed are kept."""
+    if before_text is not None and older_than is not None:
+        raise InvalidInputError("Give --before or --older-than, not both.")
+    if before_text is not None:
+        before = parse_before(before_text)
+    else:
+        before = now_ms() - _age_ms(older_than)
+    store = cli_ctx.store()
+    backup = state_backup(store, backup_path) if backup_path is not None else None
+    report = prune(store, before, apply=apply)
+    report.backup = backup
+    if as_json:
+        emit_json(report.as_json())
+        return
+    if backup is not None:
+        click.echo(f"backed up {backup['bytes']} bytes to {backup['destination']}")
+    verb = "pruned" if apply else "would prune"
+    click.echo(
+        f"{verb} {report.runs} runs in {report.lineages} lineages: {report.events} events, "
+        f"{report.transcripts} transcripts, {report.blobs} blobs ({report.bytes} bytes); "
+        f"{report.protected} finished lineages kept because they are still needed"
+    )
+    if not apply and report.runs:
+        click.echo("run again with --apply to delete them")
+
+
+def _age_ms(older_than: str | None) -> int:
+    text = older_than if older_than is not None else settings.resolve()["retention"]
+    try:
+        age = duration_ms(text)
+    except ValueError as error:
+        raise InvalidInputError(f"--older-than must be {error}; got {text!r}.") from None
+    if age == 0:
+        raise InvalidInputError("The retention is 0 (keep everything); give --older-than.")
+    return age
 
 
 @state_group.command("copy")

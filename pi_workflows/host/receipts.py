@@ -41,7 +41,9 @@ def _stored_response(row: tuple[Any, ...], request_id: str) -> dict[str, Any]:
     )
 
 
-def _adopt(request: ClientRequest) -> dict[str, Any] | None:
+def adopt(request: ClientRequest) -> dict[str, Any] | None:
+    """The answer stored for this request (by id, or by its client's idempotency key), or
+    a conflict when the earlier one had another payload; None if there is none."""
     by_id = statements.command_by_request(request.request_id)
     if by_id is not None:
         if by_id[0] != request.fingerprint:
@@ -72,7 +74,7 @@ def execute_durable(
     If the operation raises, its writes roll back and nothing is recorded, so the
     client may retry the same request.
     """
-    adopted = _adopt(request)
+    adopted = adopt(request)
     if adopted is not None:
         return adopted
     try:
@@ -89,7 +91,7 @@ def apply_durable(
     """Inside the caller's transaction: adopt an earlier receipt of the request (also a
     repeat inside the same group commit), or run `operation` and store its receipt. The
     answer, which must not reach the client before that transaction commits."""
-    adopted = _adopt(request)
+    adopted = adopt(request)
     if adopted is not None:
         return adopted
     result = operation()

@@ -52,6 +52,7 @@ from .operations import Operations
 from .process_identity import is_running, is_same_process, start_identity
 from .profile import host_profile
 from .restarts import Restarts
+from .retention import Retention
 from .run_watch import RunWatches
 from .run_why import RunWhy
 from .services import HostServices
@@ -77,6 +78,7 @@ FEATURES: tuple[Callable[[HostServices], object], ...] = (
     EffectRecovery,
     RunWhy,
     RunWatches,
+    Retention,
 )
 
 

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     import asyncio
 
     from ..home import Home
+    from ..settings import Settings
     from ..storage import StateStore
+    from .epoch_lease import EpochLease
     from .features import HostFeatures
     from .slots import WorkerSlots
 
@@ -29,6 +31,8 @@ class HostLife(Protocol):
     is_duty_host: bool
     previous_heartbeat_at: int | None
     features: HostFeatures
+    settings: Settings
+    epoch_lease: EpochLease | None
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
 
@@ -48,6 +52,17 @@ class HostServices:
     @property
     def home(self) -> Home:
         return self._host.home
+
+    @property
+    def settings(self) -> Settings:
+        """The settings the host started with."""
+        return self._host.settings
+
+    @property
+    def host_epoch(self) -> int:
+        """This host's epoch: durable receipts name it."""
+        lease = self._host.epoch_lease
+        return lease.epoch if lease is not None else 0
 
     @property
     def is_stopping(self) -> bool:

@@ -1,4 +1,5 @@
-"""`pi-workflows state status|verify|backup`: inspecting and copying the state database."""
+"""`pi-workflows state status|verify|backup`: inspecting, copying and compacting the state
+database."""
 
 from __future__ import annotations
 
@@ -30,7 +31,42 @@ def state_status(store: StateStore) -> dict[str, Any]:
         "queue": queue_by_status,
         "pendingDecisions": HumanDecision.select().where(HumanDecision.status == "pending").count(),
         "blobs": Blob.select().count(),
+        "space": _space(store),
     }
+
+
+# SQLite is VACUUMed (by the host's sweep) once the file is this large and this much of it
+# is free pages; smaller or fuller files are not worth rewriting.
+VACUUM_MIN_BYTES = 64 * 1024 * 1024
+VACUUM_MIN_FREE = 0.20
+
+
+def _space(store: StateStore) -> dict[str, Any]:
+    """How much room the database takes and how much of it is free (SQLite) or dead row
+    versions that autovacuum has yet to reclaim (PostgreSQL)."""
+    if store.is_sqlite:
+        pragma = store.db.execute_sql
+        page_size = pragma("PRAGMA page_size").fetchone()[0]
+        pages = pragma("PRAGMA page_count").fetchone()[0]
+        free = pragma("PRAGMA freelist_count").fetchone()[0]
+        return {"bytes": pages * page_size, "freeBytes": free * page_size}
+    live, dead = store.db.execute_sql(
+        "SELECT COALESCE(SUM(n_live_tup), 0), COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables"
+    ).fetchone()
+    size = store.db.execute_sql("SELECT pg_database_size(current_database())").fetchone()[0]
+    return {"bytes": int(size), "liveRows": int(live), "deadRows": int(dead)}
+
+
+def vacuum_if_worthwhile(store: StateStore) -> bool:
+    """VACUUM a SQLite database of at least `VACUUM_MIN_BYTES` with at least
+    `VACUUM_MIN_FREE` of it free; whether it did. PostgreSQL is left to autovacuum."""
+    if not store.is_sqlite:
+        return False
+    space = _space(store)
+    if space["bytes"] < VACUUM_MIN_BYTES or space["freeBytes"] < VACUUM_MIN_FREE * space["bytes"]:
+        return False
+    store.db.execute_sql("VACUUM")
+    return True
 
 
 def upgrade_needed(version: int) -> str:

@@ -16,7 +16,7 @@ a split value (`blobs.put_json_in_parts`) and an agent transcript named by its e
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,17 +99,24 @@ def prune(store: StateStore, before: int, *, apply: bool) -> PruneReport:
     """Delete (with `apply`; otherwise count) the lineages that finished before `before`
     (epoch ms) and nothing protects, and the blobs only they referenced."""
     report = PruneReport(before=before, applied=apply)
-    roots = _finished_roots(before, None)
+    for _ in prune_batches(store, report):
+        pass
+    return report
+
+
+def prune_batches(store: StateStore, report: PruneReport) -> Iterator[None]:
+    """`prune`, one transaction per step: a host resumes between them to serve others."""
+    roots = _finished_roots(report.before, None)
     for start in range(0, len(roots), LINEAGES_PER_BATCH):
         batch = roots[start : start + LINEAGES_PER_BATCH]
         try:
             with store.transaction():
-                _prune_batch(batch, before, report)
-                if not apply:
+                _prune_batch(batch, report.before, report)
+                if not report.applied:
                     raise _DryRun
         except _DryRun:
             pass
-    return report
+        yield
 
 
 def _settled() -> peewee.Expression:
@@ -181,7 +188,7 @@ def _prune_batch(batch: list[str], before: int, report: PruneReport) -> None:
     for chunk in _chunks(sorted(doomed)):
         report.blobs += len(chunk)
         size = Blob.select(peewee.fn.SUM(Blob.byte_length)).where(Blob.blob_hash.in_(chunk))
-        report.bytes += size.scalar() or 0
+        report.bytes += int(size.scalar() or 0)
         Blob.delete().where(Blob.blob_hash.in_(chunk)).execute()
 
 

@@ -1,0 +1,151 @@
+"""Retention on a running host: `state.prune` and the automatic sweep (1.15, 1.16, 4.11)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from pi_workflows.client import HostConnection
+from pi_workflows.clock import now_ms
+from pi_workflows.storage.models import Run, RunQueue
+from pi_workflows.storage.retention import DAY_MS
+from tests.conftest import create_test_run
+
+from .conftest import HostHarness, wait_until
+
+OLD = now_ms() - 40 * DAY_MS
+
+
+def _old_finished_runs(harness: HostHarness, *run_ids: str) -> None:
+    """Runs that finished 40 days ago, written beside the host (or before it starts)."""
+    store = harness.open_store()
+    try:
+        with store.transaction():
+            for run_id in run_ids:
+                create_test_run(run_id)
+                Run.update(status="completed", finished_at=OLD, updated_at=OLD).where(
+                    Run.run_id == run_id
+                ).execute()
+                RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
+    finally:
+        store.close()
+
+
+def _run_ids(harness: HostHarness) -> set[str]:
+    return {row[0] for row in harness.query("SELECT run_id FROM runs")}
+
+
+def _iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat()
+
+
+@pytest.mark.scenario("4.11")
+def test_state_prune_reports_applies_once_and_a_repeat_adopts_its_receipt(
+    harness: HostHarness, backend: str, tmp_path
+):
+    harness.start_host(PI_WORKFLOWS_RETENTION="0")  # no sweep: the commands do it all
+    _old_finished_runs(harness, "old-1", "old-2")
+    kept = harness.start_run("hello", {"name": "Ada"})
+    harness.wait_for_run(kept)
+    before = _iso(now_ms() - 30 * DAY_MS)
+    backup = tmp_path / "before-prune.sqlite"
+    apply = {"before": before, "apply": True}
+    if backend == "sqlite":  # PostgreSQL is backed up with pg_dump
+        apply["backupPath"] = str(backup)
+
+    with HostConnection(harness.home.socket_path) as connection:
+        dry = connection.request("state.prune", {"before": before, "apply": False})
+        assert dry.outcome == "accepted", dry.error
+        assert dry.receipt["applied"] is False and dry.receipt["runs"] == 2
+        assert _run_ids(harness) == {"old-1", "old-2", kept}
+
+        first = connection.request("state.prune", apply, idempotency_key="prune-apply")
+        again = connection.request("state.prune", apply, idempotency_key="prune-apply")
+        bad = connection.request("state.prune", {"before": "last week", "apply": True})
+
+    assert first.outcome == "accepted" and first.receipt["applied"] is True
+    assert (first.receipt["runs"], first.receipt["lineages"]) == (2, 2)
+    assert again.outcome == "adopted" and again.receipt == first.receipt
+    assert bad.outcome == "rejected" and "ISO 8601" in bad.error
+    assert _run_ids(harness) == {kept}
+    if backend == "sqlite":
+        assert backup.exists() and first.receipt["backup"]["destination"] == str(backup)
+    assert harness.cli("state", "verify").stdout.strip() == "state ok"
+
+
+@pytest.mark.scenario("1.15")
+def test_the_host_sweeps_expired_runs_when_it_is_idle_and_shows_the_last_sweep(
+    harness: HostHarness,
+):
+    _old_finished_runs(harness, "expired")
+    recent = "recent"
+    _old_finished_runs(harness, recent)
+    store = harness.open_store()
+    try:
+        Run.update(finished_at=now_ms()).where(Run.run_id == recent).execute()
+    finally:
+        store.close()
+
+    harness.start_host()
+
+    last = wait_until(lambda: harness.status().get("lastPrune"), what="a sweep")
+    assert last["outcome"] == "completed" and last["runs"] == 1
+    assert _run_ids(harness) == {recent}
+    assert harness.host_log().count("automatic state prune completed") == 1
+    shown = harness.cli("host", "status").stdout
+    assert "last prune: completed" in shown
+
+
+def _block_deletes(harness: HostHarness, backend: str) -> None:
+    """A database that refuses to delete runs: the sweep fails for real."""
+    store = harness.open_store()
+    try:
+        if backend == "sqlite":
+            store.db.execute_sql(
+                "CREATE TRIGGER keep_runs BEFORE DELETE ON runs "
+                "BEGIN SELECT RAISE(ABORT, 'runs are kept by this test'); END"
+            )
+        else:
+            store.db.execute_sql(
+                "CREATE FUNCTION keep_runs() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'runs are kept by this test'; END $$"
+            )
+            store.db.execute_sql(
+                "CREATE TRIGGER keep_runs BEFORE DELETE ON runs "
+                "FOR EACH ROW EXECUTE FUNCTION keep_runs()"
+            )
+    finally:
+        store.close()
+
+
+@pytest.mark.scenario("1.16")
+def test_a_failed_sweep_is_logged_once_and_the_host_keeps_running(
+    harness: HostHarness, backend: str
+):
+    _old_finished_runs(harness, "expired")
+    _block_deletes(harness, backend)
+
+    harness.start_host()
+
+    last = wait_until(lambda: harness.status().get("lastPrune"), what="a sweep")
+    assert last["outcome"] == "failed" and "kept by this test" in last["error"]
+    # The host still serves and runs work; many idle poll ticks later it has not retried.
+    run_id = harness.start_run("hello", {"name": "Ada"})
+    assert harness.wait_for_run(run_id)["status"] == "completed"
+    assert harness.host_log().count("automatic state prune failed") == 1
+    assert "expired" in _run_ids(harness)
+
+
+def test_the_cli_reports_a_dry_run_then_prunes_with_apply(harness: HostHarness):
+    _old_finished_runs(harness, "old-1")
+    dry = json.loads(harness.cli("state", "prune", "--older-than", "30d", "--json").stdout)
+    assert (dry["applied"], dry["runs"]) == (False, 1)
+    assert _run_ids(harness) == {"old-1"}
+    applied = harness.cli("state", "prune", "--before", _iso(now_ms()), "--apply").stdout
+    assert applied.startswith("pruned 1 runs in 1 lineages")
+    assert _run_ids(harness) == set()
+    bad = harness.cli("state", "prune", "--older-than", "soon", check=False)
+    assert bad.returncode != 0
+    assert "--older-than must be a duration such as 30d" in bad.stderr
