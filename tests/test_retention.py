@@ -225,3 +225,15 @@ def test_a_dry_run_changes_nothing_and_a_repeated_prune_is_a_no_op(store, make_r
     again = prune(store, CUTOFF, apply=True)
     assert (again.runs, again.events, again.blobs) == (0, 0, 0)
     assert Run.select().count() == 0
+
+
+def test_an_existing_database_gets_the_indexes_it_lacks_when_opened(store, home_env, database_url):
+    from pi_workflows.storage import open_state
+
+    store.db.execute_sql("DROP INDEX runs_root_run_id")
+    store.close()
+    reopened = open_state(home_env.home, database_url)
+    try:
+        assert "runs_root_run_id" in {index.name for index in reopened.db.get_indexes("runs")}
+    finally:
+        reopened.close()

@@ -663,3 +663,21 @@ def _commit_next_revision(home_env, database_url: str | None, run_id: str) -> No
         connection.commit()
     finally:
         connection.close()
+
+
+def test_run_statuses_page_newest_first_and_filter_by_status_and_workflow(store, make_run):
+    with store.transaction():
+        for index in range(5):
+            make_run(f"run-{index}", workflow_name="even" if index % 2 == 0 else "odd")
+        Run.update(created_at=1000).execute()  # one instant: the run id orders them
+        Run.update(status="completed").where(Run.run_id.in_(["run-1", "run-4"])).execute()
+
+    first = [s["runId"] for s in run_statuses(2)]
+    second = [s["runId"] for s in run_statuses(2, before=first[-1])]
+    last = [s["runId"] for s in run_statuses(2, before=second[-1])]
+
+    assert (first, second, last) == (["run-4", "run-3"], ["run-2", "run-1"], ["run-0"])
+    assert [s["runId"] for s in run_statuses(10, workflow="odd")] == ["run-3", "run-1"]
+    assert [s["runId"] for s in run_statuses(10, status="completed", before="run-4")] == ["run-1"]
+    with pytest.raises(NotFoundError):
+        run_statuses(2, before="no-such-run")

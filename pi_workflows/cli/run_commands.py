@@ -219,11 +219,21 @@ def _print_waiting(status: dict[str, Any], client: WorkflowClient) -> None:
 
 @run_group.command("list")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, help="At most this many.")
+@click.option("--before", "before", metavar="RUN", help="The page after this run (older runs).")
+@click.option("--status", help="Only runs of this status (queued, running, waiting, completed, …).")
+@click.option("--workflow", help="Only runs of this workflow.")
 @json_option
 @pass_cli
-def list_command(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
-    """List runs, newest first."""
-    runs = cli_ctx.client().list_runs(limit)
+def list_command(
+    cli_ctx: CliContext,
+    limit: int,
+    before: str | None,
+    status: str | None,
+    workflow: str | None,
+    as_json: bool,
+) -> None:
+    """List runs, newest first, a page at a time."""
+    runs = cli_ctx.client().list_runs(limit, before=before, status=status, workflow=workflow)
     if as_json:
         emit_json(runs)
         return
@@ -233,6 +243,8 @@ def list_command(cli_ctx: CliContext, limit: int, as_json: bool) -> None:
         flag = " (paused)" if run["paused"] else ""
         shown = continued_as(run["continuation"]) if run.get("continuation") else run["status"]
         click.echo(f"{run['runId']}  {run['workflowName']}  {shown}{flag}")
+    if len(runs) == limit:
+        click.echo(f"more: pi-workflows run list --before {runs[-1]['runId']}")
 
 
 @run_group.command("status")

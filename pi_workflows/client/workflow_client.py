@@ -219,8 +219,18 @@ class WorkflowClient:
         payload = {} if node_id is None else {"nodeId": node_id}
         return self.call("run.transcript", payload, run_id=run_id)
 
-    def list_runs(self, limit: int = 100) -> list[dict[str, Any]]:
-        runs = self.call("run.list", {"limit": limit})
+    def list_runs(
+        self,
+        limit: int = 100,
+        *,
+        before: str | None = None,
+        status: str | None = None,
+        workflow: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The newest runs first; with `before`, the page after that run."""
+        filters = {"before": before, "status": status, "workflow": workflow}
+        payload = {"limit": limit, **{k: v for k, v in filters.items() if v is not None}}
+        runs = self.call("run.list", payload)
         if not isinstance(runs, list):
             raise HostProtocolError("The workflow host sent an invalid run list: not a list.")
         return [checked_run_view(run) for run in runs]

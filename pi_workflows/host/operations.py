@@ -19,6 +19,7 @@ from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
 from ..storage import decision_records, effects, read_json, record_run_change, run_claims
 from ..storage.models import (
+    RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     Effect,
     HostState,
@@ -316,10 +317,18 @@ class Operations:
         return attempt_transcripts(request.target_run_id(), node_id)
 
     def run_list(self, request: ClientRequest) -> list[dict[str, Any]]:
-        limit = request.payload.get("limit", RUN_LIST_LIMIT)
+        payload = request.payload
+        limit = payload.get("limit", RUN_LIST_LIMIT)
         if type(limit) is not int or not 0 < limit <= 1000:
             raise InvalidInputError("limit must be an integer between 1 and 1000")
-        return run_statuses(limit)
+        before, status, workflow = (payload.get(key) for key in ("before", "status", "workflow"))
+        if before is not None and not valid_id(before):
+            raise InvalidInputError("before must be the id of the last run of the page before")
+        if status is not None and status not in RUN_STATUSES:
+            raise InvalidInputError(f"status must be one of {', '.join(RUN_STATUSES)}")
+        if workflow is not None and not valid_id(workflow):
+            raise InvalidInputError("workflow must be a workflow name")
+        return run_statuses(limit, before=before, status=status, workflow=workflow)
 
     def run_cancel(self, request: ClientRequest) -> OperationResult:
         run_id = request.target_run_id()

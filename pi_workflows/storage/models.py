@@ -556,7 +556,8 @@ ADDED_INDEXES: tuple[tuple[type[BaseModel], peewee.ModelIndex], ...] = (
         ForwardedCommand,
         ForwardedCommand.index(ForwardedCommand.run, name="forwarded_commands_run_id"),
     ),
-    # `run list --status|--workflow` pages newest first.
+    # `run list` (and `--status`, `--workflow`) pages newest first.
+    (Run, Run.index(Run.created_at, Run.run_id, name="runs_created_run_id")),
     (Run, Run.index(Run.status, Run.created_at, Run.run_id, name="runs_status_created")),
     (
         Run,

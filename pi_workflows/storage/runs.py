@@ -334,12 +334,42 @@ def run_status(run_id: str) -> dict[str, Any]:
     return _with_continuation(_status(rows[0]))
 
 
-def run_statuses(limit: int) -> list[dict[str, Any]]:
-    """Status objects of the newest runs, newest first."""
+def run_statuses(
+    limit: int,
+    *,
+    before: str | None = None,
+    status: str | None = None,
+    workflow: str | None = None,
+) -> list[dict[str, Any]]:
+    """Status objects of the newest runs, newest first; only those of `status` or of
+    `workflow` when given, and with `before` (a run id) the page that follows that run.
+
+    Each page is one range read of an index on (status or workflow,) created_at, run_id,
+    however many runs the database holds.
+    """
+    where, params = ["1 = 1"], []
+    if status is not None:
+        where.append("r.status = ?")
+        params.append(status)
+    if workflow is not None:
+        where.append("r.workflow_name = ?")
+        params.append(workflow)
+    if before is not None:
+        created_at = _RUN_CREATED.scalar(run_id=before)
+        if created_at is None:
+            raise NotFoundError(f"Workflow run {before} does not exist; page from another run.")
+        where.append("(r.created_at < ? OR (r.created_at = ? AND r.run_id < ?))")
+        params += [created_at, created_at, before]
     rows = _run_rows(
-        _STATUS_COLUMNS, "1 = 1", [limit], "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?"
+        _STATUS_COLUMNS,
+        " AND ".join(where),
+        [*params, limit],
+        "ORDER BY r.created_at DESC, r.run_id DESC LIMIT ?",
     )
     return [_with_continuation(_status(row)) for row in rows]
+
+
+_RUN_CREATED = PreparedQuery(lambda p: Run.select(Run.created_at).where(Run.run_id == p.run_id))
 
 
 # One link per answered checkpoint or decision; the walk is bounded all the same.

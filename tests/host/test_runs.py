@@ -187,3 +187,22 @@ def test_the_host_renews_a_run_claim_while_its_node_blocks_past_the_lease(harnes
     (harness.project / "release").touch()
     harness.wait_for_status(run_id, "completed")
     assert [w[0] for w in harness.workers(run_id)] == [1]  # one worker, never replaced
+
+
+def test_run_list_pages_with_before_and_filters_by_workflow_and_status(harness: HostHarness):
+    harness.start_host()
+    ids = [harness.start_run("hello", {"name": f"n{index}"}) for index in range(3)]
+    for run_id in ids:
+        harness.wait_for_run(run_id)
+
+    first = harness.cli("run", "list", "--limit", "2").stdout.splitlines()
+    newest_two = [line.split()[0] for line in first[:2]]
+    assert first[2] == f"more: pi-workflows run list --before {newest_two[-1]}"
+    rest = harness.cli("run", "list", "--limit", "2", "--before", newest_two[-1], "--json")
+    older = [run["runId"] for run in json.loads(rest.stdout)]
+    assert sorted(newest_two + older) == sorted(ids) and len(older) == 1
+    assert harness.cli("run", "list", "--workflow", "other").stdout.strip() == "no runs"
+    completed = json.loads(harness.cli("run", "list", "--status", "completed", "--json").stdout)
+    assert len(completed) == 3
+    bad = harness.cli("run", "list", "--status", "done", check=False)
+    assert bad.returncode != 0 and "status must be one of" in bad.stderr
