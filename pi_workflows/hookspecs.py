@@ -39,9 +39,11 @@ from .records import (
     Claim,
     HostInfo,
     MessageContent,
+    RegisterChannel,
     RunRecord,
     StepContract,
     TerminalFacts,
+    TurnContext,
     TurnReceipt,
     TurnReport,
     WorkerLaunchEnvelope,
@@ -206,12 +208,12 @@ def piw_worker_process(
 
 
 @hookspec(firstresult=True)
-def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt | None:
+def piw_adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnReceipt | None:
     """Decide which workflow turn a session's model turn belongs to (SPEC §9.4).
 
     :param report: the ``workflowTurn.report`` payload. The host has already checked
         that the reporter is the session's current coordinator and reported its branch.
-    :param ctx: a :class:`pi_workflows.host.session_turns.TurnContext`. Reads:
+    :param ctx: a :class:`~pi_workflows.records.TurnContext`. Reads:
         ``get_turn(id)`` (the saved turn as ``pi-workflows.workflow-turn.v1`` JSON, or
         ``None``), ``message(id)`` (``{workflowMessageId, kind, sourceId, runId,
         targetSessionId, status}``), ``run_is_terminal(run_id)`` (missing, or queue done,
@@ -297,7 +299,7 @@ def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> Mess
 
 
 @hookspec
-def piw_register_decision_channels(register: Callable[[str, Callable[..., Any]], None]) -> None:
+def piw_register_decision_channels(register: RegisterChannel) -> None:
     """Register decision channel kinds: ``register(kind, factory)``.
 
     Called once when the host starts and loads ``<config>/channels.toml`` (see

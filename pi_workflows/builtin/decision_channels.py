@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import AnswerNotAllowedError
 from ..hookspecs import hookimpl
-from ..records import MessageContent
+from ..records import MessageContent, RegisterChannel
 from ..storage import decision_records
 from ..storage.runs import origin_session_id
 from ..storage.workflow_messages import create_workflow_message
@@ -135,6 +135,6 @@ def _host_user() -> str:
 
 
 @hookimpl
-def piw_register_decision_channels(register: Any) -> None:
+def piw_register_decision_channels(register: RegisterChannel) -> None:
     register("session", SessionChannel)
     register("cli", CliChannel)

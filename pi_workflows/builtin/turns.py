@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..hookspecs import hookimpl
-from ..records import RunRecord, TurnReceipt, TurnReport
+from ..records import RunRecord, TurnContext, TurnReceipt, TurnReport
 
 UNPRODUCTIVE_TURN_LIMIT = 3
 TIMES = {1: "once", 2: "twice", 3: "three times"}
@@ -47,7 +47,7 @@ def _same_identity(turn: dict[str, Any], report: TurnReport) -> bool:
 
 
 @hookimpl(trylast=True)
-def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt:
+def piw_adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnReceipt:
     existing = ctx.get_turn(report.workflow_turn_id)
     if report.state == "ended":
         return _ended(report, ctx, existing)
@@ -68,7 +68,7 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: Any) -> TurnReceipt:
     return TurnReceipt("accepted", "active", ctx.start_turn(report))
 
 
-def _ended(report: TurnReport, ctx: Any, existing: dict[str, Any] | None) -> TurnReceipt:
+def _ended(report: TurnReport, ctx: TurnContext, existing: dict[str, Any] | None) -> TurnReceipt:
     if existing is None:
         return TurnReceipt("adopted", *ABSENT)  # an end report never creates a turn
     if (
@@ -86,7 +86,7 @@ def _ended(report: TurnReport, ctx: Any, existing: dict[str, Any] | None) -> Tur
     return TurnReceipt("accepted", "settled", turn)
 
 
-def _step_turn_ended(report: TurnReport, ctx: Any) -> None:
+def _step_turn_ended(report: TurnReport, ctx: TurnContext) -> None:
     """The turn-end rule of SPEC §9.4: an interrupted step pauses its run; a turn the
     model failed (`error` with what failed) fails it; any other end without a valid
     submission earns a reminder, until the limit fails the run."""

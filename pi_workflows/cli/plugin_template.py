@@ -122,7 +122,9 @@ A pi-workflows plugin implementing:
     pi-workflows plugins        # lists `{name}` and where it runs in each hook's call order
     pytest -q                   # the tests use pi-workflows' test kit (pi_workflows.testing)
 
-The hook reference is `pi_workflows/hookspecs.py` (and the documentation site).
+A plugin imports only `pi_workflows.plugin` (its tests also `pi_workflows.testing`); the
+other modules are internal. The hook reference is `pi_workflows/hookspecs.py` (and the
+documentation site).
 """
 
 
@@ -142,7 +144,7 @@ def _plugin_module(name: str, hooks: list[str]) -> str:
         names = ", ".join(records)
         if len(names) > 60:  # wrapped the way ruff format wraps it
             names = "(\n" + "".join(f"    {record},\n" for record in records) + ")"
-        third_party.append(f"from pi_workflows.records import {names}")
+        third_party.append(f"from pi_workflows.plugin import {names}")
     blocks = ["\n".join(block) for block in (standard, third_party) if block]
     header = f'''\
 """The hooks of the {name} plugin.
@@ -156,7 +158,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 '''
     if blocks:
@@ -197,7 +199,6 @@ from __future__ import annotations
 
 import json
 
-from pi_workflows import plugins
 from pi_workflows.testing import IsolatedPlugins, WorkflowHost
 
 from {package} import plugin
@@ -209,7 +210,8 @@ HOOKS = [{hook_list}
 def test_the_plugin_answers_its_hooks_first(workflow_plugins: IsolatedPlugins):
     workflow_plugins.register(plugin, name="{name}")
 
-    order = {{hook["hook"]: hook["implementations"] for hook in plugins.describe_hooks()}}
+    hooks = workflow_plugins.hooks.describe_hooks()
+    order = {{hook["hook"]: hook["implementations"] for hook in hooks}}
 
     for hook in HOOKS:
         assert order[hook][0] == "{name}", hook

@@ -17,6 +17,7 @@ The record factories (:func:`run_record`, :func:`terminal_facts`, :func:`turn_re
 :func:`channel_context`, …) and :func:`wait_until` are plain functions; import them.
 """
 
+from .crash_points import CrashCase, CrashPoints
 from .factories import (
     AnswerRecorder,
     channel_context,
@@ -33,6 +34,8 @@ from .polling import process_gone, wait_until
 
 __all__ = [
     "AnswerRecorder",
+    "CrashCase",
+    "CrashPoints",
     "InProcessHost",
     "IsolatedPlugins",
     "WorkflowHome",

@@ -12,6 +12,7 @@ import importlib.metadata
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -65,6 +66,11 @@ class IsolatedPlugins:
     @property
     def manager(self) -> pluggy.PluginManager:
         return plugins.registry().manager
+
+    @property
+    def hooks(self) -> ModuleType:
+        """The façade the host calls hooks through: ``hooks.render_terminal_message(...)``."""
+        return plugins
 
     def register(self, plugin: Any, name: str | None = None) -> str:
         """Register `plugin` for the rest of the test; returns its name.

@@ -1,7 +1,7 @@
 # Log every turn report, then let the built-in rules adjudicate it.
 import logging
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 log = logging.getLogger("my_plugin.turns")
 

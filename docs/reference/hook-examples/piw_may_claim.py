@@ -1,5 +1,5 @@
 # At most one headless run at a time on this host; interactive runs are not limited.
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 running_headless: set[str] = set()
 

@@ -5,8 +5,7 @@ from pathlib import Path
 
 import peewee
 
-from pi_workflows import hookimpl
-from pi_workflows.errors import PiWorkflowsError
+from pi_workflows.plugin import PiWorkflowsError, hookimpl
 
 
 class SharedUrlError(PiWorkflowsError):

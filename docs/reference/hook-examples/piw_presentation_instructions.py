@@ -1,5 +1,5 @@
 # Ask for a one-line answer for failed runs of any workflow.
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 @hookimpl

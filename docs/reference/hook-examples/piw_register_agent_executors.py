@@ -1,5 +1,5 @@
 # An executor that answers every step with a fixed output (for dry runs of a workflow).
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 class DryRunExecutor:

@@ -1,7 +1,7 @@
 # `pi-workflows hello-plugin`: a command of the plugin's own.
 import click
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 @click.command("hello-plugin")

@@ -3,7 +3,7 @@ import json
 import threading
 from pathlib import Path
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 class FileChannel:

@@ -1,5 +1,5 @@
 # Ship a workflow inside the plugin's distribution.
-from pi_workflows import compute, hookimpl, workflow
+from pi_workflows.plugin import compute, hookimpl, workflow
 
 PING = workflow(
     name="ping",

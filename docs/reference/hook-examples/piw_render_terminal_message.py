@@ -1,8 +1,5 @@
 # A terse layout that keeps the built-in safety wording.
-from pi_workflows import hookimpl
-from pi_workflows.builtin.terminal import GUARDRAILS, PREAMBLE
-from pi_workflows.canonical import canonical_json
-from pi_workflows.records import MessageContent
+from pi_workflows.plugin import GUARDRAILS, PREAMBLE, MessageContent, canonical_json, hookimpl
 
 
 @hookimpl

@@ -1,7 +1,7 @@
 # Count claims per workflow, e.g. to export as metrics.
 from collections import Counter
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 claims_by_workflow: Counter[str] = Counter()
 

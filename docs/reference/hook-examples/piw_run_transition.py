@@ -3,7 +3,7 @@ import json
 import time
 from pathlib import Path
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 JOURNAL = Path("transitions.jsonl")
 

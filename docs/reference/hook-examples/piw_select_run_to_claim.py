@@ -1,5 +1,5 @@
 # Claim runs of `urgent-*` workflows before anything else; otherwise let the built-in pick.
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 @hookimpl

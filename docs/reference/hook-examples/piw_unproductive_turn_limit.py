@@ -1,5 +1,5 @@
 # Give review steps more patience; let the built-in decide everything else.
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 @hookimpl

@@ -1,10 +1,8 @@
 # Run every worker under `nice -n 10`, keeping the built-in command and environment.
-from pi_workflows import hookimpl
-from pi_workflows.builtin import launch  # the module: importing its hook function by name
-from pi_workflows.records import WorkerProcessSpec  # would register it again, as yours
+from pi_workflows.plugin import WorkerProcessSpec, default_worker_process, hookimpl
 
 
 @hookimpl
 def piw_worker_process(envelope, settings):
-    spec = launch.piw_worker_process(envelope, settings)
+    spec = default_worker_process(envelope, settings)
     return WorkerProcessSpec(argv=["nice", "-n", "10", *spec.argv], env=spec.env, cwd=spec.cwd)

@@ -1,5 +1,5 @@
 # Refuse to start runs whose input is not a JSON object (the launch fails with this sentence).
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 @hookimpl(tryfirst=True)

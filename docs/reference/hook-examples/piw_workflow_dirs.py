@@ -1,5 +1,5 @@
 # Also look for workflows in the team's shared directory next to the project.
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 @hookimpl

@@ -10,10 +10,18 @@ import datetime
 
 import click
 
-from pi_workflows import hookimpl
-from pi_workflows.cli.context import CliContext, emit_json, json_option, pass_cli
-from pi_workflows.errors import NotFoundError
-from pi_workflows.storage import event_counts, run_events, run_exists, state_status
+from pi_workflows.plugin import (
+    CliContext,
+    NotFoundError,
+    emit_json,
+    event_counts,
+    hookimpl,
+    json_option,
+    pass_cli,
+    run_events,
+    run_exists,
+    state_status,
+)
 
 
 def _format_time(epoch_ms: int) -> str:

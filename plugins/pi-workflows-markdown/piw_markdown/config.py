@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pi_workflows.errors import InvalidInputError
-from pi_workflows.home import config_dir
+from pi_workflows.plugin import InvalidInputError, config_dir
 
 FILE_NAMES = ("markdown-results.toml", "markdown-results.json")
 DEFAULT_MAX_VALUE_CHARS = 4000

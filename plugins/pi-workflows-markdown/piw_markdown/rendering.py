@@ -10,9 +10,7 @@ import json
 import re
 from typing import Any
 
-from pi_workflows import hookimpl
-from pi_workflows.builtin.terminal import GUARDRAILS, PREAMBLE
-from pi_workflows.records import MessageContent, RunRecord
+from pi_workflows.plugin import GUARDRAILS, PREAMBLE, MessageContent, RunRecord, hookimpl
 
 from .config import WorkflowSettings, load_config
 

@@ -8,9 +8,7 @@ from pathlib import Path
 import pytest
 from piw_markdown import rendering
 
-from pi_workflows import plugins
-from pi_workflows.builtin.terminal import GUARDRAILS, PREAMBLE
-from pi_workflows.errors import InvalidInputError
+from pi_workflows.plugin import GUARDRAILS, PREAMBLE, InvalidInputError
 from pi_workflows.testing import (
     IsolatedPlugins,
     WorkflowHome,
@@ -79,14 +77,17 @@ def test_without_a_config_file_the_builtin_decides(
     workflow_plugins.register(rendering, name="markdown")
     facts = terminal_facts()
 
-    assert plugins.presentation_instructions(run_record(), facts) == (
+    assert workflow_plugins.hooks.presentation_instructions(run_record(), facts) == (
         "Explain the final workflow result to the user in a normal response."
     )
-    assert "format" not in plugins.render_terminal_message(facts, "Say it.").details
+    assert "format" not in workflow_plugins.hooks.render_terminal_message(facts, "Say it.").details
 
     _write_config(workflow_home.config_dir)
-    assert plugins.presentation_instructions(run_record(), facts) == "Greet the user by name."
-    message = plugins.render_terminal_message(facts, "Say it.")
+    assert (
+        workflow_plugins.hooks.presentation_instructions(run_record(), facts)
+        == "Greet the user by name."
+    )
+    message = workflow_plugins.hooks.render_terminal_message(facts, "Say it.")
     assert message.details == {"format": "markdown"}
 
 

@@ -13,11 +13,17 @@ from pathlib import Path
 
 import click
 
-from pi_workflows.cli.context import CliContext, emit_json, json_option, pass_cli
-from pi_workflows.client.connection import HostConnection
-from pi_workflows.client.start_request import start_payload
-from pi_workflows.engine.agents import AgentExecutorError
-from pi_workflows.errors import HostUnavailableError, InvalidInputError
+from pi_workflows.plugin import (
+    AgentExecutorError,
+    CliContext,
+    HostConnection,
+    HostUnavailableError,
+    InvalidInputError,
+    emit_json,
+    json_option,
+    pass_cli,
+    start_payload,
+)
 
 from . import doctor, install
 from .executor import PiSettings

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pi_workflows.engine.agents import AgentExecutorError
-from pi_workflows.errors import InvalidInputError
+from pi_workflows.plugin import AgentExecutorError, InvalidInputError
 
 from .executor import PiSettings
 from .install import agent_dir, extension_registered, read_settings, settings_file

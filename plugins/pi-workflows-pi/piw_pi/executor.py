@@ -35,9 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pi_workflows import settings
-from pi_workflows.engine.agents import AgentExecutorError
-from pi_workflows.engine.context import AbortSignal, NodeAborted
+from pi_workflows.plugin import AbortSignal, AgentExecutorError, NodeAborted, setting_value
 
 from .bridge_server import SOCKET_ENV, BridgeServer
 from .models import known_model, model_name, requested_model
@@ -70,7 +68,7 @@ class PiSettings:
 
     @classmethod
     def from_environment(cls) -> PiSettings:
-        raw = str(settings.value("pi_command") or "").strip()
+        raw = str(setting_value("pi_command") or "").strip()
         found = pi_command()
         if raw:
             command = tuple(shlex.split(raw))
@@ -83,7 +81,7 @@ class PiSettings:
                 "The 'pi' agent executor found no `pi`: run `npm ci` in "
                 f"plugins/pi-workflows-pi, put `pi` on PATH, or set {PI_COMMAND_ENV}."
             )
-        extra = shlex.split(str(settings.value("pi_args") or ""))
+        extra = shlex.split(str(setting_value("pi_args") or ""))
         return cls(command, requested_model(), tuple(extra))
 
     def argv(self) -> list[str]:

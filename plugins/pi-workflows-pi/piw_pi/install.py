@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pi_workflows.errors import InvalidInputError
-from pi_workflows.home import config_dir, ensure_private_dir
+from pi_workflows.plugin import InvalidInputError, config_dir, ensure_private_dir
 
 from .node import BUNDLED_PI, DISTRIBUTION_DIR, SESSION_EXTENSION
 

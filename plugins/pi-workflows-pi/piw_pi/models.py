@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pi_workflows import settings
-from pi_workflows.engine.agents import AgentExecutorError
+from pi_workflows.plugin import AgentExecutorError, setting_value
 
 MODEL_ENV = "PI_WORKFLOWS_PI_MODEL"
 # How many of Pi's models an unknown-model error names before pointing at --list-models.
@@ -65,4 +64,4 @@ def known_model(state_model: Any, available: list[dict[str, Any]], requested: st
 def requested_model() -> str | None:
     """The `pi_model` setting (`PI_WORKFLOWS_PI_MODEL`, else `config set pi_model`), or None
     for Pi's default."""
-    return str(settings.value("pi_model") or "").strip() or None
+    return str(setting_value("pi_model") or "").strip() or None

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import platformdirs
 
-from pi_workflows import settings
-from pi_workflows.errors import UnsafeHomeError
-from pi_workflows.home import APP_NAME, ensure_private_dir
+from pi_workflows.plugin import APP_NAME, UnsafeHomeError, ensure_private_dir, setting_value
 
 PI_COMMAND_ENV = "PI_WORKFLOWS_PI_COMMAND"
 PINNED_PI_VERSION = "0.73.1"
@@ -29,7 +27,7 @@ BUNDLED_NODE = DISTRIBUTION_DIR / "node_modules" / ".bin" / "node"
 def pi_command() -> str | None:
     """The `pi_command` setting (`PI_WORKFLOWS_PI_COMMAND` or the settings file), else the
     `pi` installed by `npm ci` here, else `pi` on PATH."""
-    override = str(settings.value("pi_command") or "").strip()
+    override = str(setting_value("pi_command") or "").strip()
     if override:
         return override
     if BUNDLED_PI.exists():

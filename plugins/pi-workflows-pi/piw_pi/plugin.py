@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from pi_workflows import hookimpl
+from pi_workflows.plugin import hookimpl
 
 from .commands import pi_group
 from .executor import pi_executor

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pi_workflows.engine.processes import start_registered, unregister
+from pi_workflows.plugin import start_registered, unregister
 
 KILL_GRACE_SECONDS = 3.0
 STDERR_TAIL_BYTES = 16 * 1024

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pi_workflows.engine.agents import AgentTranscript
+from pi_workflows.plugin import AgentTranscript
 
 
 def content_text(content: Any) -> str:

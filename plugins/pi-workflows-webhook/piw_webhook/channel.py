@@ -12,8 +12,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pi_workflows.errors import ChannelConfigError, ChannelDeliveryError
-from pi_workflows.hookspecs import hookimpl
+from pi_workflows.plugin import ChannelConfigError, ChannelDeliveryError, hookimpl
 
 SIGNATURE_HEADER = "X-Pi-Workflows-Signature"
 TIMESTAMP_HEADER = "X-Pi-Workflows-Timestamp"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from piw_webhook.channel import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookChannel, sign
 
-from pi_workflows.errors import ChannelConfigError
+from pi_workflows.plugin import ChannelConfigError
 from pi_workflows.testing import WorkflowHost, channel_context
 
 SECRET = "test-webhook-secret"

@@ -1,0 +1,304 @@
+"""The public namespace for plugins: everything a plugin may import, in one place.
+
+A plugin imports from here (and its tests from :mod:`pi_workflows.testing`); every
+other ``pi_workflows`` module is internal and may change without notice. The authoring
+API of :mod:`pi_workflows` (``workflow``, ``compute``, …) is repeated here so a plugin
+that registers workflows needs no second import.
+
+Names are imported on first use, like :mod:`pi_workflows` itself: a plugin module is
+loaded whenever the command line starts, and one that only needs ``hookimpl`` must not
+make ``pi-workflows --version`` pay for the state store or the client.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the internal module that defines it (relative to pi_workflows).
+_SOURCES: dict[str, str] = {
+    # marking hook implementations
+    "hookimpl": ".hookspecs",
+    # the authoring API (workflows a plugin registers with piw_register_workflows)
+    **{
+        name: ".authoring"
+        for name in (
+            "action",
+            "agent",
+            "checkpoint",
+            "choice",
+            "compute",
+            "decision",
+            "edge",
+            "human_decision",
+            "idempotent_effect",
+            "manual_effect",
+            "notify",
+            "shell",
+            "switch",
+            "text_input",
+            "workflow",
+        )
+    },
+    # the records hooks receive and return
+    **{
+        name: ".records"
+        for name in (
+            "AgentStepRequest",
+            "AgentStepResult",
+            "AnswerResult",
+            "ChannelContext",
+            "ChannelDelivery",
+            "ChannelFactory",
+            "ChannelRequest",
+            "ChannelSettings",
+            "Claim",
+            "DecisionChoice",
+            "DecisionResolution",
+            "EarlierOutcome",
+            "HostInfo",
+            "MessageContent",
+            "RegisterChannel",
+            "RunRecord",
+            "StepContract",
+            "TerminalFacts",
+            "TurnContext",
+            "TurnReceipt",
+            "TurnReport",
+            "WorkerLaunchEnvelope",
+            "WorkerProcessSpec",
+            "WorkerRunCommand",
+            "WorkerSettings",
+        )
+    },
+    # errors a plugin raises or catches
+    **{
+        name: ".errors"
+        for name in (
+            "ChannelConfigError",
+            "ChannelDeliveryError",
+            "HostUnavailableError",
+            "InvalidInputError",
+            "NotFoundError",
+            "PiWorkflowsError",
+            "TurnConflictError",
+            "UnsafeHomeError",
+        )
+    },
+    # agent executors (piw_register_agent_executors)
+    "AgentExecutor": ".engine.agents",
+    "AgentExecutorError": ".engine.agents",
+    "AgentTranscript": ".engine.agents",
+    "AbortSignal": ".engine.context",
+    "NodeAborted": ".engine.context",
+    "start_registered": ".engine.processes",
+    "unregister": ".engine.processes",
+    # terminal messages (piw_render_terminal_message): the safety sentences every
+    # rendering keeps, and the cutter that bounds quoted values
+    "GUARDRAILS": ".builtin.terminal",
+    "PREAMBLE": ".builtin.terminal",
+    "bounded_terminal_facts": ".bounded_values",
+    "canonical_json": ".canonical",
+    # command-line extension (piw_register_commands)
+    "CliContext": ".cli.context",
+    "emit_json": ".cli.context",
+    "json_option": ".cli.context",
+    "pass_cli": ".cli.context",
+    "HostConnection": ".client.connection",
+    "start_payload": ".client.start_request",
+    # read-only state queries for commands
+    "event_counts": ".storage",
+    "run_events": ".storage",
+    "run_exists": ".storage",
+    "state_status": ".storage",
+    # the home and settings
+    "APP_NAME": ".home",
+    "config_dir": ".home",
+    "ensure_private_dir": ".home",
+    "setting_value": ".settings",
+}
+_RENAMED = {"setting_value": "value"}
+
+# Spelled out (not derived from _SOURCES) so linters and type checkers can read it.
+__all__ = [
+    "APP_NAME",
+    "AbortSignal",
+    "AgentExecutor",
+    "AgentExecutorError",
+    "AgentStepRequest",
+    "AgentStepResult",
+    "AgentTranscript",
+    "AnswerResult",
+    "ChannelConfigError",
+    "ChannelContext",
+    "ChannelDelivery",
+    "ChannelDeliveryError",
+    "ChannelFactory",
+    "ChannelRequest",
+    "ChannelSettings",
+    "Claim",
+    "CliContext",
+    "DecisionChoice",
+    "DecisionResolution",
+    "EarlierOutcome",
+    "GUARDRAILS",
+    "HostConnection",
+    "HostInfo",
+    "HostUnavailableError",
+    "InvalidInputError",
+    "MessageContent",
+    "NodeAborted",
+    "NotFoundError",
+    "PREAMBLE",
+    "PiWorkflowsError",
+    "RegisterChannel",
+    "RunRecord",
+    "StepContract",
+    "TerminalFacts",
+    "TurnConflictError",
+    "TurnContext",
+    "TurnReceipt",
+    "TurnReport",
+    "UnsafeHomeError",
+    "WorkerLaunchEnvelope",
+    "WorkerProcessSpec",
+    "WorkerRunCommand",
+    "WorkerSettings",
+    "action",
+    "agent",
+    "bounded_terminal_facts",
+    "canonical_json",
+    "checkpoint",
+    "choice",
+    "compute",
+    "config_dir",
+    "decision",
+    "default_step_prompt",
+    "default_worker_process",
+    "edge",
+    "emit_json",
+    "ensure_private_dir",
+    "event_counts",
+    "hookimpl",
+    "human_decision",
+    "idempotent_effect",
+    "json_option",
+    "manual_effect",
+    "notify",
+    "pass_cli",
+    "run_events",
+    "run_exists",
+    "setting_value",
+    "shell",
+    "start_payload",
+    "start_registered",
+    "state_status",
+    "switch",
+    "text_input",
+    "unregister",
+    "workflow",
+]
+
+
+def default_step_prompt(contract: StepContract, authored: str) -> str:
+    """The built-in ``piw_step_prompt``, for a plugin that wraps it.
+
+    A plugin must not import the built-in hook function under its own name: pluggy
+    would register it again, as the plugin's.
+    """
+    from .builtin import step_prompt
+
+    return step_prompt.piw_step_prompt(contract, authored)
+
+
+def default_worker_process(
+    envelope: WorkerLaunchEnvelope, settings: WorkerSettings
+) -> WorkerProcessSpec:
+    """The built-in ``piw_worker_process``, for a plugin that wraps it."""
+    from .builtin import launch
+
+    return launch.piw_worker_process(envelope, settings)
+
+
+def __getattr__(name: str) -> Any:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(source, "pi_workflows")
+    value = getattr(module, _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:
+    from .authoring import (
+        action,
+        agent,
+        checkpoint,
+        choice,
+        compute,
+        decision,
+        edge,
+        human_decision,
+        idempotent_effect,
+        manual_effect,
+        notify,
+        shell,
+        switch,
+        text_input,
+        workflow,
+    )
+    from .bounded_values import bounded_terminal_facts
+    from .builtin.terminal import GUARDRAILS, PREAMBLE
+    from .canonical import canonical_json
+    from .cli.context import CliContext, emit_json, json_option, pass_cli
+    from .client.connection import HostConnection
+    from .client.start_request import start_payload
+    from .engine.agents import AgentExecutor, AgentExecutorError, AgentTranscript
+    from .engine.context import AbortSignal, NodeAborted
+    from .engine.processes import start_registered, unregister
+    from .errors import (
+        ChannelConfigError,
+        ChannelDeliveryError,
+        HostUnavailableError,
+        InvalidInputError,
+        NotFoundError,
+        PiWorkflowsError,
+        TurnConflictError,
+        UnsafeHomeError,
+    )
+    from .home import APP_NAME, config_dir, ensure_private_dir
+    from .hookspecs import hookimpl
+    from .records import (
+        AgentStepRequest,
+        AgentStepResult,
+        AnswerResult,
+        ChannelContext,
+        ChannelDelivery,
+        ChannelFactory,
+        ChannelRequest,
+        ChannelSettings,
+        Claim,
+        DecisionChoice,
+        DecisionResolution,
+        EarlierOutcome,
+        HostInfo,
+        MessageContent,
+        RegisterChannel,
+        RunRecord,
+        StepContract,
+        TerminalFacts,
+        TurnContext,
+        TurnReceipt,
+        TurnReport,
+        WorkerLaunchEnvelope,
+        WorkerProcessSpec,
+        WorkerRunCommand,
+        WorkerSettings,
+    )
+    from .settings import value as setting_value
+    from .storage import event_counts, run_events, run_exists, state_status
