@@ -1,9 +1,9 @@
 """The public namespace for plugins: everything a plugin may import, in one place.
 
-A plugin imports from here (and its tests from :mod:`pi_workflows.testing`); every
-other ``pi_workflows`` module is internal and may change without notice. The authoring
-API of :mod:`pi_workflows` (``workflow``, ``compute``, …) is repeated here so a plugin
-that registers workflows needs no second import.
+A plugin imports from here (and its tests from :mod:`pi_workflows.testing`); the
+workflows it registers use the authoring API of :mod:`pi_workflows` itself (``workflow``,
+``compute``, …). Every other ``pi_workflows`` module is internal and may change without
+notice.
 
 Names are imported on first use, like :mod:`pi_workflows` itself: a plugin module is
 loaded whenever the command line starts, and one that only needs ``hookimpl`` must not
@@ -19,27 +19,6 @@ from typing import TYPE_CHECKING, Any
 _SOURCES: dict[str, str] = {
     # marking hook implementations
     "hookimpl": ".hookspecs",
-    # the authoring API (workflows a plugin registers with piw_register_workflows)
-    **{
-        name: ".authoring"
-        for name in (
-            "action",
-            "agent",
-            "checkpoint",
-            "choice",
-            "compute",
-            "decision",
-            "edge",
-            "human_decision",
-            "idempotent_effect",
-            "manual_effect",
-            "notify",
-            "shell",
-            "switch",
-            "text_input",
-            "workflow",
-        )
-    },
     # the records hooks receive and return
     **{
         name: ".records"
@@ -164,39 +143,24 @@ __all__ = [
     "WorkerProcessSpec",
     "WorkerRunCommand",
     "WorkerSettings",
-    "action",
-    "agent",
     "bounded_terminal_facts",
     "canonical_json",
-    "checkpoint",
-    "choice",
-    "compute",
     "config_dir",
-    "decision",
     "default_step_prompt",
     "default_worker_process",
-    "edge",
     "emit_json",
     "ensure_private_dir",
     "event_counts",
     "hookimpl",
-    "human_decision",
-    "idempotent_effect",
     "json_option",
-    "manual_effect",
-    "notify",
     "pass_cli",
     "run_events",
     "run_exists",
     "setting_value",
-    "shell",
     "start_payload",
     "start_registered",
     "state_status",
-    "switch",
-    "text_input",
     "unregister",
-    "workflow",
 ]
 
 
@@ -235,23 +199,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from .authoring import (
-        action,
-        agent,
-        checkpoint,
-        choice,
-        compute,
-        decision,
-        edge,
-        human_decision,
-        idempotent_effect,
-        manual_effect,
-        notify,
-        shell,
-        switch,
-        text_input,
-        workflow,
-    )
     from .bounded_values import bounded_terminal_facts
     from .builtin.terminal import GUARDRAILS, PREAMBLE
     from .canonical import canonical_json

@@ -1,5 +1,6 @@
 # Ship a workflow inside the plugin's distribution.
-from pi_workflows.plugin import compute, hookimpl, workflow
+from pi_workflows import compute, workflow
+from pi_workflows.plugin import hookimpl
 
 PING = workflow(
     name="ping",
