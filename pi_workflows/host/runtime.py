@@ -1,6 +1,9 @@
-"""The host process: start and stop order, timers, claim pass, worker activation.
+"""The host process: the composition root, its start and stop order, and its timers.
 
-Everything runs on one asyncio event loop. Database work is short and synchronous on
+`Host` builds the pieces and hands each the narrow parts it uses: `WorkerSlots` (the
+claim gate, `slots.py`), `WorkerLives` (each worker from launch to recovery,
+`worker_lives.py`), the client operations and server, the host features. No other module
+imports it. Everything runs on one asyncio event loop. Database work is short and synchronous on
 that loop (SQLite serialises writers anyway); workflow code runs only in workers.
 """
 
@@ -8,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import secrets
@@ -19,28 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import plugins, settings
+from .. import settings
 from ..clock import now_ms
 from ..errors import HostLeaseLostError, PiWorkflowsError
 from ..home import Home, home_key, machine_name, prepare_home
 from ..hook_deadline import DeadlineRunner
-from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
-from ..records import Claim, WorkerSettings
 from ..storage import (
     StateStore,
-    effects,
     open_state,
-    put_json,
-    put_text,
     run_claims,
-    run_workers,
 )
-from ..storage.database import masked_url
 from ..storage.models import RunWorker
-from ..storage.runs import current_status, run_fields
-from ..worker.command import is_worker_command
-from . import epoch_lease, forwarded_commands, process_groups, run_progress
-from .active_run import ActiveRun
+from . import epoch_lease, forwarded_commands, process_groups
 from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
@@ -57,10 +49,9 @@ from .run_watch import RunWatches
 from .run_why import RunWhy
 from .services import HostServices
 from .sessions import Sessions
-from .slots import PreparedWorker, WorkerSlots
-from .supervisor import WorkerExit, WorkerSupervisor
+from .slots import WorkerSlots
 from .terminal_messages import TerminalMessages
-from .worker_gateway import WorkerGateway
+from .worker_lives import WorkerLives
 
 log = logging.getLogger("pi_workflows.host")
 
@@ -150,6 +141,17 @@ class Host:
         services = HostServices(self.slots, self)
         self.features = HostFeatures([feature(services) for feature in FEATURES])
         self.features.register_operations(self.operations.table)
+        self.workers = WorkerLives(
+            self.slots,
+            home=home,
+            database_url=database_url,
+            features=self.features,
+            fork_server=self.fork_server,
+            worker_startup_s=self.timings.worker_startup_s,
+            max_node_crashes=self.max_node_crashes,
+            spawn=self.spawn,
+            is_stopping=lambda: self.stopping,
+        )
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -191,7 +193,8 @@ class Host:
                     holder_is_dead=holder_is_dead,
                 )
                 epoch_lease.recover_previous_host(previous_host_id)
-            self.slots.open(self.store, self.epoch_lease.epoch, self)
+            self.workers.open(self.store, self.worker_commits, self.epoch_lease.epoch)
+            self.slots.open(self.store, self.epoch_lease.epoch, self.workers)
             if not self.store.is_sqlite:
                 lease = self.epoch_lease
                 self.store.fence = lambda: epoch_lease.fence(lease)
@@ -350,210 +353,6 @@ class Host:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-    # --- workers -----------------------------------------------------------------------
-
-    def record_worker(self, run_id: str, claim: Claim) -> PreparedWorker:
-        """The worker a claim launches: its launch envelope and ``RunWorker`` row.
-
-        Called in the claim's transaction, so the claim and its worker commit together.
-        """
-        project_path, workflow_source, definition_digest, input_hash, revision = run_fields(
-            run_id, "project_path", "workflow_source", "definition_digest", "input_hash", "revision"
-        )
-        worker_epoch = secrets.token_hex(16)
-        envelope = {
-            "schema": LAUNCH_SCHEMA,
-            "runId": run_id,
-            "generation": claim.generation,
-            "workerEpoch": worker_epoch,
-            "projectPath": project_path,
-            "workflowSource": json.loads(workflow_source),
-            "definitionDigest": definition_digest,
-            "inputHash": input_hash,
-            "protocolVersion": PROTOCOL_VERSION,
-            # Recorded with the worker row and read by plugins: never the password.
-            "databaseUrl": masked_url(self.database_url) if self.database_url else None,
-            "home": str(self.home.root),
-        }
-        progress = run_progress.progress_mark(run_id)
-        run_workers.record_worker(
-            worker_epoch,
-            run_id,
-            claim.generation,
-            self.epoch_lease.epoch if self.epoch_lease else 0,
-            put_json(envelope),
-            revision,
-        )
-        return PreparedWorker(worker_epoch, envelope, progress)
-
-    def launch(self, run_id: str, token: str, claim: Claim, worker: PreparedWorker) -> None:
-        """After the claim committed (`WorkerSlots`): the worker's life begins."""
-        self.spawn(self.activate(run_id, token, claim.generation, worker))
-
-    def _drop_worker(self, worker: PreparedWorker) -> None:
-        """A recorded worker that will never launch (its claim was let go first)."""
-        run_workers.drop_worker(worker.worker_epoch)
-
-    async def activate(
-        self, run_id: str, token: str, generation: int, worker: PreparedWorker
-    ) -> None:
-        slots = self.slots
-        if slots.pending_claims.get(run_id) != token:
-            # Cancelled or paused before activation: nothing to launch.
-            with self.store.transaction():
-                self._drop_worker(worker)
-            return
-        if self.stopping or run_id in slots.active_runs:
-            slots.pending_claims.pop(run_id, None)
-            with self.store.transaction():
-                self._drop_worker(worker)
-                run_claims.park_run(run_id, token)
-            return
-        worker_epoch, envelope, progress = worker.worker_epoch, worker.envelope, worker.progress
-        active = ActiveRun(run_id, token, generation, worker_epoch, None, progress)
-        slots.active_runs[run_id] = active
-        slots.pending_claims.pop(run_id, None)
-        try:
-            # Effects an earlier worker left applying (its host died) are settled first;
-            # a read decides, so a run without such effects takes no write lock here.
-            in_doubt: list[str] = []
-            if effects.has_unsettled(run_id):
-                with self.store.transaction():
-                    in_doubt = effects.recover_interrupted(run_id, generation)
-                    if in_doubt:
-                        run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
-                        self._finish_worker(active, WorkerExit("orphaned", None, None, None))
-            if in_doubt:
-                slots.blocked_runs.add(run_id)
-                return
-            result = await self._run_worker(active, envelope)
-            self._finish_worker(active, result)
-            await process_groups.stop_orphaned_groups(self.store, run_id)
-            # A lost claim is a hand-off: the new owner decides, this host writes nothing.
-            needs_recovery = result.outcome != "exited" or bool(
-                active.workflow_load_failure or active.source_changed or active.parked
-            )
-            if active.control is None and not active.claim_lost and needs_recovery:
-                self._recover_worker_exit(active, result.outcome)
-        except Exception as error:
-            if isinstance(error, PiWorkflowsError):  # a sentence, e.g. an unanswered hook
-                active.launch_failure = str(error)
-                log.error("worker of run %s failed: %s", run_id, error)
-            else:
-                log.exception("worker %s of run %s failed", worker_epoch, run_id)
-            active.stop("crashed")
-            with contextlib.suppress(Exception):
-                self._finish_worker(active, WorkerExit("crashed", None, None, None))
-                await process_groups.stop_orphaned_groups(self.store, run_id)
-            if active.control is None:
-                self._recover_worker_exit(active, "crashed")
-        finally:
-            slots.active_runs.pop(run_id, None)
-            slots.schedule_pass()
-
-    async def _run_worker(self, active: ActiveRun, envelope: dict[str, Any]) -> WorkerExit:
-        settings = WorkerSettings(self.home.root, self.database_url, sys.executable)
-        spec = plugins.worker_process(envelope, settings)
-        gateway = WorkerGateway(
-            active,
-            self.slots,
-            store=self.store,
-            commits=self.worker_commits,
-            features=self.features,
-            state_directory=self.home.host_dir,
-        )
-        supervisor = WorkerSupervisor(
-            spec, gateway.handle, startup_timeout_s=self.timings.worker_startup_s
-        )
-        active.supervisor = supervisor
-        # The pid is recorded with worker.ready (WorkerGateway), not in a commit of its own.
-        # A run that never ran gets worker.ready's answer with the launch: it waits in the
-        # pipe when the worker reads. Only this package's worker expects it; a worker
-        # process of a plugin's own keeps the round trip.
-        prepared = gateway.prepare_ready if is_worker_command(spec.argv) else None
-        await supervisor.start(self.fork_server, first_frame=prepared)
-        if active.control:  # cancelled or paused while spawning
-            supervisor.stop("cancelled")
-        return await supervisor.run()
-
-    def _finish_worker(self, active: ActiveRun, result: WorkerExit) -> None:
-        stamp = now_ms()
-
-        def record() -> None:
-            run_workers.finish_worker(
-                active.worker_epoch,
-                result.outcome,
-                stamp,
-                result.exit_code,
-                result.signal,
-                put_text(result.diagnostic) if result.diagnostic else None,
-            )
-
-        if result.outcome == "exited" and result.exit_code == 0:
-            # A clean exit is bookkeeping only: it rides on the next commit (a claim, the
-            # next run's start) or the poll timer's, instead of costing one of its own.
-            self.store.defer_write(record)
-            return
-        with self.store.transaction():
-            record()
-
-    def _recover_worker_exit(self, active: ActiveRun, outcome: str) -> None:
-        """Exit recovery in the order of SPEC §7.4."""
-        run_id, token = active.run_id, active.claim_token
-        with self.store.transaction():
-            if not run_claims.verify_claim(run_id, token, active.generation):
-                return
-            # Measured before effect recovery, which writes bookkeeping of its own.
-            made_progress = run_progress.progress_mark(run_id) != active.progress
-            in_doubt = effects.recover_interrupted(run_id, active.generation)
-            if in_doubt:
-                self.slots.blocked_runs.add(run_id)
-                run_claims.park_for_ambiguous_effect(run_id, token, in_doubt)
-                log.warning("run parked: an effect may or may not have happened")
-                return
-            if active.source_changed is not None:
-                run_claims.park_for_source_change(run_id, token, active.source_changed)
-                log.warning("run parked: its workflow source changed")
-                return
-            if active.workflow_load_failure is not None:
-                old_status = current_status(run_id)
-                if run_claims.terminate_run(
-                    run_id,
-                    token,
-                    status="failed",
-                    code="workflowLoadFailed",
-                    error=active.workflow_load_failure,
-                    status_detail="The supervised worker could not load the saved workflow source.",
-                ):
-                    self.store.after_commit(
-                        lambda: self.after_run_stopped(run_id, old_status, "failed")
-                    )
-                return
-            node, deaths = run_progress.deaths_at_current_node(run_id, self.max_node_crashes)
-            if deaths >= self.max_node_crashes:
-                self.slots.blocked_runs.add(run_id)
-                run_claims.park_for_crash_loop(
-                    run_id,
-                    token,
-                    f"The workflow killed its worker {deaths} times in a row at node {node!r} "
-                    f"(last worker {outcome}); fix the node, then run 'pi-workflows run resume "
-                    f"{run_id}' or cancel the run",
-                )
-                log.warning("run parked: a node killed %d workers in a row", deaths)
-                return
-            if not made_progress:
-                self.slots.blocked_runs.add(run_id)
-                run_claims.park_for_no_progress(
-                    run_id,
-                    token,
-                    active.launch_failure
-                    or f"Workflow worker {outcome} before it committed workflow progress",
-                )
-                log.warning("run parked after a worker made no progress")
-                return
-            run_claims.park_run(run_id, token)
-            log.info("run parked after worker %s", outcome)
 
     def after_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
         """After-commit effects of a run leaving `running`; none of them may raise."""
