@@ -88,7 +88,7 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database | None:
     plugin must be installed, and ``--database`` / ``PI_WORKFLOWS_DATABASE`` plus any
     setting the plugin reads must be set, wherever the CLI and the host run (workers
     inherit the host's environment and get its URL). ``host status`` shows the URL as
-    given. Raise a ``pi_workflows.errors.PiWorkflowsError`` subclass with a sentence for
+    given. Raise a ``pi_workflows.plugin.PiWorkflowsError`` subclass with a sentence for
     a URL that is yours but cannot be opened; the CLI prints it on one line.
     """
 
@@ -338,11 +338,11 @@ def piw_register_decision_channels(register: RegisterChannel) -> None:
     - ``answer_actor(answer)`` (optional): who a client answering through
       ``decision.answer`` with this channel is. ``answer`` is ``{decisionId, runId,
       originSessionId, sessionId}``; return the actor's name, or raise
-      ``pi_workflows.errors.AnswerNotAllowedError``. Called on the host's loop, so it
+      ``pi_workflows.plugin.AnswerNotAllowedError``. Called on the host's loop, so it
       must not block. A channel without it is answered only through ``report_answer``.
 
     Factories and the other methods run on the channel's own thread, never on the host's event
-    loop. Raise ``pi_workflows.errors.ChannelDeliveryError`` when a call definitely did
+    loop. Raise ``pi_workflows.plugin.ChannelDeliveryError`` when a call definitely did
     not happen (the host retries it, 3 attempts in all, then gives that delivery up:
     the effect stays ``rejected`` until an operator runs ``pi-workflows effects retry``,
     see docs/decisions.md); any other exception, or no
@@ -400,7 +400,7 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
       in the host's environment (default ``command``); an unregistered name fails the
       step with the list of registered ones;
     - **factory**: ``factory()`` is called with no arguments, once per agent step, and
-      returns the executor; raise ``pi_workflows.engine.agents.AgentExecutorError`` with
+      returns the executor; raise ``pi_workflows.plugin.AgentExecutorError`` with
       a sentence for the user when it cannot work (missing configuration, say);
     - **step**: ``executor.run_agent_step(request, signal)`` runs one step and returns
       an :class:`~pi_workflows.records.AgentStepResult` (``{"output": ...}``).
@@ -410,7 +410,7 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
       ``presentation``, ``accept`` (check an output now; a rejection can go back to the
       agent, an accepted value is the step's output), ``publish_update`` and
       ``transcript`` (what the agent did, stored with the attempt). ``signal``
-      (``pi_workflows.engine.context.AbortSignal``) is set when the attempt stops being
+      (``pi_workflows.plugin.AbortSignal``) is set when the attempt stops being
       active (cancelled, paused, deadline): poll
       ``signal.is_aborted`` or block in ``signal.wait(timeout)``, then return or raise
       promptly; an ignored signal leaves the call running but its result is refused. An exception
@@ -419,7 +419,7 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
       called once when a headless run with agent steps starts or resumes in a worker, so
       the executor can start its agent before the first step needs it (the ``pi``
       executor starts its ``pi``). It must not block; processes it starts go through
-      :func:`pi_workflows.engine.processes.start_registered` like a step's. An exception
+      :func:`pi_workflows.plugin.start_registered` like a step's. An exception
       is ignored: the first step reports what is wrong.
 
     The call runs in the worker process, on the engine's thread; it may block for as

@@ -54,6 +54,7 @@ _SOURCES: dict[str, str] = {
     **{
         name: ".errors"
         for name in (
+            "AnswerNotAllowedError",
             "ChannelConfigError",
             "ChannelDeliveryError",
             "HostUnavailableError",
@@ -107,6 +108,7 @@ __all__ = [
     "AgentStepRequest",
     "AgentStepResult",
     "AgentTranscript",
+    "AnswerNotAllowedError",
     "AnswerResult",
     "ChannelConfigError",
     "ChannelContext",
@@ -209,6 +211,7 @@ if TYPE_CHECKING:
     from .engine.context import AbortSignal, NodeAborted
     from .engine.processes import start_registered, unregister
     from .errors import (
+        AnswerNotAllowedError,
         ChannelConfigError,
         ChannelDeliveryError,
         HostUnavailableError,

@@ -83,6 +83,8 @@ def test_every_public_name_resolves():
     unresolved = [name for name in plugin.__all__ if getattr(plugin, name, None) is None]
 
     assert unresolved == []
+    # Every name it loads on first use is listed (what type checkers and `dir()` see).
+    assert set(plugin._SOURCES) <= set(plugin.__all__)
     with pytest.raises(AttributeError, match="no attribute 'storage'"):
         plugin.storage  # noqa: B018 - internal modules are not reachable through it
 
