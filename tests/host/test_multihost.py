@@ -413,3 +413,55 @@ def test_cancel_waits_for_a_live_owner_and_ends_a_run_whose_owner_expired(
     owner.host_process.send_signal(signal.SIGCONT)
     assert owner.host_process.wait(timeout=30) == 0, owner.host_log()
     assert other.client().run_status(run_id)["status"] == "cancelled"
+
+
+VETO_MARKED = """
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    return not run.input.get("veto")
+"""
+
+
+def test_hosts_with_a_claim_plugin_claim_each_run_once(hosts: list[HostHarness]):
+    """With a claim plugin the gate asks it outside any transaction and then claims each
+    chosen run in a transaction of its own (its claim row locked SKIP LOCKED): two hosts
+    claiming at once still take every run once, and never a vetoed one."""
+    pair = hosts[:2]
+    pair[0].write_workflow("load", LOAD)
+    for harness in pair:
+        harness.add_plugin("veto_marked", VETO_MARKED)
+        harness.start_host(PI_WORKFLOWS_MAX_WORKERS="2")
+    payload = start_payload("load", pair[0].project)
+    clients = [harness.client() for harness in pair]
+    try:
+        started = {
+            clients[n % 2].start_run({**payload, "input": {"n": n, "veto": n % 4 == 0}})["runId"]: n
+            for n in range(24)
+        }
+    finally:
+        for client in clients:
+            client.close()
+    vetoed = {run_id for run_id, n in started.items() if n % 4 == 0}
+
+    def all_allowed_completed() -> bool:
+        done = pair[0].query("SELECT run_id FROM runs WHERE status = 'completed'")
+        return {row[0] for row in done} == set(started) - vetoed
+
+    wait_until(all_allowed_completed, timeout=180, interval=SLOW_LOOK_S, what="the runs")
+    claims = pair[0].query("SELECT run_id, actor FROM events WHERE event_type = 'lease.claimed'")
+    per_run = Counter(run_id for run_id, _ in claims)
+    assert set(per_run) == set(started) - vetoed
+    assert set(per_run.values()) == {1}
+    assert len({actor for _, actor in claims}) == 2  # both hosts claimed
+    trace = Counter((pair[0].project / "load-trace").read_text().splitlines())
+    assert all(count == 1 for count in trace.values())
+    assert {
+        status
+        for (status,) in pair[0].query(
+            "SELECT status FROM runs WHERE run_id IN (" + ", ".join("?" for _ in vetoed) + ")",
+            *vetoed,
+        )
+    } == {"queued"}
