@@ -23,7 +23,7 @@ from typing import Any
 from ..clock import now_ms
 from ..durations import duration_ms, parse_before
 from ..errors import InvalidInputError
-from ..protocol.client_messages import ClientRequest
+from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error
 from ..storage.maintenance import state_backup, vacuum_if_worthwhile
 from ..storage.retention import PruneReport, prune_batches
@@ -63,6 +63,8 @@ class Retention:
             return adopted
         before, apply, backup_path = _prune_payload(request.payload)
         report = await self._prune(before, apply, backup_path)
+        if self.services.is_stopping:  # cut short: no receipt, so a retry prunes the rest
+            return response(request.request_id, "unavailable", error="Workflow host is stopping")
         return execute_durable(
             self.services.store,
             request,
@@ -76,6 +78,8 @@ class Retention:
         if backup_path is not None:
             report.backup = state_backup(store, backup_path)
         for _ in prune_batches(store, report):
+            if self.services.is_stopping:
+                break  # what is left waits for the next host's sweep
             await asyncio.sleep(0)  # let the loop serve others between transactions
         return report
 
