@@ -237,3 +237,35 @@ def test_an_existing_database_gets_the_indexes_it_lacks_when_opened(store, home_
         assert "runs_root_run_id" in {index.name for index in reopened.db.get_indexes("runs")}
     finally:
         reopened.close()
+
+
+def test_state_status_shows_the_room_a_prune_frees(store, make_run, backend):
+    from pi_workflows.storage.maintenance import state_status
+
+    space = state_status(store)["space"]
+
+    assert space["bytes"] > 0
+    if backend == "sqlite":
+        assert 0 <= space["freeBytes"] <= space["bytes"]
+    else:  # left to autovacuum: its backlog is shown
+        assert space["deadRows"] >= 0 and space["liveRows"] >= 0
+
+
+@pytest.mark.sqlite_only
+def test_a_pruned_sqlite_file_is_vacuumed_only_when_large_and_free_enough(
+    store, make_run, monkeypatch
+):
+    from pi_workflows.storage import maintenance
+
+    with store.transaction():
+        for index in range(20):
+            _finished_run(make_run, f"big-{index}", input={"text": f"{index}" * 200_000})
+    prune(store, CUTOFF, apply=True)
+    freed = maintenance.state_status(store)["space"]
+
+    assert freed["freeBytes"] > 0.2 * freed["bytes"]
+    assert maintenance.vacuum_if_worthwhile(store) is False  # under 64 MiB: left as it is
+    monkeypatch.setattr(maintenance, "VACUUM_MIN_BYTES", 1024 * 1024)
+    assert maintenance.vacuum_if_worthwhile(store) is True
+    after = maintenance.state_status(store)["space"]
+    assert after["freeBytes"] == 0 and after["bytes"] < freed["bytes"]

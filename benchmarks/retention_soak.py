@@ -1,0 +1,175 @@
+"""Retention soak (issue 26): many small runs through one host that prunes as it goes.
+
+    python benchmarks/retention_soak.py [--waves 20] [--per-wave 250] [--kept 20000]
+
+Starts a private host in a temporary home with `retention` 1 minute and a sweep every 5 s,
+then sends waves of headless `hello` runs (started with `run.startBatch`, waited for; the
+host sweeps in the idle moment after each wave). After every wave it prints the runs the
+database holds, its size (pages in use and the file), and the host's RSS. Then it inserts
+`--kept` finished runs the sweep keeps (recent) and measures `run list --limit 50` (first
+page and a deep page) and `run status` round trips with that many runs kept.
+
+Prints figures only; docs/operations.md records them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from host_bench import percentile, start_host
+
+from pi_workflows.client import WorkflowClient
+from pi_workflows.client.start_request import start_payload
+from pi_workflows.home import Home
+
+
+def database_figures(home: Home) -> tuple[int, int, int]:
+    """(runs, bytes of pages in use, bytes of the file and its WAL)."""
+    path = home.root / "state.sqlite"
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        runs = connection.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        free = connection.execute("PRAGMA freelist_count").fetchone()[0]
+    finally:
+        connection.close()
+    on_disk = sum(p.stat().st_size for p in path.parent.glob("state.sqlite*") if p.is_file())
+    return runs, (pages - free) * page_size, on_disk
+
+
+def wave(client: WorkflowClient, project: Path, count: int, index: int) -> None:
+    payloads = [start_payload("hello", project, {"name": f"w{index}-{n}"}) for n in range(count)]
+    started = client.start_runs(payloads)
+    for run in started:
+        status = client.wait_for_run(run["runId"], poll_s=0.05)
+        assert status["status"] == "completed", status
+
+
+def wait_for_sweep(client: WorkflowClient, after_ms: int, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        last = client.host_status().get("lastPrune")
+        if last and last["at"] >= after_ms:
+            return last
+        time.sleep(0.2)
+    raise SystemExit("no sweep after the wave")
+
+
+def keep_runs(home: Home, project: Path, count: int) -> None:
+    """`count` completed runs (finished now: the 1-minute retention does not reach them
+    while the measurement runs) written beside the live host in batches."""
+    from pi_workflows.clock import now_ms
+    from pi_workflows.storage import open_state
+    from pi_workflows.storage.models import Run, RunQueue
+    from pi_workflows.storage.runs import create_run
+
+    store = open_state(home)
+    try:
+        for start in range(0, count, 1000):
+            with store.transaction():
+                ids = [f"kept-{index:07d}" for index in range(start, min(count, start + 1000))]
+                for run_id in ids:
+                    create_run(
+                        run_id=run_id,
+                        workflow_name="hello",
+                        workflow_ref="hello",
+                        workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
+                        definition_digest="0" * 64,
+                        project_path=str(project),
+                        input={"name": run_id},
+                        actor="bench",
+                    )
+                stamp = now_ms() + 3_600_000  # an hour ahead: no sweep reaches them
+                Run.update(status="completed", finished_at=stamp).where(
+                    Run.run_id.in_(ids)
+                ).execute()
+                RunQueue.update(status="done").where(RunQueue.run.in_(ids)).execute()
+    finally:
+        store.close()
+
+
+def timed(action, runs: int) -> list[float]:
+    samples = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        action()
+        samples.append((time.perf_counter() - began) * 1000)
+    return samples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--waves", type=int, default=20)
+    parser.add_argument("--per-wave", type=int, default=250)
+    parser.add_argument("--kept", type=int, default=20_000)
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="piw-soak-"))
+    os.chmod(root, 0o700)
+    home = Home(root / "home")
+    project = root / "project"
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
+    env["PI_WORKFLOWS_CONFIG_DIR"] = str(root / "config")
+    env["PI_WORKFLOWS_RETENTION"] = "1m"
+    env["PI_WORKFLOWS_RETENTION_SWEEP_S"] = "5"
+    host = start_host(home, env)
+    process = psutil.Process(host.pid)
+    client = WorkflowClient(home, autostart=False)
+    print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    rss: list[int] = []
+    began = time.monotonic()
+    try:
+        for index in range(args.waves):
+            wave_began = int(time.time() * 1000)
+            wave(client, project, args.per_wave, index)
+            last = wait_for_sweep(client, wave_began)
+            runs, used, on_disk = database_figures(home)
+            rss.append(process.memory_info().rss)
+            print(
+                f"wave {index + 1:3d}: {(index + 1) * args.per_wave:6d} runs done, "
+                f"{runs:5d} in the database, {used / 2**20:6.1f} MiB used, "
+                f"{on_disk / 2**20:6.1f} MiB on disk, host RSS {rss[-1] / 2**20:6.1f} MiB, "
+                f"last sweep pruned {last.get('runs', 0)} runs ({last['outcome']})"
+            )
+        elapsed = time.monotonic() - began
+        total = args.waves * args.per_wave
+        print(f"{total} runs in {elapsed:.0f} s ({total / elapsed:.1f} runs/s)")
+        first_part = rss[: max(1, len(rss) // 4)]
+        baseline = statistics.median(first_part)
+        print(
+            f"host RSS: median of the first quarter {baseline / 2**20:.1f} MiB, "
+            f"last {rss[-1] / 2**20:.1f} MiB, max after it "
+            f"{max(rss[len(first_part) :] or rss) / 2**20:.1f} MiB "
+            f"({(max(rss[len(first_part) :] or rss) / baseline - 1) * 100:+.1f} %)"
+        )
+        keep_runs(home, project, args.kept)
+        runs, used, _ = database_figures(home)
+        listing = timed(lambda: client.list_runs(50), 50)
+        deep = f"kept-{args.kept // 2:07d}"
+        paging = timed(lambda: client.list_runs(50, before=deep), 50)
+        status = timed(lambda: client.run_status(deep), 200)
+        print(
+            f"with {runs} runs kept ({used / 2**20:.1f} MiB): run list --limit 50 p50 "
+            f"{percentile(listing, 0.5):.1f} ms, deep page p50 {percentile(paging, 0.5):.1f} ms, "
+            f"run status p50 {percentile(status, 0.5):.2f} ms"
+        )
+        print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    finally:
+        client.close()
+        host.terminate()
+        host.wait(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
