@@ -55,6 +55,18 @@ def start_host(home: Home, env: dict[str, str]) -> subprocess.Popen:
     raise SystemExit("host did not start")
 
 
+def private_home(prefix: str) -> tuple[Path, Home, Path, dict[str, str]]:
+    """A new private directory with a home and a project in it, and the environment of a
+    host there (none of this shell's PI_WORKFLOWS_ settings)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o700)
+    project = root / "project"
+    project.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
+    env["PI_WORKFLOWS_CONFIG_DIR"] = str(root / "config")
+    return root, Home(root / "home"), project, env
+
+
 def bench_latency(client: WorkflowClient, project: Path, runs: int) -> list[float]:
     latencies = []
     for index in range(runs):
@@ -145,13 +157,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="piw-bench-"))
-    os.chmod(root, 0o700)
-    home = Home(root / "home")
-    project = root / "project"
-    project.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
-    env["PI_WORKFLOWS_CONFIG_DIR"] = str(root / "config")
+    root, home, project, env = private_home("piw-bench-")
     host = start_host(home, env)
     client = WorkflowClient(home, autostart=False)
     try:

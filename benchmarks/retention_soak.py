@@ -19,12 +19,12 @@ import os
 import shutil
 import sqlite3
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 import psutil
-from host_bench import percentile, start_host
+from host_bench import percentile, private_home, start_host
+from timing import timed_samples
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload
@@ -97,15 +97,6 @@ def keep_runs(home: Home, project: Path, count: int) -> None:
         store.close()
 
 
-def timed(action, runs: int) -> list[float]:
-    samples = []
-    for _ in range(runs):
-        began = time.perf_counter()
-        action()
-        samples.append((time.perf_counter() - began) * 1000)
-    return samples
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--waves", type=int, default=20)
@@ -113,13 +104,7 @@ def main() -> None:
     parser.add_argument("--kept", type=int, default=20_000)
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="piw-soak-"))
-    os.chmod(root, 0o700)
-    home = Home(root / "home")
-    project = root / "project"
-    project.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
-    env["PI_WORKFLOWS_CONFIG_DIR"] = str(root / "config")
+    root, home, project, env = private_home("piw-soak-")
     env["PI_WORKFLOWS_RETENTION"] = "1m"
     env["PI_WORKFLOWS_RETENTION_SWEEP_S"] = "5"
     host = start_host(home, env)
@@ -154,10 +139,10 @@ def main() -> None:
         )
         keep_runs(home, project, args.kept)
         runs, used, _ = database_figures(home)
-        listing = timed(lambda: client.list_runs(50), 50)
+        listing = timed_samples(lambda: client.list_runs(50), 50)
         deep = f"kept-{args.kept // 2:07d}"
-        paging = timed(lambda: client.list_runs(50, before=deep), 50)
-        status = timed(lambda: client.run_status(deep), 200)
+        paging = timed_samples(lambda: client.list_runs(50, before=deep), 50)
+        status = timed_samples(lambda: client.run_status(deep), 200)
         print(
             f"with {runs} runs kept ({used / 2**20:.1f} MiB): run list --limit 50 p50 "
             f"{percentile(listing, 0.5):.1f} ms, deep page p50 {percentile(paging, 0.5):.1f} ms, "

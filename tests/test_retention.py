@@ -269,3 +269,26 @@ def test_a_pruned_sqlite_file_is_vacuumed_only_when_large_and_free_enough(
     assert maintenance.vacuum_if_worthwhile(store) is True
     after = maintenance.state_status(store)["space"]
     assert after["freeBytes"] == 0 and after["bytes"] < freed["bytes"]
+
+
+def test_old_blobs_nothing_references_go_and_those_a_kept_value_nests_stay(store, make_run):
+    big = {"text": "y" * (2 * PART_MIN_BYTES)}
+    with store.transaction():
+        earlier_snapshot = put_json({"step": 1})  # replaced by a later one while it ran
+        recent_orphan = put_json({"step": "just written"})
+        make_run("kept")
+        kept_state = put_json_in_parts({"out": big})
+        Run.update(state_hash=kept_state).where(Run.run_id == "kept").execute()
+    old_ones = [earlier_snapshot, *[b.blob_hash for b in Blob.select()]]
+    Blob.update(created_at=OLD).where(Blob.blob_hash.in_(old_ones)).execute()
+    Blob.update(created_at=now_ms()).where(Blob.blob_hash == recent_orphan).execute()
+
+    report = prune(store, CUTOFF, apply=True)
+
+    assert report.blobs == 1
+    assert Blob.get_or_none(Blob.blob_hash == earlier_snapshot) is None
+    assert Blob.get_or_none(Blob.blob_hash == recent_orphan) is not None
+    from pi_workflows.storage import read_json
+
+    assert read_json(kept_state) == {"out": big}
+    assert state_verify(store) == []

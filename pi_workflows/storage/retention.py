@@ -15,8 +15,9 @@ a split value (`blobs.put_json_in_parts`) and an agent transcript named by its e
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,13 +106,24 @@ def prune(store: StateStore, before: int, *, apply: bool) -> PruneReport:
 
 
 def prune_batches(store: StateStore, report: PruneReport) -> Iterator[None]:
-    """`prune`, one transaction per step: a host resumes between them to serve others."""
+    """`prune`, one transaction per step: a host resumes between them to serve others.
+
+    First the lineages, then the blobs older than the cut-off that nothing references any
+    more (a run's earlier snapshots, replaced by its later ones while it ran). Each step
+    checks the references again under its write lock, so a blob a new row took up since
+    the plan stays.
+    """
     roots = _finished_roots(report.before, None)
-    for start in range(0, len(roots), LINEAGES_PER_BATCH):
-        batch = roots[start : start + LINEAGES_PER_BATCH]
+    steps: list[Callable[[], None]] = [
+        functools.partial(_prune_batch, roots[start : start + LINEAGES_PER_BATCH], report)
+        for start in range(0, len(roots), LINEAGES_PER_BATCH)
+    ]
+    orphans = _unreferenced_before(report.before)
+    steps += [functools.partial(_delete_unreferenced, set(chunk), report) for chunk in orphans]
+    for step in steps:
         try:
             with store.transaction():
-                _prune_batch(batch, report.before, report)
+                step()
                 if not report.applied:
                     raise _DryRun
         except _DryRun:
@@ -166,9 +178,9 @@ def _protected_runs(run_ids: list[str]) -> set[str]:
     return protected
 
 
-def _prune_batch(batch: list[str], before: int, report: PruneReport) -> None:
+def _prune_batch(batch: list[str], report: PruneReport) -> None:
     """Delete the lineages of `batch` that are still prunable (inside a transaction)."""
-    roots = _finished_roots(before, batch)
+    roots = _finished_roots(report.before, batch)
     runs = list(Run.select(Run.run_id, Run.root_run_id).where(Run.root_run_id.in_(roots)))
     protected = _protected_runs([r.run_id for r in runs])
     kept_roots = {r.root_run_id for r in runs if r.run_id in protected}
@@ -184,6 +196,11 @@ def _prune_batch(batch: list[str], before: int, report: PruneReport) -> None:
     candidates = _hashes_of_rows(run_ids)
     candidates |= _nested(candidates, _transcripts_of(run_ids))
     _delete_rows(run_ids)
+    _delete_unreferenced(candidates, report)
+
+
+def _delete_unreferenced(candidates: set[str], report: PruneReport) -> None:
+    """Delete the blobs of `candidates` that no remaining row references."""
     doomed = candidates - _still_referenced(candidates)
     for chunk in _chunks(sorted(doomed)):
         report.blobs += len(chunk)
@@ -312,6 +329,17 @@ def _still_referenced(candidates: set[str]) -> set[str]:
         if grown == referenced:
             return referenced
         referenced = grown
+
+
+def _unreferenced_before(before: int) -> list[list[str]]:
+    """Blobs stored before `before` that no row references directly, in chunks (a plan,
+    read without a lock: `_delete_unreferenced` checks each chunk again)."""
+    referenced: set[str] = set()
+    for model in _REFERENCING:
+        for column in _blob_columns(model):
+            referenced.update(row[0] for row in model.select(column).distinct().tuples())
+    old = Blob.select(Blob.blob_hash).where(Blob.created_at < before).order_by(Blob.blob_hash)
+    return _chunks([row[0] for row in old.tuples() if row[0] not in referenced])
 
 
 def _chunks(values: list[str]) -> list[list[str]]:
