@@ -107,9 +107,8 @@ def layout(graph: WorkflowGraph) -> Layout:
     ids = [node_id for node_id, _ in graph.nodes]
     back: set[GraphEdge] = set()
     state: dict[str, str] = {}  # "open" while on the DFS stack, then "done"
-    for root in [graph.start_at, *ids]:
-        if root in state:
-            continue
+
+    def walk(root: str) -> None:
         state[root] = "open"
         stack = [(root, iter(graph.outgoing(root)))]
         while stack:
@@ -123,6 +122,12 @@ def layout(graph: WorkflowGraph) -> Layout:
             elif step.dst not in state:
                 state[step.dst] = "open"
                 stack.append((step.dst, iter(graph.outgoing(step.dst))))
+
+    walk(graph.start_at)
+    reachable = set(state)
+    for node_id in ids:
+        if node_id not in state:
+            walk(node_id)
     forward = [e for e in graph.edges if e not in back]
     rank = dict.fromkeys(ids, 0)
     indegree = dict.fromkeys(ids, 0)
@@ -137,6 +142,11 @@ def layout(graph: WorkflowGraph) -> Layout:
                 indegree[e.dst] -= 1
                 if indegree[e.dst] == 0:
                     ready.append(e.dst)
+    # Nodes the start never reaches go last, below everything it does reach.
+    below = max(rank.values(), default=0) + 1
+    for node_id in ids:
+        if node_id not in reachable:
+            rank[node_id] += below
     position = {node_id: index for index, node_id in enumerate(ids)}
     order = sorted(ids, key=lambda n: (rank[n], n != graph.start_at, position[n]))
     return Layout(tuple(order), rank, frozenset(back))
@@ -156,13 +166,14 @@ def render(
     """The graph with `progress` drawn on it, as lines no wider than `width` (details are
     cut to fit; very long node ids may still overflow).
 
-    A node's only, unlabelled edge to the node listed next, its only way in, is a stem
-    (`│`); every other transition is a line of its own naming its target.
+    A node's only, unlabelled edge to the node listed next, its only forward way in, is a
+    stem (`│`); every other transition is a line of its own naming its target.
     """
     plan = layout(graph)
     incoming = {node_id: 0 for node_id, _ in graph.nodes}
     for e in graph.edges:
-        incoming[e.dst] += 1
+        if e not in plan.back_edges:  # a way back in arrives by the gutter
+            incoming[e.dst] += 1
     rows: list[_Row] = []
     for index, node_id in enumerate(plan.order):
         rows.append(_Row(node_id=node_id))
@@ -269,10 +280,12 @@ class _Gutter:
         self.width = 2 * len(spans) + 2 if spans else 0
         self.grid = [[" "] * self.width for _ in rows]
         self.heavy = [[False] * self.width for _ in rows]
+        # Every vertical first, so each horizontal can cross the ones in its way.
+        for column, (top, bottom, heavy) in enumerate(spans):
+            for y in range(top + 1, bottom):
+                self._put(y, 2 * column, "┃" if heavy else "│", heavy)
         for column, (top, bottom, heavy) in enumerate(spans):
             x = 2 * column
-            for y in range(top + 1, bottom):
-                self._put(y, x, "┃" if heavy else "│", heavy)
             self._put(top, x, "┏" if heavy else "┌", heavy)
             self._put(bottom, x, "┗" if heavy else "└", heavy)
             for y, end in ((top, self.width - 2), (bottom, self.width)):

@@ -175,3 +175,23 @@ def test_taken_columns_are_reported_for_a_styled_view() -> None:
 def test_details_are_cut_to_the_width(width: int) -> None:
     progress = RunProgress({"fetch": NodeProgress("running", 1, 1000, "x" * 200)})
     assert all(len(line.text) <= width for line in render(CHAIN, progress, width))
+
+
+def test_nested_loops_cross_in_the_gutter_and_unreached_nodes_go_last() -> None:
+    nested = graph(
+        "nested",
+        {"a": "agent", "orphan": "notify", "b": "agent", "c": "compute", "d": "compute"},
+        ("a", "b"),
+        ("b", "c"),
+        ("c", "d"),
+        ("d", "b", "again"),
+        ("d", "c", "retry"),
+        ("d", "d", "self"),
+    )
+    progress = run_progress(
+        nested, attempts(("a", "ok"), ("b", "ok"), ("c", "ok"), ("d", "ok"), ("b", ""))
+    )
+    assert layout(nested).order == ("a", "b", "c", "d", "orphan")
+    text = render_text(nested, progress)
+    assert "┿" in text  # the taken outer loop crosses the inner one's line
+    assert_snapshot("nested", text)
