@@ -22,6 +22,10 @@ class DatabaseUrlError(PiWorkflowsError):
     """A `--database` value that no storage plugin can open."""
 
 
+class DatabaseUnavailableError(PiWorkflowsError):
+    """The database server cannot be reached; nothing was read or written."""
+
+
 class BlobConflictError(PiWorkflowsError):
     """Stored bytes under a content address do not match the content."""
 

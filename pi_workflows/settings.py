@@ -150,6 +150,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("poll_s", _positive_number, 2.0, "how often the host polls for due work"),
     Setting("worker_startup_s", _positive_number, 15.0, "how long a worker may take to start"),
     Setting(
+        "stop_wait_s",
+        _positive_number,
+        10.0,
+        "how long a stop waits for workers (the host exits 5 s later regardless)",
+    ),
+    Setting(
         "terminal_view_ms",
         _positive_int,
         60_000,

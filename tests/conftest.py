@@ -238,11 +238,26 @@ class PostgresCluster:
         self.start()
 
     def start(self) -> None:
+        """Start the server and return once it accepts connections over TCP (`pg_ctl -w`
+        can return while a restarted server still answers "starting up")."""
+        import psycopg2
+
+        from pi_workflows.testing import wait_until
+
         _run_postgres_tool(
             ["pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file)]
             + ["-o", self.options, "-w", "start"],
             self.log_file,
         )
+
+        def accepts() -> bool:
+            try:
+                psycopg2.connect(self.server.url("postgres"), connect_timeout=2).close()
+            except psycopg2.OperationalError:
+                return False
+            return True
+
+        wait_until(accepts, timeout=60, what="the PostgreSQL server to accept connections")
 
     def stop(self, mode: str = "fast") -> None:
         _run_postgres_tool(

@@ -23,8 +23,12 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database:
         import peewee
         from playhouse.db_url import connect
 
+        # A server that is down or unreachable is told within seconds, not after the
+        # operating system's TCP timeout: the host's event loop waits on the connect
+        # (libpq's shortest timeout is 2 s; reconnects are tried at most every 5 s).
+        options = {} if "connect_timeout" in url else {"connect_timeout": 2}
         try:
-            return connect(url, autoconnect=False)
+            return connect(url, autoconnect=False, **options)
         except (ImportError, peewee.ImproperlyConfigured) as exc:
             raise DatabaseUrlError(
                 f"Cannot open {url.split('@')[-1]!r}: {exc}; install the extra with "

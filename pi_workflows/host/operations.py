@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..clock import now_ms
-from ..errors import InvalidInputError, PiWorkflowsError
+from ..errors import DatabaseUnavailableError, InvalidInputError, PiWorkflowsError
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
@@ -533,23 +533,8 @@ class Operations:
 
     def host_status(self, request: ClientRequest) -> dict[str, Any]:
         host = self.host
-        now = now_ms()
-        queue_counts: dict[str, int] = {}
-        for row in RunQueue.select(RunQueue.status):
-            queue_counts[row.status] = queue_counts.get(row.status, 0) + 1
-        expired_claims = (
-            Lease.select()
-            .join(RunQueue, on=(RunQueue.run == Lease.run))
-            .where(
-                Lease.owner_id.is_null(False)
-                & (Lease.expires_at <= now)
-                & RunQueue.status.not_in(run_claims.TERMINAL_QUEUE_STATUSES)
-            )
-            .count()
-        )
         facts = host.status_facts()
-        return {
-            "state": "running",
+        own = {
             # No pid or start identity: the receipt may reach a model through a session;
             # the CLI reads the process from the home's lock file.
             "socketAvailable": facts.pop("socketAvailable"),
@@ -558,24 +543,51 @@ class Operations:
             "activeWorkers": len(self.slots.active_runs),
             "maxWorkers": self.slots.max_workers,
             "connectedClients": facts.pop("connectedClients"),
-            "queuedRuns": queue_counts.get("queued", 0),
-            "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
-            "parkedRuns": queue_counts.get("parked", 0),
-            "waitingRuns": Run.select().where(Run.status == "waiting").count(),
-            # Durable: a held run's queue row carries its error code across restarts.
-            "blockedRuns": RunQueue.select()
-            .where((RunQueue.status == "parked") & RunQueue.error_code.is_null(False))
-            .count(),
-            "expiredClaims": expired_claims,
-            "pendingInteractions": InteractiveRequest.select()
-            .where(InteractiveRequest.status == "pending")
-            .count(),
-            "ambiguousEffects": _ambiguous_effects(),
-            "lifecycleContradictions": _lifecycle_contradictions(),
             "claimPassFailure": self.slots.failure(),
             **facts,  # the features', the profile and the duty
-            "hosts": [_host_record(row, self.slots.host_id) for row in epoch_lease.live_hosts()],
         }
+        try:
+            counts = _database_counts()
+            hosts = [_host_record(row, self.slots.host_id) for row in epoch_lease.live_hosts()]
+        except DatabaseUnavailableError:
+            # What the host knows without its database, and why the rest is missing.
+            unavailable = host.store.unavailable
+            return {"state": "databaseUnavailable", "databaseUnavailable": unavailable, **own}
+        return {"state": "running", "databaseUnavailable": None, **own, **counts, "hosts": hosts}
+
+
+def _database_counts() -> dict[str, int]:
+    """The run counts of `host status`, read from the database."""
+    now = now_ms()
+    queue_counts: dict[str, int] = {}
+    for row in RunQueue.select(RunQueue.status):
+        queue_counts[row.status] = queue_counts.get(row.status, 0) + 1
+    expired_claims = (
+        Lease.select()
+        .join(RunQueue, on=(RunQueue.run == Lease.run))
+        .where(
+            Lease.owner_id.is_null(False)
+            & (Lease.expires_at <= now)
+            & RunQueue.status.not_in(run_claims.TERMINAL_QUEUE_STATUSES)
+        )
+        .count()
+    )
+    return {
+        "queuedRuns": queue_counts.get("queued", 0),
+        "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
+        "parkedRuns": queue_counts.get("parked", 0),
+        "waitingRuns": Run.select().where(Run.status == "waiting").count(),
+        # Durable: a held run's queue row carries its error code across restarts.
+        "blockedRuns": RunQueue.select()
+        .where((RunQueue.status == "parked") & RunQueue.error_code.is_null(False))
+        .count(),
+        "expiredClaims": expired_claims,
+        "pendingInteractions": InteractiveRequest.select()
+        .where(InteractiveRequest.status == "pending")
+        .count(),
+        "ambiguousEffects": _ambiguous_effects(),
+        "lifecycleContradictions": _lifecycle_contradictions(),
+    }
 
 
 def _host_record(row: HostState, own_host_id: str) -> dict[str, Any]:

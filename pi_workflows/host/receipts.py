@@ -10,6 +10,7 @@ from ..clock import now_ms
 from ..errors import (
     ClaimLostError,
     ConflictError,
+    DatabaseUnavailableError,
     NotFoundError,
     PiWorkflowsError,
     RevisionConflictError,
@@ -144,4 +145,6 @@ def outcome_for_error(error: PiWorkflowsError) -> str:
         return "conflict"
     if isinstance(error, ClaimLostError):
         return "claimLost"
+    if isinstance(error, DatabaseUnavailableError):
+        return "unavailable"  # nothing was refused: asking again later may succeed
     return "rejected"

@@ -23,7 +23,7 @@ from typing import Any
 
 from .. import settings
 from ..clock import now_ms
-from ..errors import HostLeaseLostError, PiWorkflowsError
+from ..errors import DatabaseUnavailableError, HostLeaseLostError, PiWorkflowsError
 from ..home import Home, home_key, machine_name, prepare_home
 from ..hook_deadline import DeadlineRunner
 from ..storage import (
@@ -32,7 +32,7 @@ from ..storage import (
     run_claims,
 )
 from ..storage.models import RunWorker
-from . import epoch_lease, forwarded_commands, process_groups
+from . import epoch_lease, forwarded_commands, hard_stop, lease_recovery, process_groups
 from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
@@ -55,9 +55,6 @@ from .worker_lives import WorkerLives
 
 log = logging.getLogger("pi_workflows.host")
 
-# How long a stop waits for its workers and tasks (a worker gets KILL_GRACE_S before its
-# SIGKILL); whatever is still busy then is cancelled, so a stop never hangs.
-STOP_WAIT_S = 10.0
 
 # The host's features, plugins on its private hookspec (see `host/features.py`), in the
 # order their hooks run.
@@ -82,6 +79,7 @@ class HostTimings:
     run_lease_ms: int = run_claims.RUN_CLAIM_LEASE_MS
     host_lease_ms: int = epoch_lease.HOST_LEASE_MS
     worker_startup_s: float = 15.0
+    stop_wait_s: float = hard_stop.DEFAULT_STOP_WAIT_S
 
     @classmethod
     def from_settings(cls, values: settings.Settings) -> HostTimings:
@@ -91,6 +89,7 @@ class HostTimings:
             run_lease_ms=values["run_lease_ms"],
             host_lease_ms=values["host_lease_ms"],
             worker_startup_s=values["worker_startup_s"],
+            stop_wait_s=values["stop_wait_s"],
         )
 
 
@@ -134,6 +133,12 @@ class Host:
         self._tasks: set[asyncio.Task] = set()
         self._timers: list[asyncio.Task] = []
         self.server: Any = None
+        self.stop_deadline = hard_stop.StopDeadline(
+            lambda: self.lock,
+            self._worker_pids,
+            home.socket_path,
+            bound_s=self.timings.stop_wait_s + hard_stop.HARD_STOP_MARGIN_S,
+        )
         self.operations = Operations(self.slots, self)
         self.fork_server = (
             ForkServer(sys.executable, str(home.root)) if self.settings["fork_server"] else None
@@ -196,9 +201,9 @@ class Host:
             self.workers.open(self.store, self.worker_commits, self.epoch_lease.epoch)
             self.slots.open(self.store, self.epoch_lease.epoch, self.workers)
             if not self.store.is_sqlite:
-                lease = self.epoch_lease
-                self.store.fence = lambda: epoch_lease.fence(lease)
-                self.is_duty_host = epoch_lease.is_duty_host(lease)
+                self.store.fence = self._fence
+                self.is_duty_host = epoch_lease.is_duty_host(self.epoch_lease)
+            lease_recovery.watch_connection(self.store, self._heartbeat)
             # Commands the previous host's workers started die before any run is claimed.
             await process_groups.stop_orphaned_groups(self.store)
             self.features.startup()
@@ -223,6 +228,15 @@ class Host:
             await self.fork_server.start()
         self.slots.schedule_pass()
 
+    def _worker_pids(self) -> list[int]:
+        # Read from the deadline's thread: a copy, so the loop may change the table.
+        supervisors = [active.supervisor for active in list(self.slots.active_runs.values())]
+        return [s.pid for s in supervisors if s is not None and s.pid is not None]
+
+    def _fence(self) -> None:
+        assert self.epoch_lease is not None
+        epoch_lease.fence(self.epoch_lease)
+
     def _release_identity(self) -> None:
         if self.epoch_lease is not None:
             with contextlib.suppress(Exception):
@@ -231,7 +245,10 @@ class Host:
         with contextlib.suppress(OSError):
             self.home.socket_path.unlink(missing_ok=True)
         if self.lock is not None:
-            self.lock.release()
+            try:
+                self.lock.release()
+            except OSError as error:  # a home made read-only: the lock outlives us, stale
+                log.error("could not remove the lock file %s: %s", self.lock.path, error)
         with contextlib.suppress(Exception):
             self.store.close()
 
@@ -244,12 +261,15 @@ class Host:
             return
         self.stopping = True
         self.slots.close()
+        self.stop_deadline.arm()
         for timer in self._timers:
             timer.cancel()
         if self.server is not None:
-            await self.server.close()
-        # A host whose lease was taken over is fenced out: it parks nothing.
-        with contextlib.suppress(HostLeaseLostError), self.store.transaction():
+            with hard_stop.stop_step("closing the socket"):
+                await self.server.close()
+        # A host whose lease was taken over is fenced out: it parks nothing; nor does one
+        # whose database is down (the claims expire and the next owner decides).
+        with hard_stop.stop_step("parking pending claims"), self.store.transaction():
             for run_id, token in list(self.slots.pending_claims.items()):
                 run_claims.park_run(run_id, token)
         self.slots.pending_claims.clear()
@@ -263,21 +283,28 @@ class Host:
                     stops.append(task)
         # After the stops: a worker still being forked is then told not to start.
         if self.fork_server is not None:
-            await self.fork_server.close()
-        deadline = asyncio.get_running_loop().time() + STOP_WAIT_S
+            with hard_stop.stop_step("closing the fork server"):
+                await self.fork_server.close()
+        deadline = asyncio.get_running_loop().time() + self.timings.stop_wait_s
         busy = await _finish_by(deadline, set(stops))
         busy |= await _finish_by(deadline, self._tasks - {asyncio.current_task()})
         if busy:
-            log.error("stopping without %d task(s) still busy after %.0f s", len(busy), STOP_WAIT_S)
+            log.error(
+                "stopping without %d task(s) still busy after %.0f s",
+                len(busy),
+                self.timings.stop_wait_s,
+            )
             for task in busy:
                 task.cancel()
-        with contextlib.suppress(HostLeaseLostError), self.store.transaction():
+        with hard_stop.stop_step("parking handed-off runs"), self.store.transaction():
             for active in handed_off:
                 if active.control == "handoff":
                     run_claims.park_run(active.run_id, active.claim_token)
-        self.features.stopping()
+        with hard_stop.stop_step("stopping the host's features"):
+            self.features.stopping()
         self._release_identity()
         self.stopped.set()
+        self.stop_deadline.finished()
         log.info("stopped")
 
     async def _every(self, period_s: float, action: Any) -> None:
@@ -285,6 +312,8 @@ class Host:
             await asyncio.sleep(period_s)
             try:
                 action()
+            except DatabaseUnavailableError:
+                pass  # said once when the connection was lost; the next tick tries again
             except Exception:
                 log.exception("timer action failed")
 
@@ -306,6 +335,8 @@ class Host:
                         active.run_id, active.claim_token, self.timings.run_lease_ms
                     )
                 ]
+        except DatabaseUnavailableError:
+            return  # the lease is checked again (fenced) once the connection is back
         except PiWorkflowsError as error:
             self._lease_lost(error)
             return
@@ -326,11 +357,13 @@ class Host:
             self.store.flush_deferred()
 
     def _lease_lost(self, error: PiWorkflowsError) -> None:
-        """Stop once: the host's lease is gone, so it may write nothing more."""
-        if self._stop_requested:
+        """The host's lease is gone: stop its workers and take a new one, or stop."""
+        if self._stop_requested or self.stopping:
+            return
+        log.error("host lease lost: %s", error)
+        if lease_recovery.retake_lease(self):
             return
         self._stop_requested = True
-        log.error("host lease lost: %s", error)
         self.spawn(self.stop())
 
     def _take_over_expired_hosts(self) -> None:
@@ -340,6 +373,8 @@ class Host:
             with self.store.transaction():
                 taken = epoch_lease.take_over_expired_hosts(self.epoch_lease)
             self.is_duty_host = epoch_lease.is_duty_host(self.epoch_lease)
+        except DatabaseUnavailableError:
+            return
         except PiWorkflowsError as error:
             self.is_duty_host = False
             self._lease_lost(error)
@@ -369,6 +404,12 @@ class Host:
     def request_stop(self) -> None:
         self.spawn(self.stop())
 
+    def _feature_status(self) -> dict[str, Any]:
+        try:
+            return self.features.host_status()
+        except DatabaseUnavailableError:  # host status says why instead
+            return {}
+
     def status_facts(self) -> dict[str, Any]:
         """`host status`'s facts of this process; the operations add the database's."""
         return {
@@ -376,7 +417,7 @@ class Host:
             "epoch": self.epoch_lease.epoch if self.epoch_lease else None,
             "uptimeMs": now_ms() - self.started_at if self.started_at else 0,
             "connectedClients": self.server.connected_clients if self.server else 0,
-            **self.features.host_status(),
+            **self._feature_status(),
             **host_profile(self.home, self.database_url, self.settings),
             "dutyHost": self.is_duty_host,
         }
@@ -428,13 +469,16 @@ def run_host_forever(home: Home, database_url: str | None, log_file: Path | None
         host = Host(home, database_url, host_settings=host_settings)
         await host.start()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: host.spawn(host.stop()))
+
+        def stop_on_signal() -> None:
+            host.stop_deadline.arm()  # even if the loop never gets to the stop
+            loop.call_soon_threadsafe(lambda: host.spawn(host.stop()))
+
+        hard_stop.on_stop_signals(stop_on_signal)
         await host.stopped.wait()
         # A signal that comes while the stopped host exits must not turn its clean exit
-        # into a death by that signal (closing the loop would restore the defaults).
+        # into a death by that signal.
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
             signal.signal(sig, signal.SIG_IGN)
 
     asyncio.run(main())

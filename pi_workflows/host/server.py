@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .. import __version__, plugins, settings
-from ..errors import PiWorkflowsError
+from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..protocol.client_messages import ClientRequest, hello, parse_request, refused, response
 from ..protocol.framing import (
     MAX_FRAME_BYTES,
@@ -26,6 +26,7 @@ from ..protocol.framing import (
     valid_id,
 )
 from ..storage.database import is_disk_full
+from . import lease_recovery
 from .commit_group import HOLD_S
 from .content_references import HeldContent, frame_within_limit
 from .operations import Operations
@@ -47,6 +48,10 @@ ACCEPT_RETRY_S = 0.5
 # when one of them is answered.
 MAX_REQUESTS_IN_FLIGHT = 32
 READ_BYTES = 64 * 1024
+# A request that found the database unavailable waits this long for it (the connection
+# guard tries again at least every 2 s) before its client hears so: a server restart
+# costs the requests during it some latency, not an error.
+DATABASE_ANSWER_WAIT_S = 2.5
 
 
 def max_connections() -> int:
@@ -269,11 +274,38 @@ class ClientServer:
             return response(request_id, "rejected", error=str(error))
 
     async def _answer(self, request: ClientRequest, connection: ClientConnection) -> None:
-        try:
-            reply: dict | Exception = await self.operations.dispatch(request, connection)
-        except Exception as error:  # the client hears why; the connection stays usable
-            reply = error
+        reply = await self._dispatch(request, connection)
+        if self._database_was_unavailable(reply) and await self._database_back():
+            reply = await self._dispatch(request, connection)
         await self._send_answer(request, reply, connection)
+
+    async def _dispatch(
+        self, request: ClientRequest, connection: ClientConnection
+    ) -> dict | Exception:
+        try:
+            return await self.operations.dispatch(request, connection)
+        except Exception as error:  # the client hears why; the connection stays usable
+            return error
+
+    def _commit_starts(self, requests: list[ClientRequest]) -> list[dict | Exception]:
+        try:
+            return self.operations.commit_starts(requests)
+        except Exception as error:
+            return [error] * len(requests)
+
+    def _database_was_unavailable(self, reply: dict | Exception) -> bool:
+        if isinstance(reply, Exception):
+            return isinstance(reply, DatabaseUnavailableError)
+        return reply.get("outcome") == "unavailable" and bool(self.host.store.unavailable)
+
+    async def _database_back(self) -> bool:
+        """A request that found the database down, and so wrote nothing, is asked again
+        once the server is back within DATABASE_ANSWER_WAIT_S (the first requests after a
+        restart): its client never hears of a short outage."""
+        host = self.host
+        return await lease_recovery.wait_for_database(
+            host.store, lambda: host.stopping, within_s=DATABASE_ANSWER_WAIT_S
+        )
 
     async def _answer_starts(
         self, requests: list[ClientRequest], connection: ClientConnection
@@ -282,10 +314,9 @@ class ClientServer:
         # A start read within a hold's time of the connection's previous answer: the
         # client streams starts, and worker messages wait for its next one.
         streaming = loop.time() - connection.start_answered_at < HOLD_S
-        try:
-            replies = self.operations.commit_starts(requests)
-        except Exception as error:
-            replies = [error] * len(requests)
+        replies = self._commit_starts(requests)
+        if any(map(self._database_was_unavailable, replies)) and await self._database_back():
+            replies = self._commit_starts(requests)  # nothing of the group was written
         for request, reply in zip(requests, replies, strict=True):
             await self._send_answer(request, reply, connection)
         connection.start_answered_at = loop.time()
@@ -295,7 +326,9 @@ class ClientServer:
     async def _send_answer(
         self, request: ClientRequest, reply: dict | Exception, connection: ClientConnection
     ) -> None:
-        if isinstance(reply, Exception):
+        if isinstance(reply, DatabaseUnavailableError):
+            reply = response(request.request_id, "unavailable", error=str(reply))
+        elif isinstance(reply, Exception):
             log.error("%s failed", request.operation, exc_info=reply)
             reply = response(
                 request.request_id,

@@ -16,6 +16,7 @@ from ..canonical import digest
 from ..clock import now_ms
 from ..engine.run_backend import OPERATIONS as BACKEND_OPERATIONS
 from ..errors import (
+    DatabaseUnavailableError,
     HostLeaseLostError,
     InvalidInputError,
     PiWorkflowsError,
@@ -42,6 +43,7 @@ from ..storage import (
     statements,
 )
 from ..storage.runs import current_revision, current_status, get_run, run_record
+from . import lease_recovery
 from .active_run import ActiveRun
 from .process_groups import this_machine
 from .process_identity import start_identity
@@ -85,11 +87,26 @@ class WorkerGateway:
         self._prepared: dict[str, Any] | None = None
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Answer one worker message; while the database is unreachable the worker waits
+        for it (nothing it sent was written), so an outage costs it no work."""
+        while True:
+            try:
+                return await self._handle(message)
+            except DatabaseUnavailableError:
+                if not await lease_recovery.wait_for_database(self.host.store, self._stopping):
+                    return self._claim_lost(message["messageId"])
+
+    def _stopping(self) -> bool:
+        return self.host.stopping
+
+    async def _handle(self, message: dict[str, Any]) -> dict[str, Any]:
         # A client streaming run.starts goes first (bounded; see host/commit_group.py).
         await self.commits.worker_turn()
         validate_message(message)
         message_id = message["messageId"]
         active = self.active
+        if active.claim_lost:  # fenced (a lost claim or host lease): it writes nothing
+            return self._claim_lost(message_id)
         if (
             self.slots.active_runs.get(message["runId"]) is not active
             or message["generation"] != active.generation
@@ -107,6 +124,8 @@ class WorkerGateway:
                 self.store.flush_deferred()
             try:
                 return self._dispatch(message)
+            except DatabaseUnavailableError:
+                raise
             except PiWorkflowsError as error:
                 return worker_response(message_id, "rejected", error=one_line_error(error))
         fingerprint = digest(message)
@@ -139,6 +158,8 @@ class WorkerGateway:
             reply = await self.commits.submit(apply)
         except HostLeaseLostError:
             return self._claim_lost(message_id)  # this host's lease is gone: no write at all
+        except DatabaseUnavailableError:
+            raise
         except PiWorkflowsError as error:
             revision = current_revision(active.run_id)
             reply = worker_response(

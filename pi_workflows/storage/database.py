@@ -19,6 +19,7 @@ import peewee
 from .. import plugins
 from ..clock import now_ms
 from ..errors import (
+    DatabaseUnavailableError,
     DatabaseUrlError,
     NotFoundError,
     SchemaMismatchError,
@@ -27,6 +28,7 @@ from ..errors import (
 )
 from ..home import Home, check_private_dir, prepare_home
 from . import blobs, run_transitions
+from .connection_guard import ConnectionGuard
 from .models import ADDED_INDEXES, ALL_MODELS, SchemaMeta, database_proxy
 from .schema_upgrade import UPGRADES, upgrade_schema
 
@@ -87,10 +89,17 @@ class StateStore:
         # The test kit's crash-point explorer only (PI_WORKFLOWS_TEST_KILL_POINT): told of
         # each commit that changed a run, right before and right after it.
         self.kill_point: KillPoint | None = None
+        # A server database's connection can be lost and come back; a file's cannot.
+        self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
 
     @property
     def is_sqlite(self) -> bool:
         return isinstance(self.db, peewee.SqliteDatabase)
+
+    @property
+    def unavailable(self) -> str:
+        """Why the database cannot be reached right now, or '' while it can."""
+        return self.connection_guard.describe() if self.connection_guard is not None else ""
 
     @property
     def location(self) -> str:
@@ -117,6 +126,10 @@ class StateStore:
             finally:
                 tx.depth -= 1
             return
+        guard = self.connection_guard
+        if guard is not None:
+            guard.ensure_connected()
+            guard.check_idle()
         begin = self.db.atomic(lock_type="IMMEDIATE") if self.is_sqlite else self.db.atomic()
         tx.depth, tx.doomed, tx.after_commit = 1, False, []
         run_transitions.forget()
@@ -146,9 +159,15 @@ class StateStore:
             committed = True
             if self.kill_point is not None:
                 self.kill_point.committed()
-        except BaseException:
+        except BaseException as error:
             tx.after_commit = []
             run_transitions.forget()
+            if guard is not None and not isinstance(error, DatabaseUnavailableError):
+                # The connection broke under the transaction (its rollback then fails
+                # too): whatever surfaced, the caller hears that the server is gone.
+                if isinstance(error, peewee.PeeweeException) and guard.is_lost():
+                    guard.mark_lost(error)
+                    raise guard.error() from error
             raise
         finally:
             tx.depth = 0

@@ -42,11 +42,12 @@ def run_sql(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     """`db.execute_sql(sql, params)`, without its per-call logging and hook checks when
     nothing would see them (the host runs ~130 statements per queued run).
 
-    A database class that changes how statements run, query hooks and peewee's debug
-    log all get the full `execute_sql`; errors are peewee's either way.
+    A database class or instance that changes how statements run, query hooks and
+    peewee's debug log all get the full `execute_sql`; errors are peewee's either way.
     """
     if (
         db.query_hooks
+        or "execute_sql" in vars(db)  # wrapped by the connection guard (a server database)
         or not _executes_as_peewee_does(type(db))
         or peewee.logger.isEnabledFor(logging.DEBUG)
     ):

@@ -280,3 +280,47 @@ WORKFLOW = workflow(
     edges=[edge("pay", "receipt")],
 )
 """
+
+# a → b → c: each node appends "<n> <node>" to <project>/load-trace; b is a managed,
+# idempotent effect that takes a moment, so a killed host has runs in flight.
+LOAD = """
+import time
+from pathlib import Path
+
+from pi_workflows import action, compute, edge, idempotent_effect, workflow
+
+TRACE = Path.cwd() / "load-trace"
+
+
+def _mark(ctx, node):
+    with open(TRACE, "a") as handle:
+        handle.write(f"{ctx.input['n']} {node}\\n")
+
+
+def a(ctx):
+    _mark(ctx, "a")
+    return {"n": ctx.input["n"]}
+
+
+def b(ctx):
+    _mark(ctx, "b")
+    time.sleep(0.05)
+    return {"sent": ctx.input["n"]}
+
+
+def c(ctx):
+    _mark(ctx, "c")
+    return {"done": ctx.input["n"]}
+
+
+WORKFLOW = workflow(
+    name="load",
+    start_at="a",
+    nodes={
+        "a": compute(a),
+        "b": action(b, effect=idempotent_effect("load.send")),
+        "c": compute(c),
+    },
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+"""
