@@ -85,6 +85,7 @@ class ClientServer:
         self._serving: set[asyncio.Task] = set()  # one per accepted connection
         self.max_connections = max_connections()
         self.idle_timeout_s = settings.value("idle_connection_s")
+        self._closing = False  # a request waiting for the database gives up then
 
     async def listen(self) -> None:
         path = self.home.socket_path
@@ -110,6 +111,7 @@ class ClientServer:
         self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
 
     async def close(self) -> None:
+        self._closing = True
         if self._accepting is not None:
             self._accepting.cancel()
         if self.listener is not None:
@@ -296,15 +298,14 @@ class ClientServer:
     def _database_was_unavailable(self, reply: dict | Exception) -> bool:
         if isinstance(reply, Exception):
             return isinstance(reply, DatabaseUnavailableError)
-        return reply.get("outcome") == "unavailable" and bool(self.host.store.unavailable)
+        return reply.get("outcome") == "unavailable" and bool(self.store.unavailable)
 
     async def _database_back(self) -> bool:
         """A request that found the database down, and so wrote nothing, is asked again
         once the server is back within DATABASE_ANSWER_WAIT_S (the first requests after a
         restart): its client never hears of a short outage."""
-        host = self.host
         return await lease_recovery.wait_for_database(
-            host.store, lambda: host.stopping, within_s=DATABASE_ANSWER_WAIT_S
+            self.store, lambda: self._closing, within_s=DATABASE_ANSWER_WAIT_S
         )
 
     async def _answer_starts(

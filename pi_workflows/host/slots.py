@@ -126,6 +126,11 @@ class WorkerSlots:
         """The host is stopping: no claim from now on."""
         self._open = False
 
+    @property
+    def is_closed(self) -> bool:
+        """True once the host is stopping."""
+        return not self._open
+
     # --- occupancy ---------------------------------------------------------------------
 
     def is_busy(self, run_id: str) -> bool:

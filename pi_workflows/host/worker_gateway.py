@@ -93,11 +93,11 @@ class WorkerGateway:
             try:
                 return await self._handle(message)
             except DatabaseUnavailableError:
-                if not await lease_recovery.wait_for_database(self.host.store, self._stopping):
+                if not await lease_recovery.wait_for_database(self.store, self._stopping):
                     return self._claim_lost(message["messageId"])
 
     def _stopping(self) -> bool:
-        return self.host.stopping
+        return self.slots.is_closed
 
     async def _handle(self, message: dict[str, Any]) -> dict[str, Any]:
         # A client streaming run.starts goes first (bounded; see host/commit_group.py).

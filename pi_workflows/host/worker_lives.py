@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import plugins
 from ..clock import now_ms
-from ..errors import PiWorkflowsError
+from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import Claim, WorkerSettings
 from ..storage import effects, put_json, put_text, run_claims, run_workers
@@ -170,7 +170,12 @@ class WorkerLives:
                 self._finish_worker(active, WorkerExit("crashed", None, None, None))
                 await process_groups.stop_orphaned_groups(self.store, run_id)
             if active.control is None:
-                self._recover_worker_exit(active, "crashed")
+                try:
+                    self._recover_worker_exit(active, "crashed")
+                except DatabaseUnavailableError as unavailable:
+                    # The run stays claimed until its claim expires; the claim after
+                    # that resumes it.
+                    log.warning("run %s left for its claim to expire: %s", run_id, unavailable)
         finally:
             slots.active_runs.pop(run_id, None)
             slots.schedule_pass()
