@@ -94,7 +94,8 @@ def retake_lease(host: Host) -> bool:
     finally:
         store.fence = fence
     host.epoch_lease = lease
-    host.slots.epoch = lease.epoch  # the workers it records from now on are this epoch's
+    # The workers it records and claims it takes from now on are this epoch's.
+    host.slots.epoch = host.workers.epoch = lease.epoch
     if not store.is_sqlite:
         with contextlib.suppress(PiWorkflowsError):
             host.is_duty_host = epoch_lease.is_duty_host(lease)
