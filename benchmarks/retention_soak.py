@@ -18,7 +18,6 @@ import argparse
 import os
 import shutil
 import sqlite3
-import statistics
 import time
 from pathlib import Path
 
@@ -129,13 +128,13 @@ def main() -> None:
         elapsed = time.monotonic() - began
         total = args.waves * args.per_wave
         print(f"{total} runs in {elapsed:.0f} s ({total / elapsed:.1f} runs/s)")
-        first_part = rss[: max(1, len(rss) // 4)]
-        baseline = statistics.median(first_part)
+        # The first part: the database fills to its retention and the sweeps begin.
+        first_part = max(1, len(rss) // 3)
+        baseline, later = rss[first_part - 1], rss[first_part:] or rss[-1:]
         print(
-            f"host RSS: median of the first quarter {baseline / 2**20:.1f} MiB, "
-            f"last {rss[-1] / 2**20:.1f} MiB, max after it "
-            f"{max(rss[len(first_part) :] or rss) / 2**20:.1f} MiB "
-            f"({(max(rss[len(first_part) :] or rss) / baseline - 1) * 100:+.1f} %)"
+            f"host RSS: {baseline / 2**20:.1f} MiB after the first third of the waves, "
+            f"at most {max(later) / 2**20:.1f} MiB after it "
+            f"({(max(later) / baseline - 1) * 100:+.1f} %), last {rss[-1] / 2**20:.1f} MiB"
         )
         keep_runs(home, project, args.kept)
         runs, used, _ = database_figures(home)
@@ -149,6 +148,11 @@ def main() -> None:
             f"run status p50 {percentile(status, 0.5):.2f} ms"
         )
         print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    except BaseException:
+        log = home.logs_dir / "host.log"
+        if log.exists():
+            print("host log (last lines):", *log.read_text().splitlines()[-30:], sep="\n")
+        raise
     finally:
         client.close()
         host.terminate()
