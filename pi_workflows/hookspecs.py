@@ -23,6 +23,8 @@ Hooks are called outside database transactions unless a docstring says otherwise
 must be fast: slow work (network, agents) belongs in channel adapters and executors. The
 claim hooks run on a helper thread under a deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``,
 default 1000 ms): a plugin that hangs there costs the host one deadline, not its loop.
+Being on another thread, they do not share the host's database connection: they decide
+from their arguments (and state of their own).
 The invariants — claim fencing, receipts, message ids, one winner per decision — are
 enforced by the core; hooks choose policy and presentation only.
 """

@@ -532,6 +532,7 @@ class _ClaimJob:
         # Candidates come in the built-in selection's order (`claim_candidates`): when
         # it answers alone, its answer is the first candidate left, without asking it.
         self.builtin_selects = answered_by_builtin_alone("piw_select_run_to_claim")
+        self.tracing = registry().tracing
 
     def run(self, calls: HookCalls) -> ClaimChoice:
         self.calls, self.choice, self.failed = calls, ClaimChoice(), set[str]()
@@ -577,12 +578,17 @@ class _ClaimJob:
             return False, None
         try:
             args = {arg: kwargs[arg] for arg in impl.argnames}
-            return True, self.calls.call(name, hook_name, impl.function, args)
+            answer = self.calls.call(name, hook_name, impl.function, args)
         except Exception as exc:
+            if self.tracing:
+                _debug_line(f"{hook_name} raised {type(exc).__name__}")
             self._fail(
                 name, f"Plugin {name!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}"
             )
             return False, None
+        if self.tracing:  # called past pluggy's monitor: the trace says what it returned
+            _debug_line(f"{hook_name} returned {_shape(answer)}")
+        return True, answer
 
     def _fail(self, plugin: str, sentence: str) -> None:
         failure = PluginError(sentence)
