@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ class CrashCase:
       waits without a continuation; answer its checkpoint or decision through
       ``host.client()``; an answer that comes too late or twice is harmless;
     - `effects(host)`: how often each of your effects happened (read your side-effect log);
+    - `resolve(host)`: the operator's part, called on every pass until the runs settle:
+      an effect a host died applying is in doubt (``ambiguous``) until someone who knows
+      confirms or retries it (``host.client().confirm_effect`` / ``retry_effect``);
     - `agent_replies`: node id -> output of each agent step (the run goes headless);
     - `host_env`: more environment for every host of the case.
     """
@@ -68,6 +72,7 @@ class CrashCase:
     answer: Callable[[WorkflowHost, dict[str, Any]], None] | None = None
     effects: Callable[[WorkflowHost], Mapping[str, int]] | None = None
     agent_replies: Mapping[str, Any] | None = None
+    resolve: Callable[[WorkflowHost], None] | None = None
     host_env: Mapping[str, str] = field(default_factory=dict)
     timeout: float = 60.0
 
@@ -328,6 +333,8 @@ class _Execution:
                 self._ensure_host(armed=False)
                 with closing(self.host.client()) as client:
                     runs = client.list_runs()
+                if self.case.resolve is not None:
+                    self.case.resolve(self.host)
                 waiting = _unsettled(runs)
                 if not waiting:
                     return runs
@@ -384,3 +391,28 @@ def _unsettled(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if run["status"] not in TERMINAL_STATUSES
         and not (run["status"] == "waiting" and run["runId"] in parents)
     ]
+
+
+def channel_effects(host: WorkflowHost) -> Counter[str]:
+    """An `effects` reader for decision channels: per decision, how often each channel's
+    delivery and settlement took hold (the host's ledger), as the set of counts seen.
+
+    Each must be once for every decision. How many decisions there are may differ between
+    executions: a worker killed while its node asked a human asks again in a new attempt,
+    a decision of its own (the first one is settled as superseded).
+    """
+    with closing(host.client()) as client:
+        applied = Counter(
+            (effect["decisionId"], effect["channel"], effect["effectType"])
+            for effect in client.list_effects()
+            if effect["scope"] == "channel" and effect["status"] == "applied"
+        )
+    kinds = {(channel, kind) for _, channel, kind in applied}
+    decisions = {decision for decision, _, _ in applied}
+    return Counter(
+        {
+            f"{channel} {kind} applied {applied[(decision, channel, kind)]} times": 1
+            for decision in decisions
+            for channel, kind in kinds
+        }
+    )

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pi_workflows.testing import WorkflowHost
-from pi_workflows.testing.crash_points import CrashCase
+from pi_workflows.testing.crash_points import CrashCase, channel_effects
 
 
 def answer_checkpoint(host: WorkflowHost, run: dict[str, Any]) -> None:
@@ -60,7 +60,7 @@ CASES = {
             "checklist": {"checklist": ["c"], "references": ["README.md"]},
         },
     ),
-    "human-decision": CrashCase("human-decision", answer=answer_decision),
+    "human-decision": CrashCase("human-decision", answer=answer_decision, effects=channel_effects),
 }
 # Host kills in CI on these; every example with --crash-points=full.
 HOST_KILLS_IN_CI = ("hello", "human-decision")
