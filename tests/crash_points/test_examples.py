@@ -30,6 +30,18 @@ def answer_decision(host: WorkflowHost, run: dict[str, Any]) -> None:
         client.close()
 
 
+def confirm_cli_channel(host: WorkflowHost) -> None:
+    """The operator's part: the cli channel's delivery and settlement are the host's own
+    records, so one a killed host left in doubt did happen."""
+    client = host.client()
+    try:
+        for effect in client.list_effects(status="ambiguous"):
+            if effect["scope"] == "channel" and effect["channel"] == "cli":
+                client.confirm_effect(effect["effectId"])
+    finally:
+        client.close()
+
+
 def applied_effects(host: WorkflowHost) -> Counter[str]:
     """The effects the host's ledger holds as applied, by node (a printf leaves no trace of
     its own to count)."""
@@ -60,7 +72,12 @@ CASES = {
             "checklist": {"checklist": ["c"], "references": ["README.md"]},
         },
     ),
-    "human-decision": CrashCase("human-decision", answer=answer_decision, effects=channel_effects),
+    "human-decision": CrashCase(
+        "human-decision",
+        answer=answer_decision,
+        resolve=confirm_cli_channel,
+        effects=channel_effects,
+    ),
 }
 # Host kills in CI on these; every example with --crash-points=full.
 HOST_KILLS_IN_CI = ("hello", "human-decision")
