@@ -3,13 +3,14 @@ every durable boundary (the test kit's crash-point explorer)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from pi_workflows.testing import WorkflowHost
-from pi_workflows.testing.crash_points import CrashCase, channel_effects
+from pi_workflows.testing.crash_points import SESSION, CrashCase, channel_effects
 
 
 def answer_checkpoint(host: WorkflowHost, run: dict[str, Any]) -> None:
@@ -30,14 +31,26 @@ def answer_decision(host: WorkflowHost, run: dict[str, Any]) -> None:
         client.close()
 
 
-def confirm_cli_channel(host: WorkflowHost) -> None:
-    """The operator's part: the cli channel's delivery and settlement are the host's own
-    records, so one a killed host left in doubt did happen."""
+def settle_builtin_channels(host: WorkflowHost) -> None:
+    """The operator's part for the built-in channels a killed host left in doubt: the cli
+    channel's records are the host's own, so they happened; a session delivery happened if
+    the session holds the decision's message, else it is retried."""
     client = host.client()
     try:
-        for effect in client.list_effects(status="ambiguous"):
-            if effect["scope"] == "channel" and effect["channel"] == "cli":
+        doubtful = [
+            effect
+            for effect in client.list_effects(status="ambiguous")
+            if effect["scope"] == "channel"
+        ]
+        if not doubtful:
+            return
+        shown = json.dumps(host.session_messages(SESSION))
+        for effect in doubtful:
+            happened = effect["channel"] == "cli" or effect["decisionId"] in shown
+            if happened:
                 client.confirm_effect(effect["effectId"])
+            else:
+                client.retry_effect(effect["effectId"])
     finally:
         client.close()
 
@@ -75,12 +88,13 @@ CASES = {
     "human-decision": CrashCase(
         "human-decision",
         answer=answer_decision,
-        resolve=confirm_cli_channel,
+        resolve=settle_builtin_channels,
         effects=channel_effects,
     ),
 }
-# Host kills in CI on these; every example with --crash-points=full.
-HOST_KILLS_IN_CI = ("hello", "human-decision")
+# Host kills in CI on these (a compute node; an idempotent effect); every example with
+# --crash-points=full.
+HOST_KILLS_IN_CI = ("hello", "shell")
 
 
 @pytest.mark.integration
