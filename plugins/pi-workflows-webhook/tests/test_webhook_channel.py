@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import threading
 import time
 import urllib.error
@@ -19,6 +20,7 @@ from piw_webhook.channel import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookChann
 
 from pi_workflows.plugin import ChannelConfigError
 from pi_workflows.testing import WorkflowHost, channel_context
+from pi_workflows.testing.crash_points import CrashCase, CrashPoints, channel_effects
 
 SECRET = "test-webhook-secret"
 
@@ -50,12 +52,21 @@ class Receiver:
 
     def __init__(self) -> None:
         self.received: queue.Queue[tuple[dict[str, Any], bytes, dict[str, str]]] = queue.Queue()
-        received = self.received
+        # Every decision request's latest answer URL, and each (decision id, type) that came.
+        self.answer_urls: dict[str, str] = {}
+        self.seen: set[tuple[str, str]] = set()
+        received, answer_urls, seen = self.received, self.answer_urls, self.seen
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 (http.server naming)
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                received.put((json.loads(body), body, dict(self.headers)))
+                parsed = json.loads(body)
+                received.put((parsed, body, dict(self.headers)))
+                if parsed["type"] == "decision.request":
+                    answer_urls[parsed["request"]["decisionId"]] = parsed["answerUrl"]
+                    seen.add((parsed["request"]["decisionId"], "delivery"))
+                else:
+                    seen.add((parsed["decisionId"], "settlement"))
                 self.send_response(204)
                 self.end_headers()
 
@@ -97,7 +108,7 @@ def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str
         return error.code, json.loads(error.read())
 
 
-def _configure(host: WorkflowHost, url: str) -> None:
+def _configure(host: WorkflowHost, url: str, listen_port: int = 0) -> None:
     secret_file = host.config_dir / "hook.secret"
     secret_file.write_text(SECRET + "\n")
     channels = host.config_dir / "channels.json"
@@ -111,6 +122,7 @@ def _configure(host: WorkflowHost, url: str) -> None:
                         "url": url,
                         "secret_file": str(secret_file),
                         "allowed_actors": ["alice"],
+                        "listen_port": listen_port,
                     }
                 },
             }
@@ -184,3 +196,72 @@ def test_answers_reach_report_answer_once_and_only_from_allowed_actors():
 def test_a_channel_without_its_secret_refuses_to_start():
     with pytest.raises(ChannelConfigError, match="needs 'secret_file'"):
         WebhookChannel(channel_context("hook", options={"url": "http://127.0.0.1:9/"}))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def crash_case(receiver: Receiver) -> CrashCase:
+    """The built-in human-decision example, its decision delivered and answered through the
+    webhook, its run audited and its terminal message rendered by the other plugins."""
+
+    def prepare(host: WorkflowHost) -> None:
+        host.use_entry_points("audit", "markdown", "webhook")
+        # A fixed answer port: a request delivered before a host died stays answerable at
+        # its URL once the next host listens again.
+        _configure(host, receiver.url, listen_port=_free_port())
+
+    def answer(host: WorkflowHost, run: dict[str, Any]) -> None:
+        client = host.client()
+        try:
+            pending = [d for d in client.list_decisions() if d["runId"] == run["runId"]]
+        finally:
+            client.close()
+        for decision in pending:
+            url = receiver.answer_urls.get(decision["decisionId"])
+            if url is None:
+                continue  # not delivered yet: the next pass looks again
+            answer = {"decisionId": decision["decisionId"], "choice": "continue", "actor": "alice"}
+            _send(url, *_signed({**answer, "nonce": uuid.uuid4().hex}))
+
+    def resolve(host: WorkflowHost) -> None:
+        """An operator who can see the receiver: a channel effect a dead host left in doubt
+        happened if the receiver got it (the cli channel's own always did)."""
+        client = host.client()
+        try:
+            for effect in client.list_effects(status="ambiguous"):
+                if effect["scope"] != "channel":
+                    continue
+                kind = effect["effectType"].rsplit(".", 1)[1]
+                if effect["channel"] == "cli" or (effect["decisionId"], kind) in receiver.seen:
+                    client.confirm_effect(effect["effectId"])
+                else:
+                    client.retry_effect(effect["effectId"])
+        finally:
+            client.close()
+
+    return CrashCase(
+        "human-decision",
+        {"goal": "ship 1.2.3"},
+        prepare=prepare,
+        answer=answer,
+        resolve=resolve,
+        effects=channel_effects,
+    )
+
+
+@pytest.mark.integration
+def test_the_plugins_survive_a_kill_at_every_durable_boundary(
+    crash_points: CrashPoints, receiver: Receiver
+) -> None:
+    # Host kills at every boundary cost minutes: with --crash-points=full only.
+    targets = ("worker", "host") if crash_points.full else ("worker",)
+
+    report = crash_points.explore(crash_case(receiver), targets=targets)
+
+    print(report.summary())
+    assert report.boundaries and report.kills
+    report.assert_clean()
