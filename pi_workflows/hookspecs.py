@@ -41,6 +41,7 @@ from .records import (
     Claim,
     HostInfo,
     MessageContent,
+    NodeAttemptRecord,
     RegisterChannel,
     RunRecord,
     StepContract,
@@ -472,7 +473,12 @@ def piw_register_commands(cli: click.Group) -> None:
 
 @hookspec
 def piw_run_transition(
-    run_id: str, old_status: str | None, new_status: str, detail: str | None
+    run_id: str,
+    old_status: str | None,
+    new_status: str,
+    detail: str | None,
+    workflow_name: str,
+    at: int,
 ) -> None:
     """Notification: a run changed lifecycle status (called after the commit).
 
@@ -483,8 +489,63 @@ def piw_run_transition(
         ``timed_out``, ``cancelled``. A resume is ``paused`` → the status it goes on in.
     :param detail: the run's status detail, else the event that made the change
         (``lease.claimed``, ``run.paused``, …).
+    :param workflow_name: the run's workflow.
+    :param at: when the change committed, epoch ms.
 
-    Called once per change, whatever caused it (host, worker, session, operator), by the
-    process that committed it. Every implementation runs; exceptions are logged with the
-    plugin's name and never reach the caller. No built-in.
+    Delivery: once per change, whatever caused it (host, worker, session, operator), in
+    the process that committed it — the host for everything its workers, sessions and
+    the CLI's requests to it change; the CLI itself for what it changes with the host
+    stopped. Called right after the commit, outside any transaction, on the committing
+    thread, so what the plugin reads already shows the change. At most once: a process
+    killed between the commit and the call never makes it (the change is not announced
+    again). In order per run: a run's ``queued`` comes before its ``claimed``, and a
+    commit's changes are announced before anything that commit set off (the next claim
+    pass). Every implementation runs; an exception is logged with the plugin's name and
+    never reaches the caller. The call holds up the committing thread, so keep it fast
+    (hand slow work, such as exporting, to a thread of your own). ``workflow_name`` and
+    ``at`` are new in 0.2: an implementation that does not name them still works. No
+    built-in.
+    """
+
+
+@hookspec
+def piw_node_attempt_started(attempt: NodeAttemptRecord) -> None:
+    """Notification: an attempt of a node started.
+
+    :param attempt: a :class:`~pi_workflows.records.NodeAttemptRecord` (run, workflow,
+        node and kind, attempt id and number, ``started_at``; ``finished_at``,
+        ``outcome`` and the error are ``None``).
+
+    Delivery: live, while the run runs — after the commit that recorded the attempt
+    (the worker writes it through its host before the node's code runs), in the host
+    that supervises the run's worker, outside any transaction, before that commit's
+    other consequences. At most once per attempt (a host killed between the commit and
+    the call never makes it). Per run, in the order the attempts started, after the
+    run's ``running`` transition and before the attempt's
+    :func:`piw_node_attempt_finished`. Every implementation runs; an exception is
+    logged with the plugin's name and never reaches the caller. The call holds up the
+    host's worker traffic, so keep it fast. No built-in.
+    """
+
+
+@hookspec
+def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
+    """Notification: an attempt of a node ended.
+
+    :param attempt: a :class:`~pi_workflows.records.NodeAttemptRecord` with
+        ``finished_at`` and ``outcome`` (``completed``, ``failed``, ``timed_out``,
+        ``cancelled``, or ``interrupted`` when the worker stopped before the attempt
+        ended: parked, paused, crashed or cancelled in the middle of an action); a
+        failed attempt's ``error_class`` (the exception's class name, when the node
+        raised) and ``error_message``.
+
+    Delivery: live — after the commit that recorded the outcome, in the host that
+    committed it, outside any transaction. The worker sends a finished attempt along
+    with its next write (the next node's start, the run's end or a wait), so it arrives
+    before the run moves on, and before the run's terminal transition. At most once per
+    attempt, after that attempt's :func:`piw_node_attempt_started` (a commit that both
+    starts and ends an attempt announces both, in that order). An interrupted attempt is
+    announced when the host learns of it: when the run is cancelled, or when the resumed
+    worker writes its first snapshot. Every implementation runs; an exception is logged
+    with the plugin's name and never reaches the caller. Keep it fast. No built-in.
     """

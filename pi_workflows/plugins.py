@@ -34,7 +34,7 @@ from .plugin_set import (  # noqa: F401  (plugin_set_digest: the façade's name 
     names_from_env,
     plugin_set_digest,
 )
-from .records import TerminalFacts, WorkerLaunchEnvelope
+from .records import NodeAttemptRecord, TerminalFacts, WorkerLaunchEnvelope
 
 DEBUG_HOOKS_ENV = "PI_WORKFLOWS_DEBUG_HOOKS"
 
@@ -210,6 +210,8 @@ def _unmarked_hook_functions(plugin: object) -> list[str]:
 ONE_AT_A_TIME_HOOKS = frozenset(
     {
         "piw_run_transition",
+        "piw_node_attempt_started",
+        "piw_node_attempt_finished",
         "piw_register_decision_channels",
         "piw_register_agent_executors",
         "piw_register_workflows",
@@ -718,7 +720,13 @@ def register_commands(cli: Any) -> list[PluginError]:
 
 
 def run_transition(
-    run_id: str, old_status: str | None, new_status: str, detail: str | None
+    run_id: str,
+    old_status: str | None,
+    new_status: str,
+    detail: str | None,
+    *,
+    workflow_name: str,
+    at: int,
 ) -> None:
     _notify(
         "piw_run_transition",
@@ -726,4 +734,12 @@ def run_transition(
         old_status=old_status,
         new_status=new_status,
         detail=detail,
+        workflow_name=workflow_name,
+        at=at,
     )
+
+
+def node_attempt_changed(phase: str, attempt: NodeAttemptRecord) -> None:
+    """Notify `piw_node_attempt_started` or `piw_node_attempt_finished` (`phase`)."""
+    started = phase == "started"
+    _notify("piw_node_attempt_started" if started else "piw_node_attempt_finished", attempt=attempt)

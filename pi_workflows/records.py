@@ -126,6 +126,33 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class NodeAttemptRecord:
+    """One attempt of one node, as ``piw_node_attempt_started``/``_finished`` see it."""
+
+    run_id: str
+    workflow_name: str
+    node_id: str
+    #: the node's kind: ``compute``, ``action``, ``agent``, ``checkpoint``, ``human``, …
+    node_kind: str
+    #: unique per attempt; the same in the started and the finished notification.
+    attempt_id: str
+    #: 1 for a node's first attempt, n for its n-th (retries, resumes).
+    attempt_number: int
+    #: epoch ms, as the worker measured it.
+    started_at: int
+    #: epoch ms; ``None`` in the started notification.
+    finished_at: int | None = None
+    #: ``completed``, ``failed``, ``timed_out``, ``cancelled`` or ``interrupted`` (the
+    #: worker stopped before the attempt ended: parked, paused or crashed); ``None`` in
+    #: the started notification.
+    outcome: str | None = None
+    #: the exception's class name of a failed attempt (``ValueError``), else ``None``.
+    error_class: str | None = None
+    #: what went wrong, without the class name, for any outcome but ``completed``.
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
 class WorkerRunCommand:
     """What a freshly started worker does with its run (SPEC §7.3).
 

@@ -417,6 +417,9 @@ def test_run_transition_reaches_listeners():
             transitions.append((old_status, new_status, detail))
 
     with plugins.temporary_plugin(Listener()):
-        plugins.run_transition("run-1", None, "queued", "created by test")
+        # A listener written before workflow_name and at existed still gets its four.
+        plugins.run_transition(
+            "run-1", None, "queued", "created by test", workflow_name="hello", at=1
+        )
 
     assert transitions == [(None, "queued", "created by test")]

@@ -239,7 +239,7 @@ def test_notification_failures_are_logged_not_raised(caplog):
         plugins.temporary_plugin(Failing(), name="failing-listener"),
         caplog.at_level(logging.WARNING, logger="pi_workflows.plugins"),
     ):
-        plugins.run_transition("run-9", "running", "completed", None)
+        plugins.run_transition("run-9", "running", "completed", None, workflow_name="w", at=1)
 
     assert "Plugin 'failing-listener' failed in hook piw_run_transition" in caplog.text
     assert "OSError: webhook unreachable" in caplog.text

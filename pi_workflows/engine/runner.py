@@ -452,12 +452,14 @@ class Engine:
         attempt = self._waiting_attempt()
         node_id, node = attempt.node_id, attempt.node
         failure: str | None = None
+        failure_class: str | None = None
         output: Any = None
         rejection: str | None = None
         try:
             output = self._checked_agent_output(node, submitted["output"], self._context(attempt))
         except Exception as error:
             failure, rejection = _describe(error), _rejection(error)
+            failure_class = type(error).__name__
         if candidate:
             coordinates = {
                 "requestId": submitted["requestId"],
@@ -473,7 +475,7 @@ class Engine:
         if failure is None:
             result = self._record(attempt, "ok", output=output)
         else:
-            result = self._record(attempt, "failed", error=failure)
+            result = self._record(attempt, "failed", error=failure, error_class=failure_class)
         self._run_from(None, self._last_output(), after=(node_id, result))
 
     def _waiting_attempt(self) -> _Attempt:
@@ -694,7 +696,9 @@ class Engine:
         outcome = "timed_out" if isinstance(error, NodeTimedOut) else "failed"
         if isinstance(error, NodeAborted) and attempt.signal.reason == "cancel":
             outcome = "cancelled"
-        return self._record(attempt, outcome, error=_describe(error))
+        return self._record(
+            attempt, outcome, error=_describe(error), error_class=type(error).__name__
+        )
 
     def _save_transcript_chunk(self, attempt: _Attempt) -> None:
         """Save the attempt's new transcript entries when a chunk is due (see agents.py)."""
@@ -830,7 +834,13 @@ class Engine:
         self.backend.settle_effect({"effectId": effect["effectId"], **settlement})
 
     def _record(
-        self, attempt: _Attempt, outcome: str, *, output: Any = None, error: str | None = None
+        self,
+        attempt: _Attempt,
+        outcome: str,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        error_class: str | None = None,
     ) -> dict[str, Any]:
         finished = now_ms()
         result: dict[str, Any] = {
@@ -846,6 +856,8 @@ class Engine:
             result["output"] = output
         else:
             result["error"] = error
+        if error_class is not None:  # for observers (piw_node_attempt_finished)
+            result["errorClass"] = error_class
         step = {**result, "output": output if outcome == "ok" else None, "prompt": attempt.prompt}
         if attempt.action is not None:
             step["action"] = attempt.action

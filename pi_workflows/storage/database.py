@@ -29,7 +29,13 @@ from ..errors import (
 from ..home import Home, check_private_dir, prepare_home
 from . import blobs, run_transitions
 from .connection_guard import ConnectionGuard
-from .models import ADDED_INDEXES, ALL_MODELS, SchemaMeta, database_proxy
+from .models import (
+    ADDED_INDEXES,
+    ALL_MODELS,
+    TERMINAL_RUN_STATUSES,
+    SchemaMeta,
+    database_proxy,
+)
 from .schema_upgrade import UPGRADES, upgrade_schema
 
 if TYPE_CHECKING:
@@ -154,8 +160,11 @@ class StateStore:
                     )
                 if self.kill_point is not None:
                     self.kill_point.committing(*run_transitions.noted())
-                for transition in run_transitions.collect():
-                    tx.after_commit.append(functools.partial(_announce, transition))
+                # Announced before the callbacks the transaction registered (a claim pass,
+                # say), so a plugin hears of a change before what follows from it.
+                tx.after_commit[:0] = _announcements(
+                    run_transitions.collect(now_ms()), run_transitions.collect_attempts()
+                )
             committed = True
             if self.kill_point is not None:
                 self.kill_point.committed()
@@ -252,9 +261,28 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port_text}"))
 
 
+def _announcements(
+    transitions: list[run_transitions.RunTransition],
+    attempts: list[run_transitions.AttemptChange],
+) -> list[Callable[[], None]]:
+    """One commit's notifications in the order things happened: a run starts running
+    before its nodes start, and its nodes finish before it ends."""
+    ending = [t for t in transitions if t.new_status in TERMINAL_RUN_STATUSES]
+    return [
+        *(functools.partial(_announce, t) for t in transitions if t not in ending),
+        *(functools.partial(plugins.node_attempt_changed, a.phase, a.attempt) for a in attempts),
+        *(functools.partial(_announce, t) for t in ending),
+    ]
+
+
 def _announce(transition: run_transitions.RunTransition) -> None:
     plugins.run_transition(
-        transition.run_id, transition.old_status, transition.new_status, transition.detail
+        transition.run_id,
+        transition.old_status,
+        transition.new_status,
+        transition.detail,
+        workflow_name=transition.workflow_name,
+        at=transition.at,
     )
 
 

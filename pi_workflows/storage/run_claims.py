@@ -15,7 +15,7 @@ from peewee import SQL, PostgresqlDatabase, fn
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..records import Claim
-from . import effects
+from . import effects, run_state
 from .blobs import put_text
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -33,6 +33,7 @@ from .models import (
 )
 from .prepared import PreparedQuery
 from .revisions import record_run_change
+from .run_state import ACTIVE_ATTEMPT_STATUSES
 from .statements import run_sql
 
 RUN_CLAIM_LEASE_MS = 30_000
@@ -490,6 +491,14 @@ def _cancel_dependents(run_id: str, now: int, generation: int) -> None:
             & NodeAttempt.node_id.in_([node for node in interrupted_nodes if node])
         )
     ]
+    for row in NodeAttempt.select().where(
+        (NodeAttempt.run == run_id) & NodeAttempt.status.in_(ACTIVE_ATTEMPT_STATUSES)
+    ):
+        outcome = "interrupted" if row.attempt_id in stopped_midway else "cancelled"
+        record = run_state.attempt_record(
+            run_id, row.attempt_id, row.node_id, row.node_type, row.started_at
+        )
+        run_state.note_attempt_finished(record, outcome, now, "The workflow run was cancelled.")
     NodeAttempt.update(status="cancelled", finished_at=now).where(
         open_attempts & NodeAttempt.attempt_id.not_in(stopped_midway)
     ).execute()

@@ -8,6 +8,7 @@ and lifecycle projection are the host's job and deliberately not done here.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import uuid
@@ -16,8 +17,8 @@ from typing import Any
 from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
-from ..records import MessageContent
-from . import decision_records, effects, statements
+from ..records import MessageContent, NodeAttemptRecord
+from . import decision_records, effects, run_transitions, statements
 from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -300,13 +301,16 @@ def write_snapshot(
 
 def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
     existing = {
-        attempt_id: (node_id, number, status)
-        for attempt_id, node_id, number, status in statements.run_attempts(run_id)
+        attempt_id: (node_id, number, status, node_type, started_at)
+        for attempt_id, node_id, number, status, node_type, started_at in statements.run_attempts(
+            run_id
+        )
     }
     numbers: dict[str, int] = {}
-    for node_id, number, _ in existing.values():
+    for node_id, number, *_ in existing.values():
         numbers[node_id] = max(numbers.get(node_id, 0), number)
     wanted: dict[str, dict[str, Any]] = {}
+    steps: dict[str, dict[str, Any]] = {}  # attempt id -> its step, for the notifications
     # Steps carried over from a continuation's parent stay attempts of the parent.
     for step in snapshot.get("steps", [])[snapshot.get("carriedStepCount", 0) :]:
         status = OUTCOME_TO_ATTEMPT_STATUS[step["outcome"]]
@@ -314,6 +318,7 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
         if known is not None and known[2] == status:
             wanted[step["attemptId"]] = {"status": status}  # recorded already: no blobs
             continue
+        steps[step["attemptId"]] = step
         wanted[step["attemptId"]] = {
             "node_id": step["nodeId"],
             "node_type": step["nodeType"],
@@ -332,9 +337,15 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
             "started_at": snapshot["currentNodeStartedAt"],
         }
     # Interrupt first: the one-active-attempt index must allow the new attempt.
-    for attempt_id, (_, _, status) in existing.items():
+    now = now_ms()
+    for attempt_id, (node_id, _, status, node_type, started_at) in existing.items():
         if status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
-            _INTERRUPT_ATTEMPT.changed(attempt_id=attempt_id, now=now_ms())
+            _INTERRUPT_ATTEMPT.changed(attempt_id=attempt_id, now=now)
+            note_attempt_finished(
+                attempt_record(run_id, attempt_id, node_id, node_type, started_at),
+                "interrupted",
+                now,
+            )
     for attempt_id, fields in wanted.items():
         known = existing.get(attempt_id)
         if known is None:
@@ -346,8 +357,57 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
                 run_id=run_id,
                 attempt_number=numbers[fields["node_id"]],
             )
+            record = attempt_record(
+                run_id, attempt_id, fields["node_id"], fields["node_type"], fields["started_at"]
+            )
+            run_transitions.note_attempt("started", record)
         elif known[2] != fields["status"]:
             _attempt_update(tuple(fields)).changed(**fields, attempt_id=attempt_id)
+            record = attempt_record(run_id, attempt_id, known[0], known[3], known[4])
+        else:
+            continue
+        step = steps.get(attempt_id)
+        ended_now = known is None or known[2] in ACTIVE_ATTEMPT_STATUSES
+        if step is not None and ended_now and fields["status"] not in ACTIVE_ATTEMPT_STATUSES:
+            error, error_class = step.get("error"), step.get("errorClass")
+            note_attempt_finished(record, fields["status"], step["finishedAt"], error, error_class)
+
+
+def attempt_record(
+    run_id: str, attempt_id: str, node_id: str, node_kind: str, started_at: int
+) -> NodeAttemptRecord:
+    # The workflow name and attempt number are read when the transaction commits.
+    return NodeAttemptRecord(
+        run_id=run_id,
+        workflow_name="",
+        node_id=node_id,
+        node_kind=node_kind,
+        attempt_id=attempt_id,
+        attempt_number=0,
+        started_at=started_at,
+    )
+
+
+def note_attempt_finished(
+    record: NodeAttemptRecord,
+    outcome: str,
+    finished_at: int,
+    error: str | None = None,
+    error_class: str | None = None,
+) -> None:
+    """Note that an attempt ended with `outcome`, for `piw_node_attempt_finished`."""
+    if error is not None and error_class is not None and error.startswith(f"{error_class}: "):
+        error = error[len(error_class) + 2 :]  # the step's text names the class first
+    run_transitions.note_attempt(
+        "finished",
+        dataclasses.replace(
+            record,
+            finished_at=finished_at,
+            outcome=outcome,
+            error_class=error_class,
+            error_message=error,
+        ),
+    )
 
 
 _INTERRUPT_ATTEMPT = PreparedQuery(

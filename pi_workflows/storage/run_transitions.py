@@ -1,4 +1,5 @@
-"""Which runs changed lifecycle status in a transaction, for `piw_run_transition`.
+"""Which runs changed lifecycle status in a transaction, for `piw_run_transition`, and
+which node attempts started or finished, for `piw_node_attempt_started`/`_finished`.
 
 Every run change goes through `record_run_change` (or `create_run_row`), which notes the
 run here. Right before the outermost transaction commits, `collect()` compares each
@@ -6,13 +7,18 @@ noted run's lifecycle status with the one last announced (`runs.announced_status
 written in the same transaction), so the hook fires exactly once per real change, after
 the commit, whichever code path made it: creation, claim, running, parking, waiting,
 pause, resume, the end.
+
+Node attempts are noted by `run_state` as it writes them; `collect_attempts()` keeps only
+those whose row, read in the committing transaction, still says so (a savepoint that
+rolled back their write takes them back), so each is announced once, after the commit.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..records import NodeAttemptRecord
 from . import statements
 from .models import TERMINAL_RUN_STATUSES
 
@@ -25,12 +31,23 @@ class RunTransition:
     old_status: str | None
     new_status: str
     detail: str
+    workflow_name: str
+    at: int  # epoch ms of the commit
+
+
+@dataclass(frozen=True)
+class AttemptChange:
+    """A node attempt that started or finished (``phase``) in this transaction."""
+
+    phase: str  # "started" or "finished"
+    attempt: NodeAttemptRecord  # workflow_name and attempt_number are filled in at collect
 
 
 class _Noted(threading.local):
     def __init__(self) -> None:
         self.runs: dict[str, str] = {}  # run id -> event type of its latest change
         self.events = 0  # run events written (the test kit's kill point counts them)
+        self.attempts: dict[tuple[str, str], AttemptChange] = {}  # by (attempt id, phase)
 
 
 _noted = _Noted()
@@ -59,20 +76,30 @@ def noted() -> tuple[dict[str, str], int]:
     return dict(_noted.runs), _noted.events
 
 
+def note_attempt(phase: str, attempt: NodeAttemptRecord) -> None:
+    _noted.attempts[(attempt.attempt_id, phase)] = AttemptChange(phase, attempt)
+
+
 def forget() -> None:
     """A transaction begins or rolls back: nothing it noted may be announced."""
-    _noted.runs, _noted.events = {}, 0
+    _noted.runs, _noted.events, _noted.attempts = {}, 0, {}
 
 
-def collect() -> list[RunTransition]:
+def collect(now: int) -> list[RunTransition]:
     """Inside the committing transaction: record and return the noted runs' changes."""
     noted, _noted.runs, _noted.events = _noted.runs, {}, 0
     if not noted:
         return []
     transitions = []
-    for run_id, run_status, paused, detail, announced, queue_status in statements.lifecycle_rows(
-        list(noted)
-    ):
+    for (
+        run_id,
+        run_status,
+        paused,
+        detail,
+        announced,
+        queue_status,
+        workflow_name,
+    ) in statements.lifecycle_rows(list(noted)):
         status = lifecycle_status(run_status, queue_status, bool(paused))
         if status == announced:
             continue
@@ -80,7 +107,36 @@ def collect() -> list[RunTransition]:
         if announced is None and status != "queued":
             # Created and claimed by one commit (run.start on a host with a free worker):
             # the creation is a change of its own.
-            transitions.append(RunTransition(run_id, None, "queued", "run.created"))
+            transitions.append(
+                RunTransition(run_id, None, "queued", "run.created", workflow_name, now)
+            )
             announced = "queued"
-        transitions.append(RunTransition(run_id, announced, status, detail or noted[run_id]))
+        transitions.append(
+            RunTransition(run_id, announced, status, detail or noted[run_id], workflow_name, now)
+        )
     return transitions
+
+
+def collect_attempts() -> list[AttemptChange]:
+    """Inside the committing transaction: the noted attempt changes its rows still show,
+    in the order they were noted, with their workflow name and attempt number."""
+    noted, _noted.attempts = _noted.attempts, {}
+    if not noted:
+        return []
+    rows = {
+        attempt_id: (status, number, workflow_name)
+        for attempt_id, status, number, workflow_name in statements.attempt_rows(
+            sorted({attempt_id for attempt_id, _ in noted})
+        )
+    }
+    changes = []
+    for (attempt_id, phase), change in noted.items():
+        row = rows.get(attempt_id)
+        if row is None:
+            continue  # the write that started it was rolled back
+        status, number, workflow_name = row
+        if phase == "finished" and status != change.attempt.outcome:
+            continue  # the write that finished it was rolled back
+        attempt = replace(change.attempt, workflow_name=workflow_name, attempt_number=number)
+        changes.append(AttemptChange(phase, attempt))
+    return changes

@@ -164,12 +164,14 @@ def insert_event(
 # --- node attempts ---------------------------------------------------------------------
 
 SELECT_ATTEMPTS = (
-    "SELECT attempt_id, node_id, attempt_number, status FROM node_attempts WHERE run_id = ?"
+    "SELECT attempt_id, node_id, attempt_number, status, node_type, started_at "
+    "FROM node_attempts WHERE run_id = ?"
 )
 
 
-def run_attempts(run_id: str) -> list[tuple[str, str, int, str]]:
-    """``(attempt_id, node_id, attempt_number, status)`` of every attempt of the run."""
+def run_attempts(run_id: str) -> list[tuple[str, str, int, str, str, int]]:
+    """``(attempt_id, node_id, attempt_number, status, node_type, started_at)`` of every
+    attempt of the run."""
     return rows(SELECT_ATTEMPTS, (run_id,))
 
 
@@ -212,12 +214,25 @@ def worker_message(worker_epoch: str, message_id: str) -> tuple[Any, ...] | None
 
 
 def lifecycle_rows(run_ids: list[str]) -> list[tuple[Any, ...]]:
-    """``(run_id, status, paused, status_detail, announced_status, queue_status)`` per run."""
+    """``(run_id, status, paused, status_detail, announced_status, queue_status,
+    workflow_name)`` per run."""
     marks = ", ".join("?" for _ in run_ids)
     return rows(
-        "SELECT r.run_id, r.status, r.paused, r.status_detail, r.announced_status, q.status "
+        "SELECT r.run_id, r.status, r.paused, r.status_detail, r.announced_status, q.status, "
+        "r.workflow_name "
         f"FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE r.run_id IN ({marks})",
         run_ids,
+    )
+
+
+def attempt_rows(attempt_ids: list[str]) -> list[tuple[Any, ...]]:
+    """``(attempt_id, status, attempt_number, workflow_name)`` per node attempt."""
+    marks = ", ".join("?" for _ in attempt_ids)
+    return rows(
+        "SELECT a.attempt_id, a.status, a.attempt_number, r.workflow_name "
+        f"FROM node_attempts a JOIN runs r ON r.run_id = a.run_id "
+        f"WHERE a.attempt_id IN ({marks})",
+        attempt_ids,
     )
 
 

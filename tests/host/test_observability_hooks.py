@@ -1,0 +1,166 @@
+"""Observability hooks seen by a plugin in a running host: node attempts live, as they
+happen, and run transitions with their workflow and time, in the order they happened."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .conftest import HostHarness, wait_until
+from .workflows import STEPS
+
+OBSERVER = """
+import json
+import os
+
+from pi_workflows.plugin import hookimpl
+
+
+def _append(entry):
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        handle.write(json.dumps(entry) + "\\n")
+
+
+def _attempt(hook, attempt):
+    _append({
+        "hook": hook,
+        "run": attempt.run_id,
+        "workflow": attempt.workflow_name,
+        "node": attempt.node_id,
+        "kind": attempt.node_kind,
+        "attempt": attempt.attempt_number,
+        "attemptId": attempt.attempt_id,
+        "startedAt": attempt.started_at,
+        "finishedAt": attempt.finished_at,
+        "outcome": attempt.outcome,
+        "errorClass": attempt.error_class,
+        "errorMessage": attempt.error_message,
+    })
+
+
+@hookimpl
+def piw_node_attempt_started(attempt):
+    _attempt("started", attempt)
+
+
+@hookimpl
+def piw_node_attempt_finished(attempt):
+    _attempt("finished", attempt)
+
+
+@hookimpl
+def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at):
+    _append({"hook": "transition", "run": run_id, "old": old_status, "new": new_status,
+             "workflow": workflow_name, "at": at})
+"""
+
+FAILING = """
+from pi_workflows import compute, edge, workflow
+
+
+def fine(ctx):
+    return {"ok": True}
+
+
+def broken(ctx):
+    raise ValueError("the input has no name")
+
+
+WORKFLOW = workflow(
+    name="failing",
+    start_at="fine",
+    nodes={"fine": compute(fine), "broken": compute(broken)},
+    edges=[edge("fine", "broken")],
+)
+"""
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def _attempts(entries: list[dict[str, Any]], run_id: str) -> list[tuple[str, str]]:
+    return [(e["hook"], e["node"]) for e in entries if e["run"] == run_id and "node" in e]
+
+
+def test_node_attempts_reach_a_plugin_live_in_order_with_times(harness: HostHarness):
+    record = harness.root / "observed.jsonl"
+    harness.add_plugin("observer", OBSERVER)
+    harness.write_workflow("steps", STEPS)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = harness.start_run("steps")
+
+    # Node b blocks until released: the plugin has seen a finish while the run runs.
+    wait_until(
+        lambda: ("started", "b") in _attempts(read_jsonl(record), run_id),
+        what="the plugin to see node b start",
+    )
+    assert _attempts(read_jsonl(record), run_id) == [
+        ("started", "a"),
+        ("finished", "a"),
+        ("started", "b"),
+    ]
+    assert harness.client().run_status(run_id)["status"] == "running"
+
+    (harness.project / "release-b").touch()
+    harness.wait_for_status(run_id, "completed")
+    wait_until(
+        lambda: ("finished", "c") in _attempts(read_jsonl(record), run_id),
+        what="the plugin to see node c finish",
+    )
+    entries = read_jsonl(record)
+    assert _attempts(entries, run_id) == [
+        (hook, node) for node in "abc" for hook in ("started", "finished")
+    ]
+    finished = [e for e in entries if e.get("hook") == "finished"]
+    for entry in finished:
+        assert entry["workflow"] == "steps" and entry["kind"] == "compute"
+        assert entry["attempt"] == 1 and entry["outcome"] == "completed"
+        assert entry["errorClass"] is None and entry["errorMessage"] is None
+        assert 0 < entry["startedAt"] <= entry["finishedAt"]
+    started = {e["node"]: e for e in entries if e.get("hook") == "started"}
+    assert all(e["finishedAt"] is None and e["outcome"] is None for e in started.values())
+    # Each node starts after the one before it finished.
+    by_node = {e["node"]: e for e in finished}
+    assert by_node["a"]["finishedAt"] <= started["b"]["startedAt"]
+    assert by_node["b"]["finishedAt"] <= started["c"]["startedAt"]
+    assert {e["attemptId"] for e in finished} == {e["attemptId"] for e in started.values()}
+
+    # The run's transitions: created before claimed, each with its workflow and time.
+    transitions = [e for e in entries if e["hook"] == "transition" and e["run"] == run_id]
+    assert [(e["old"], e["new"]) for e in transitions] == [
+        (None, "queued"),
+        ("queued", "claimed"),
+        ("claimed", "running"),
+        ("running", "completed"),
+    ]
+    assert {e["workflow"] for e in transitions} == {"steps"}
+    times = [e["at"] for e in transitions]
+    assert times == sorted(times) and times[0] > 0
+
+
+def test_a_failing_node_attempt_reports_its_error_class_and_message(harness: HostHarness):
+    record = harness.root / "observed.jsonl"
+    harness.add_plugin("observer", OBSERVER)
+    harness.write_workflow("failing", FAILING)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = harness.start_run("failing")
+    harness.wait_for_status(run_id, "failed")
+    entry = wait_until(
+        lambda: next(
+            (
+                e
+                for e in read_jsonl(record)
+                if e["hook"] == "finished" and e["run"] == run_id and e["node"] == "broken"
+            ),
+            None,
+        ),
+        what="the plugin to see the broken node finish",
+    )
+    assert entry["outcome"] == "failed"
+    assert entry["errorClass"] == "ValueError"
+    assert entry["errorMessage"] == "the input has no name"
+    assert entry["workflow"] == "failing"
