@@ -3,11 +3,10 @@ happen, and run transitions with their workflow and time, in the order they happ
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from .conftest import HostHarness, wait_until
+from .test_hook_contract import read_jsonl
 from .workflows import STEPS
 
 OBSERVER = """
@@ -74,12 +73,6 @@ WORKFLOW = workflow(
     edges=[edge("fine", "broken")],
 )
 """
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def _attempts(entries: list[dict[str, Any]], run_id: str) -> list[tuple[str, str]]:
