@@ -46,13 +46,15 @@ def watch_connection(store: StateStore, heartbeat: Callable[[], None]) -> None:
 async def wait_for_database(
     store: StateStore, is_stopping: Callable[[], bool], within_s: float | None = None
 ) -> bool:
-    """Wait until the database answers again; False if the host stops first, or if
-    `within_s` passes."""
+    """Wait until the database answers again; False if the host stops first, if
+    `within_s` passes, or if it cannot come back (a deleted SQLite file)."""
     guard = store.connection_guard
     loop = asyncio.get_running_loop()
     deadline = None if within_s is None else loop.time() + within_s
-    while guard is not None and guard.unavailable_since is not None:
-        if is_stopping() or (deadline is not None and loop.time() > deadline):
+    while store.unavailable:
+        if guard is None or is_stopping():
+            return False
+        if deadline is not None and loop.time() > deadline:
             return False
         await asyncio.sleep(DATABASE_WAIT_POLL_S)
         with contextlib.suppress(DatabaseUnavailableError):

@@ -547,6 +547,8 @@ class Operations:
             **facts,  # the features', the profile and the duty
         }
         try:
+            if host.store.unavailable:  # a deleted SQLite file still reads, but stale
+                raise DatabaseUnavailableError(host.store.unavailable)
             counts = _database_counts()
             hosts = [_host_record(row, self.slots.host_id) for row in epoch_lease.live_hosts()]
         except DatabaseUnavailableError:

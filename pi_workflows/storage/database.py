@@ -27,7 +27,7 @@ from ..errors import (
     UnsafeHomeError,
 )
 from ..home import Home, check_private_dir, prepare_home
-from . import blobs, run_transitions
+from . import blobs, file_watch, run_transitions
 from .connection_guard import ConnectionGuard
 from .models import (
     ADDED_INDEXES,
@@ -97,6 +97,8 @@ class StateStore:
         self.kill_point: KillPoint | None = None
         # A server database's connection can be lost and come back; a file's cannot.
         self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
+        # A SQLite file deleted or replaced under the store (set by open_state).
+        self.file_watch: file_watch.SqliteFileWatch | None = None
 
     @property
     def is_sqlite(self) -> bool:
@@ -105,6 +107,10 @@ class StateStore:
     @property
     def unavailable(self) -> str:
         """Why the database cannot be reached right now, or '' while it can."""
+        if self.file_watch is not None:
+            with contextlib.suppress(DatabaseUnavailableError):
+                self.file_watch.check()
+            return self.file_watch.gone
         return self.connection_guard.describe() if self.connection_guard is not None else ""
 
     @property
@@ -136,6 +142,8 @@ class StateStore:
         if guard is not None:
             guard.ensure_connected()
             guard.check_idle()
+        if self.file_watch is not None:
+            self.file_watch.check()
         begin = self.db.atomic(lock_type="IMMEDIATE") if self.is_sqlite else self.db.atomic()
         tx.depth, tx.doomed, tx.after_commit = 1, False, []
         run_transitions.forget()
@@ -455,6 +463,7 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
                 raise NotFoundError(_NO_STATE_YET.format(where=path))
             _open_sqlite_read_only(db, path)
         elif not path.exists():
+            file_watch.refuse_missing(home, path)
             fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
             os.close(fd)
     elif read_only:
@@ -476,6 +485,10 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
             raise NotFoundError(_NO_STATE_YET.format(where=location))
     else:
         _initialize_schema(store)
+        if isinstance(db, peewee.SqliteDatabase):
+            path = _durable_sqlite_path(db)
+            file_watch.record_database(home, path)
+            store.file_watch = file_watch.SqliteFileWatch(path)
         if os.environ.get(KILL_POINT_ENV):
             from ..testing.kill_point import armed_kill_point
 
