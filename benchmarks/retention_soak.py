@@ -63,9 +63,10 @@ def wait_for_sweep(client: WorkflowClient, after_ms: int, timeout_s: float = 60)
     raise SystemExit("no sweep after the wave")
 
 
-def keep_runs(home: Home, project: Path, count: int) -> None:
-    """`count` completed runs (finished now: the 1-minute retention does not reach them
-    while the measurement runs) written beside the live host in batches."""
+def keep_runs(home: Home, project: Path, count: int, prefix: str = "kept", age_ms: int = 0) -> None:
+    """`count` completed runs written beside the live host in batches; finished an hour
+    ahead (the 1-minute retention does not reach them while the measurement runs), or
+    `age_ms` ago."""
     from pi_workflows.clock import now_ms
     from pi_workflows.storage import open_state
     from pi_workflows.storage.models import Run, RunQueue
@@ -75,7 +76,7 @@ def keep_runs(home: Home, project: Path, count: int) -> None:
     try:
         for start in range(0, count, 1000):
             with store.transaction():
-                ids = [f"kept-{index:07d}" for index in range(start, min(count, start + 1000))]
+                ids = [f"{prefix}-{index:07d}" for index in range(start, min(count, start + 1000))]
                 for run_id in ids:
                     create_run(
                         run_id=run_id,
@@ -87,13 +88,38 @@ def keep_runs(home: Home, project: Path, count: int) -> None:
                         input={"name": run_id},
                         actor="bench",
                     )
-                stamp = now_ms() + 3_600_000  # an hour ahead: no sweep reaches them
+                stamp = now_ms() - age_ms if age_ms else now_ms() + 3_600_000
                 Run.update(status="completed", finished_at=stamp).where(
                     Run.run_id.in_(ids)
                 ).execute()
                 RunQueue.update(status="done").where(RunQueue.run.in_(ids)).execute()
     finally:
         store.close()
+
+
+def prune_steps(home: Home, project: Path) -> str:
+    """How long each prune step holds the write lock with the kept runs beside 1,000
+    expired ones (in this process, as `state prune --apply` does beside the host)."""
+    from pi_workflows.clock import now_ms
+    from pi_workflows.storage import open_state
+    from pi_workflows.storage.retention import DAY_MS, PruneReport, prune_batches
+
+    keep_runs(home, project, 1000, "expired", 40 * DAY_MS)
+    store = open_state(home)
+    try:
+        report = PruneReport(before=now_ms() - 30 * DAY_MS, applied=True)
+        steps = prune_batches(store, report)
+        began = time.perf_counter()
+        next(steps)  # the plan (read without the lock) and the first step
+        first = (time.perf_counter() - began) * 1000
+        samples = timed_samples(lambda: next(steps, None), 10)
+    finally:
+        store.close()
+    return (
+        f"state prune --apply of 1,000 expired runs beside them: the plan and first step "
+        f"{first:.0f} ms, then a step (50 lineages, one write transaction) p50 "
+        f"{percentile(samples, 0.5):.0f} ms, max {max(samples):.0f} ms"
+    )
 
 
 def main() -> None:
@@ -147,6 +173,7 @@ def main() -> None:
             f"{percentile(listing, 0.5):.1f} ms, deep page p50 {percentile(paging, 0.5):.1f} ms, "
             f"run status p50 {percentile(status, 0.5):.2f} ms"
         )
+        print(prune_steps(home, project))
         print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     except BaseException:
         log = home.logs_dir / "host.log"

@@ -23,7 +23,7 @@ from typing import Any
 
 import peewee
 
-from .blobs import JSON, SPLIT_PREFIX, split_part_hashes
+from .blobs import JSON, PART_MIN_BYTES, SPLIT_PREFIX, split_part_hashes
 from .database import StateStore
 from .models import (
     ACTIVE_WORKER_STATUSES,
@@ -319,9 +319,12 @@ def _still_referenced(candidates: set[str]) -> set[str]:
     nested = candidates - referenced
     if not nested:
         return referenced
-    # Nested references: look into the split values and transcript events that remain.
-    holders = _transcripts_of(None)
-    splits = _split_parts(None)
+    # Nested references: look into the split values and transcript events that remain,
+    # each only when an unreferenced candidate could be what they nest (reading them all
+    # is the costly part of a prune step).
+    may_be_part, may_be_transcript = _nested_kinds(nested)
+    holders = _transcripts_of(None) if may_be_transcript else set()
+    splits = _split_parts(None) if may_be_part else {}
     while True:
         live = referenced | (set(splits) - candidates)
         reached = {part for holder in live & set(splits) for part in splits[holder]}
@@ -329,6 +332,22 @@ def _still_referenced(candidates: set[str]) -> set[str]:
         if grown == referenced:
             return referenced
         referenced = grown
+
+
+def _nested_kinds(hashes: set[str]) -> tuple[bool, bool]:
+    """Whether any of `hashes` could be a split value's part (JSON of at least
+    `PART_MIN_BYTES`) and whether any could be a transcript (a JSON list: a transcript is
+    never split)."""
+    may_be_part = may_be_transcript = False
+    first = peewee.fn.SUBSTR(Blob.content, 1, 1)
+    for chunk in _chunks(sorted(hashes)):
+        query = Blob.select(Blob.byte_length, first).where(
+            Blob.blob_hash.in_(chunk) & (Blob.media_type == JSON)
+        )
+        for byte_length, head in query.tuples():
+            may_be_part |= byte_length >= PART_MIN_BYTES
+            may_be_transcript |= bytes(head) == b"["
+    return may_be_part, may_be_transcript
 
 
 def _unreferenced_before(before: int) -> list[list[str]]:
