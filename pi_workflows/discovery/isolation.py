@@ -64,6 +64,7 @@ def _answer_in_child(
     code = 0
     try:
         die_with_parent(parent)
+        _own_stdio()
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         data = json.dumps(describe(), sort_keys=True).encode("utf-8")
         view = memoryview(data)
@@ -72,6 +73,16 @@ def _answer_in_child(
     except BaseException:  # whatever happens here, the parent reports a broken file
         code = 1
     os._exit(code)
+
+
+def _own_stdio() -> None:
+    """Give the child stdio of its own (/dev/null): a daemon a workflow file starts at
+    import would otherwise inherit the caller's stdout and hold it open, so a command
+    waiting for that output's end (the CLI's resolver) would wait for the daemon."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def _read_until(fd: int, deadline: float) -> tuple[bytes, bool]:
