@@ -523,8 +523,10 @@ def piw_node_attempt_started(attempt: NodeAttemptRecord) -> None:
     the call never makes it). Per run, in the order the attempts started, after the
     run's ``running`` transition and before the attempt's
     :func:`piw_node_attempt_finished`. Every implementation runs; an exception is
-    logged with the plugin's name and never reaches the caller. The call holds up the
-    host's worker traffic, so keep it fast. No built-in.
+    logged with the plugin's name and never reaches the caller. The call runs on the
+    committing thread, not under the hook deadline, and holds up the host's worker
+    traffic: keep it fast and hand slow work (exporting) to a thread of your own. No
+    built-in.
     """
 
 
@@ -547,5 +549,7 @@ def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
     starts and ends an attempt announces both, in that order). An interrupted attempt is
     announced when the host learns of it: when the run is cancelled, or when the resumed
     worker writes its first snapshot. Every implementation runs; an exception is logged
-    with the plugin's name and never reaches the caller. Keep it fast. No built-in.
+    with the plugin's name and never reaches the caller. Like the started notification it
+    runs on the committing thread, not under the hook deadline: keep it fast. No
+    built-in.
     """

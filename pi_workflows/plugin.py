@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 _SOURCES: dict[str, str] = {
     # marking hook implementations
     "hookimpl": ".hookspecs",
+    # reading the state (running runs, queue depth, a run) from any hook or thread
+    "StateView": ".storage.state_view",
+    "state_view": ".storage.state_view",
     # the records hooks receive and return
     **{
         name: ".records"
@@ -136,6 +139,7 @@ __all__ = [
     "PiWorkflowsError",
     "RegisterChannel",
     "RunRecord",
+    "StateView",
     "StepContract",
     "TerminalFacts",
     "TurnConflictError",
@@ -162,6 +166,7 @@ __all__ = [
     "run_exists",
     "setting_value",
     "start_payload",
+    "state_view",
     "start_registered",
     "state_status",
     "unregister",
@@ -255,3 +260,4 @@ if TYPE_CHECKING:
     )
     from .settings import value as setting_value
     from .storage import event_counts, run_events, run_exists, state_status
+    from .storage.state_view import StateView, state_view

@@ -290,6 +290,29 @@ def run_records(run_ids: list[str]) -> list[RunRecord]:
     return [by_id[run_id] for run_id in run_ids if run_id in by_id]
 
 
+def running_run_records(workflow_name: str | None, owner_id: str | None) -> list[RunRecord]:
+    """Runs with a worker starting or running, the longest running first; only those of
+    `workflow_name` and those whose claim `owner_id` holds, when given."""
+    where, params = ["q.status IN ('starting', 'running')"], []
+    if workflow_name is not None:
+        where.append("r.workflow_name = ?")
+        params.append(workflow_name)
+    if owner_id is not None:
+        where.append("EXISTS (SELECT 1 FROM leases l WHERE l.run_id = r.run_id AND l.owner_id = ?)")
+        params.append(owner_id)
+    rows = _run_rows(_RECORD_COLUMNS, " AND ".join(where), params, "ORDER BY q.started_at")
+    return [_record(row) for row in rows]
+
+
+def queued_run_count(workflow_name: str | None) -> int:
+    """Runs waiting for a worker (queued, not paused), of `workflow_name` when given."""
+    where, params = "q.status = 'queued' AND r.paused = ?", [False]
+    if workflow_name is not None:
+        where += " AND r.workflow_name = ?"
+        params.append(workflow_name)
+    return int(_run_rows("COUNT(*)" + _RUN_AND_QUEUE, where, params)[0][0])
+
+
 def run_record(run_id: str) -> RunRecord:
     """The run joined with its queue row, as hooks see it."""
     records = run_records([run_id])

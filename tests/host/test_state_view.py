@@ -1,0 +1,91 @@
+"""The plugins' state view in a running host: the fair-share recipe of docs/plugins.md,
+loaded as the docs print it, holds a workflow to one running run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .conftest import HostHarness
+from .workflows import BLOCKER
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+
+# When a hello run completes, what does the view say of the others?
+VIEW_SPY = """
+import json
+import os
+import threading
+
+from pi_workflows.plugin import hookimpl, state_view
+
+
+def _look(run_id, found):
+    view = state_view()
+    found.update(
+        running=[run.run_id for run in view.running_runs()],
+        running_blockers=len(view.running_runs(workflow_name="blocker")),
+        running_hello=len(view.running_runs(workflow_name="hello")),
+        on_no_host=len(view.running_runs(host_id="no-such-host")),
+        queued_blockers=view.queue_depth(workflow_name="blocker"),
+        queued=view.queue_depth(),
+        this_run=view.run(run_id).status,
+        missing=view.run("no-such-run"),
+    )
+
+
+@hookimpl
+def piw_run_transition(run_id, new_status, workflow_name):
+    if workflow_name != "hello" or new_status != "completed":
+        return
+    found = {}
+    looker = threading.Thread(target=_look, args=(run_id, found))  # a plugin's own thread
+    looker.start()
+    looker.join()
+    with open(os.environ["PIW_TEST_RECORD"], "w") as handle:
+        json.dump(found, handle)
+"""
+
+
+def _recipe(name: str) -> str:
+    text = DOCS.read_text()
+    found = re.search(rf"<!-- recipe: {name} -->\n```python\n(.*?)```", text, re.S)
+    assert found, f"docs/plugins.md has no recipe {name!r}"
+    return found.group(1)
+
+
+def test_the_fair_share_recipe_runs_one_run_of_a_workflow_at_a_time(harness: HostHarness):
+    record = harness.root / "view.json"
+    harness.add_plugin("fair_share", _recipe("fair-share"))
+    harness.add_plugin("view_spy", VIEW_SPY)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(
+        PI_WORKFLOWS_MAX_WORKERS="4", FAIR_SHARE_MAX_RUNNING="1", PIW_TEST_RECORD=str(record)
+    )
+    first = harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+    second = harness.start_run("blocker")
+    # Another workflow is claimed past the held run, and with free workers left over.
+    other = harness.start_run("hello", {"name": "Ann"})
+    harness.wait_for_status(other, "completed")
+    client = harness.client()
+    assert client.run_status(second)["queueStatus"] == "queued"
+    assert client.run_status(first)["status"] == "running"
+    assert json.loads(record.read_text()) == {
+        "running": [first],
+        "running_blockers": 1,
+        "running_hello": 0,
+        "on_no_host": 0,
+        "queued_blockers": 1,
+        "queued": 1,
+        "this_run": "completed",
+        "missing": None,
+    }
+
+    (harness.project / "release").touch()
+    harness.wait_for_status(first, "completed")
+    harness.wait_for_status(second, "completed")
+    started = dict(harness.query("SELECT run_id, started_at FROM run_queue"))
+    finished = dict(harness.query("SELECT run_id, finished_at FROM run_queue"))
+    assert finished[first] <= started[second]  # never both running
