@@ -545,6 +545,7 @@ def test_run_status_gives_the_spec_object_with_output_and_error_decoded(store, m
         "revision": 2,
         "priority": 2,
         "executionMode": "headless",
+        "continuation": None,
         "createdAt": status["createdAt"],
         "updatedAt": status["updatedAt"],
     }

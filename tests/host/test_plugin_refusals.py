@@ -50,6 +50,9 @@ def piw_open_database(url, home):
 """
 
 
+# integration: the refusal is read from the host process's own log, written while it loads
+# its plugins (an in-process host loads them in the test process).
+@pytest.mark.integration
 @pytest.mark.sqlite_only
 def test_a_wrapper_of_a_one_at_a_time_hook_is_refused_at_load(harness: HostHarness):
     marker = harness.root / "wrapped"
