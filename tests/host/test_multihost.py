@@ -21,7 +21,8 @@ from pi_workflows.testing import installed_entry_points, short_temp_dir
 from tests.polling import process_gone, wait_until
 
 from .conftest import HostHarness
-from .workflows import LOAD, STEPS
+from .test_state_view import recipe
+from .workflows import BLOCKER, LOAD, STEPS
 
 HOST_LEASE_MS = 6000  # long enough for a heartbeat on a loaded 2-core machine
 POLL_S = 0.5
@@ -426,3 +427,37 @@ def test_hosts_with_a_claim_plugin_claim_each_run_once(hosts: list[HostHarness])
             *vetoed,
         )
     } == {"queued"}
+
+
+def test_the_fair_share_recipe_holds_across_two_hosts(hosts: list[HostHarness]):
+    """The recipe of docs/plugins.md counts running runs in the shared database: a host
+    with free workers holds back a run of a workflow that runs on the other host."""
+    busy, free = hosts[:2]
+    busy.write_workflow("blocker", BLOCKER)
+    for harness, workers in ((busy, "1"), (free, "4")):
+        harness.add_plugin("fair_share", recipe("fair-share"))
+        harness.start_host(PI_WORKFLOWS_MAX_WORKERS=workers, FAIR_SHARE_MAX_RUNNING="1")
+    payload = start_payload("blocker", busy.project)
+    first = busy.client().start_run(payload)["runId"]
+    busy.wait_for_pid("blocker.pid")
+    free_client = free.client()
+    try:
+        # The busy host has no worker left: only the free host could claim these.
+        second = free_client.start_run(payload)["runId"]
+        other = free.start_run("hello", {"name": "Ann"})
+        free.wait_for_status(other, "completed")
+        assert free_client.run_status(second)["queueStatus"] == "queued"
+    finally:
+        free_client.close()
+
+    (busy.project / "release").touch()
+    both = "SELECT status FROM runs WHERE run_id IN (?, ?)"
+    wait_until(
+        lambda: {row[0] for row in busy.query(both, first, second)} == {"completed"},
+        timeout=60,
+        interval=SLOW_LOOK_S,
+        what="both blocker runs to complete",
+    )
+    started = dict(busy.query("SELECT run_id, started_at FROM run_queue"))
+    finished = dict(busy.query("SELECT run_id, finished_at FROM run_queue"))
+    assert finished[first] <= started[second]  # never both running

@@ -48,7 +48,7 @@ def piw_run_transition(run_id, new_status, workflow_name):
 """
 
 
-def _recipe(name: str) -> str:
+def recipe(name: str) -> str:
     text = DOCS.read_text()
     found = re.search(rf"<!-- recipe: {name} -->\n```python\n(.*?)```", text, re.S)
     assert found, f"docs/plugins.md has no recipe {name!r}"
@@ -57,7 +57,7 @@ def _recipe(name: str) -> str:
 
 def test_the_fair_share_recipe_runs_one_run_of_a_workflow_at_a_time(harness: HostHarness):
     record = harness.root / "view.json"
-    harness.add_plugin("fair_share", _recipe("fair-share"))
+    harness.add_plugin("fair_share", recipe("fair-share"))
     harness.add_plugin("view_spy", VIEW_SPY)
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host(
