@@ -539,7 +539,9 @@ def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
         ``cancelled``, or ``interrupted`` when the worker stopped before the attempt
         ended: parked, paused, crashed or cancelled in the middle of an action); a
         failed attempt's ``error_class`` (the exception's class name, when the node
-        raised) and ``error_message``.
+        raised) and ``error_message``; for an agent step run headless, ``agent``: the
+        executor's name and the provider, model and token ``usage`` its result reported
+        (see :class:`~pi_workflows.records.AgentStepResult`).
 
     Delivery: live — after the commit that recorded the outcome, in the host that
     committed it, outside any transaction. The worker sends a finished attempt along

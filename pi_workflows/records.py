@@ -150,6 +150,10 @@ class NodeAttemptRecord:
     error_class: str | None = None
     #: what went wrong, without the class name, for any outcome but ``completed``.
     error_message: str | None = None
+    #: an agent step run by a headless executor, in the finished notification:
+    #: ``{"executor": name}`` plus the ``provider``, ``model`` and ``usage`` (token
+    #: counts) its result reported; else ``None``.
+    agent: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -437,9 +441,15 @@ class AgentStepResult(TypedDict):
 
     JSON, or text containing JSON (the engine parses it tolerantly: the whole text, a
     fenced block, or the first balanced ``{…}``/``[…]``); then the node's validator runs.
+    ``provider``, ``model`` and ``usage`` (token counts such as ``{"input": 1200,
+    "output": 85}``) are optional: what the executor reports of who answered reaches
+    ``piw_node_attempt_finished`` in ``NodeAttemptRecord.agent``.
     """
 
     output: Any
+    provider: NotRequired[str]
+    model: NotRequired[str]
+    usage: NotRequired[dict[str, int]]
 
 
 class WorkerLaunchEnvelope(TypedDict):

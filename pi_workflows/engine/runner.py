@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import plugins
+from .. import plugins, settings
 from ..authoring import Workflow, validate_graph
 from ..authoring.nodes import Node
 from ..canonical import is_json_value
@@ -119,6 +119,8 @@ class _Attempt:
     transcript: AgentTranscript | None = None
     # An agent output the step's checks accepted while the executor was still running.
     accepted_output: tuple[Any] | None = None
+    # A headless agent step: the executor's name and what it reported of who answered.
+    agent: dict[str, Any] | None = None
 
 
 @dataclass
@@ -147,6 +149,22 @@ def _describe(error: BaseException) -> str:
         return str(error)
     text = str(error)
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _agent_report(answer: Any) -> dict[str, Any]:
+    """What an executor's result reports of who answered (records.AgentStepResult):
+    ``provider`` and ``model`` names and ``usage`` token counts; anything else, or of
+    another shape, is left out, so a plugin cannot put non-JSON in the run state."""
+    if not isinstance(answer, dict):
+        return {}
+    report = {key: answer[key] for key in ("provider", "model") if isinstance(answer.get(key), str)}
+    usage = answer.get("usage")
+    if isinstance(usage, dict) and all(
+        isinstance(name, str) and isinstance(count, int) and not isinstance(count, bool)
+        for name, count in usage.items()
+    ):
+        report["usage"] = dict(usage)
+    return report
 
 
 def _rejection(error: BaseException) -> str:
@@ -858,6 +876,8 @@ class Engine:
             result["error"] = error
         if error_class is not None:  # for observers (piw_node_attempt_finished)
             result["errorClass"] = error_class
+        if attempt.agent is not None:
+            result["agent"] = attempt.agent
         step = {**result, "output": output if outcome == "ok" else None, "prompt": attempt.prompt}
         if attempt.action is not None:
             step["action"] = attempt.action
@@ -1082,6 +1102,7 @@ class Engine:
             raise _AwaitInteraction(receipt["requestId"])
         executor = self._agent_executor or headless_executor()
         attempt.transcript = AgentTranscript()
+        attempt.agent = {"executor": settings.value("agent_executor")}
 
         def accept(output: Any) -> dict[str, Any]:
             try:
@@ -1102,6 +1123,7 @@ class Engine:
             },
             attempt.signal,
         )
+        attempt.agent.update(_agent_report(answer))
         if attempt.accepted_output is not None:
             return attempt.accepted_output[0]
         return self._checked_agent_output(

@@ -370,6 +370,7 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
         ended_now = known is None or known[2] in ACTIVE_ATTEMPT_STATUSES
         if step is not None and ended_now and fields["status"] not in ACTIVE_ATTEMPT_STATUSES:
             error, error_class = step.get("error"), step.get("errorClass")
+            record = dataclasses.replace(record, agent=step.get("agent"))
             note_attempt_finished(record, fields["status"], step["finishedAt"], error, error_class)
 
 

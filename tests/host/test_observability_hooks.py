@@ -35,6 +35,7 @@ def _attempt(hook, attempt):
         "outcome": attempt.outcome,
         "errorClass": attempt.error_class,
         "errorMessage": attempt.error_message,
+        "agent": attempt.agent,
     })
 
 
@@ -157,3 +158,55 @@ def test_a_failing_node_attempt_reports_its_error_class_and_message(harness: Hos
     assert entry["errorClass"] == "ValueError"
     assert entry["errorMessage"] == "the input has no name"
     assert entry["workflow"] == "failing"
+
+
+REPORTING_EXECUTOR = """
+from pi_workflows.plugin import hookimpl
+
+
+class Reporting:
+    def run_agent_step(self, request, signal):
+        return {
+            "output": {"done": True},
+            "provider": "local",
+            "model": "tiny-1",
+            "usage": {"input": 120, "output": 7},
+        }
+
+
+@hookimpl
+def piw_register_agent_executors(register):
+    register("reporting", Reporting)
+"""
+
+AGENT_STEP = """
+from pi_workflows import agent, workflow
+
+WORKFLOW = workflow(name="agentic", start_at="work", nodes={"work": agent("Do it.")}, edges=[])
+"""
+
+
+def test_an_agent_attempt_reports_its_executor_model_and_tokens(harness: HostHarness):
+    record = harness.root / "observed.jsonl"
+    harness.add_plugin("observer", OBSERVER)
+    harness.add_plugin("reporting_executor", REPORTING_EXECUTOR)
+    harness.write_workflow("agentic", AGENT_STEP)
+    harness.start_host(PIW_TEST_RECORD=str(record), PI_WORKFLOWS_AGENT_EXECUTOR="reporting")
+    run_id = harness.start_run("agentic")  # headless: the step goes to the executor
+    harness.wait_for_status(run_id, "completed")
+    entry = wait_until(
+        lambda: next(
+            (e for e in read_jsonl(record) if e["hook"] == "finished" and e["run"] == run_id),
+            None,
+        ),
+        what="the plugin to see the agent step finish",
+    )
+    assert entry["kind"] == "agent" and entry["outcome"] == "completed"
+    assert entry["agent"] == {
+        "executor": "reporting",
+        "provider": "local",
+        "model": "tiny-1",
+        "usage": {"input": 120, "output": 7},
+    }
+    started = next(e for e in read_jsonl(record) if e["hook"] == "started" and e["run"] == run_id)
+    assert started["agent"] is None
