@@ -210,3 +210,36 @@ def test_an_agent_attempt_reports_its_executor_model_and_tokens(harness: HostHar
     }
     started = next(e for e in read_jsonl(record) if e["hook"] == "started" and e["run"] == run_id)
     assert started["agent"] is None
+
+
+def test_cancelling_a_run_finishes_its_running_attempt_as_cancelled(harness: HostHarness):
+    record = harness.root / "observed.jsonl"
+    harness.add_plugin("observer", OBSERVER)
+    harness.write_workflow("steps", STEPS)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = harness.start_run("steps")
+    wait_until(
+        lambda: ("started", "b") in _attempts(read_jsonl(record), run_id),
+        what="the plugin to see node b start",
+    )
+    harness.cli("run", "cancel", run_id)
+    harness.wait_for_status(run_id, "cancelled")
+    wait_until(
+        lambda: ("finished", "b") in _attempts(read_jsonl(record), run_id),
+        what="the plugin to see node b end",
+    )
+    entries = read_jsonl(record)
+    assert _attempts(entries, run_id) == [
+        ("started", "a"),
+        ("finished", "a"),
+        ("started", "b"),
+        ("finished", "b"),
+    ]
+    ended = next(e for e in entries if e.get("hook") == "finished" and e.get("node") == "b")
+    assert ended["outcome"] == "cancelled"
+    assert ended["finishedAt"] >= ended["startedAt"]
+    transitions = [e["new"] for e in entries if e["hook"] == "transition" and e["run"] == run_id]
+    assert transitions[-1] == "cancelled"
+    last_attempt = max(i for i, e in enumerate(entries) if e.get("node") == "b")
+    cancelled_at = max(i for i, e in enumerate(entries) if e.get("new") == "cancelled")
+    assert last_attempt < cancelled_at  # the attempt ends before the run does
