@@ -17,7 +17,7 @@ The record factories (:func:`run_record`, :func:`terminal_facts`, :func:`turn_re
 :func:`channel_context`, …) and :func:`wait_until` are plain functions; import them.
 """
 
-from .crash_points import CrashCase, CrashPoints
+from .crash_points import CrashCase, CrashPoints, channel_effects
 from .factories import (
     AnswerRecorder,
     channel_context,
@@ -41,6 +41,7 @@ __all__ = [
     "WorkflowHome",
     "WorkflowHost",
     "channel_context",
+    "channel_effects",
     "claim",
     "host_info",
     "installed_entry_points",

@@ -19,8 +19,13 @@ import pytest
 from piw_webhook.channel import SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookChannel, sign
 
 from pi_workflows.plugin import ChannelConfigError
-from pi_workflows.testing import WorkflowHost, channel_context
-from pi_workflows.testing.crash_points import CrashCase, CrashPoints, channel_effects
+from pi_workflows.testing import (
+    CrashCase,
+    CrashPoints,
+    WorkflowHost,
+    channel_context,
+    channel_effects,
+)
 
 SECRET = "test-webhook-secret"
 
