@@ -222,8 +222,9 @@ def test_a_restarted_host_leaves_a_waiting_decision_run_to_its_answer(harness: H
     harness.start_host()
     run_id = _start_decision_run(harness, None)
     decision_id = pending_decision(harness, run_id)["decisionId"]
-    workers = harness.workers(run_id)
     harness.stop()
+    # Read after the stop: the worker that parked the run has exited by then.
+    workers = harness.workers(run_id)
     harness.start_host()
     # Once a run started after the restart has completed, the claim passes have been
     # past the waiting run: it was not claimed or relaunched.
