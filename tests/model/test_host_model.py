@@ -48,6 +48,8 @@ from .workflows import AGENT, VETO_PLUGIN, WORKFLOWS
 KINDS = ("chain", "branch", "idempotent", "manual", "checkpoint", "decision", "agent")
 AGENT_MODES = ("submits", "rejects", "never")
 SETTLE_S = 90.0
+# How long a claim the veto plugin allowed may take to start its worker (a loaded machine).
+ASK_TO_START_MS = 10_000
 
 
 class RunModel:
@@ -62,10 +64,7 @@ class RunModel:
         self.faults = 0  # kills that could have caught one of its nodes mid-way
         self.restarts = 0
         self.paused_since: float | None = None  # wall-clock ms of the acknowledged pause
-        # Wall-clock ms of the first resume or restart the test asked for (they claim
-        # through the path the pending "gate" fix closes); infinity: none yet.
-        self.gate_claims_since = float("inf")
-        self.vetoed_since: float | None = None
+        self.vetoed_since: float | None = None  # wall-clock ms the veto file listed it
 
     @property
     def current(self) -> str:
@@ -81,6 +80,7 @@ class HostModel(RuleBasedStateMachine):
         self.host = WorkflowHost(short_temp_dir())
         self.log = self.host.root / "effects.log"
         self.veto_file = self.host.root / "veto"
+        self.asked_file = self.host.root / "veto-asked"
         self.runs: dict[str, RunModel] = {}
         self.winners: dict[str, set[str]] = {}  # decision id -> accepted choices' run ids
         self.limit = 1
@@ -102,7 +102,9 @@ class HostModel(RuleBasedStateMachine):
             host.write_workflow(name, source)
         agent = host.root / "agent.py"
         agent.write_text(AGENT)
-        host.add_plugin("model_veto", VETO_PLUGIN.format(path=str(self.veto_file)))
+        host.add_plugin(
+            "model_veto", VETO_PLUGIN.format(path=str(self.veto_file), asked=str(self.asked_file))
+        )
         # In the home's environment, so a host a later command starts gets them too.
         host.env.update(
             {
@@ -185,7 +187,6 @@ class HostModel(RuleBasedStateMachine):
             return  # finished, or not paused: a refusal in one line is the answer
         if not pause:
             model.paused_since = None
-            model.gate_claims_since = min(model.gate_claims_since, time.time() * 1000 - 1000)
         elif model.paused_since is None:
             model.paused_since = time.time() * 1000
 
@@ -207,7 +208,6 @@ class HostModel(RuleBasedStateMachine):
         except PiWorkflowsError:
             return  # e.g. its terminal message not shown yet, or effects unsettled
         model.restarts += 1  # its new run names this one as its parent
-        model.gate_claims_since = min(model.gate_claims_since, time.time() * 1000 - 1000)
 
     # --- rules: answers ----------------------------------------------------------------
 
@@ -375,42 +375,47 @@ class HostModel(RuleBasedStateMachine):
 
     @invariant()
     def workers_within_the_limit_and_never_for_a_held_run(self) -> None:
+        # A worker occupies a slot while its run holds the claim of the worker's generation:
+        # a run whose own write released the claim (completed, waiting, ...) frees its slot
+        # with that commit, and its worker only exits.
         rows = self._query(
-            "SELECT run_id, started_at, host_epoch FROM run_workers "
-            "WHERE status IN ('starting', 'ready', 'running')"
+            "SELECT w.run_id, w.started_at, w.host_epoch FROM run_workers w "
+            "JOIN leases l ON l.run_id = w.run_id AND l.generation = w.generation "
+            "WHERE l.owner_id IS NOT NULL AND w.status IN ('starting', 'ready', 'running')"
         )
         epochs = Counter(epoch for _, _, epoch in rows)
         current = max(epochs) if epochs else None
-        active = [(run_id, started) for run_id, started, epoch in rows if epoch == current]
-        if len(active) > self.limit:
-            self._known_gate_defect(
-                active, f"{len(active)} workers, limit {self.limit}: {sorted(active)}"
-            )
+        active = sorted((run_id, started) for run_id, started, epoch in rows if epoch == current)
+        assert len(active) <= self.limit, f"{len(active)} workers, limit {self.limit}: {active}"
         for run_id, started_at, _ in rows:
             model = self._model_of(run_id)
             if model is None:
                 continue
-            for what, since in (("paused", model.paused_since), ("vetoed", model.vetoed_since)):
-                if since is not None and started_at >= since:
-                    self._known_gate_defect(
-                        [(run_id, started_at)],
-                        f"{model.kind} run {run_id} got a worker while {what}",
-                    )
+            if model.paused_since is not None and started_at >= model.paused_since:
+                raise AssertionError(f"{model.kind} run {run_id} got a worker while paused")
+            if model.vetoed_since is not None and started_at >= model.vetoed_since:
+                assert self._allowed_before_the_veto(model, started_at), (
+                    f"{model.kind} run {run_id} got a worker while vetoed"
+                )
+
+    def _allowed_before_the_veto(self, model: RunModel, started_at: int) -> bool:
+        """True if the veto plugin's last answer for the run before its worker started was
+        "allow", given before the veto file listed the run and just before the start: the
+        claim pass asked, then the test wrote the veto, then the claim committed."""
+        last: tuple[str, int] | None = None
+        asked = self.asked_file.read_text() if self.asked_file.exists() else ""
+        for line in asked.splitlines():
+            key, verdict, at = line.split()
+            if key == model.key and int(at) <= started_at:
+                last = (verdict, int(at))
+        if last is None:
+            return False
+        verdict, at = last
+        assert model.vetoed_since is not None
+        return verdict == "allow" and at <= model.vetoed_since and started_at - at < ASK_TO_START_MS
 
     def _model_of(self, run_id: str) -> RunModel | None:
         return next((m for m in self.runs.values() if run_id in m.run_ids), None)
-
-    def _known_gate_defect(self, workers: list[tuple[str, int]], failure: str) -> None:
-        """Fail, unless a worker in question was claimed by a resume or a restart the test
-        asked for: the pending "gate" fix (resume and restart claims bypass the worker limit
-        and the piw_may_claim veto). Those are recorded, and the test ends as an xfail
-        naming them; once the fix lands there are none."""
-        for run_id, started_at in workers:
-            model = self._model_of(run_id)
-            if model is not None and model.gate_claims_since <= started_at:
-                KNOWN_DEFECTS.append(failure)
-                return
-        raise AssertionError(failure)
 
     @invariant()
     def state_verifies(self) -> None:
@@ -500,7 +505,6 @@ class HostModel(RuleBasedStateMachine):
 
 
 FIGURES: Counter[str] = Counter()
-KNOWN_DEFECTS: list[str] = []
 
 
 def record_figures(faults: Counter[str], runs: int) -> None:
@@ -518,17 +522,11 @@ def run_model(request: pytest.FixtureRequest, postgres: PostgresServer | None) -
     profile = request.config.getoption("hypothesis_profile", None) or "ci"
     HostModel.TestCase.settings = settings.get_profile(profile)
     HostModel.postgres = postgres
-    KNOWN_DEFECTS.clear()
     try:
         HostModel.TestCase().runTest()
     finally:
         HostModel.postgres = None
         print(f"model figures: {dict(FIGURES)}")
-    if KNOWN_DEFECTS:
-        pytest.xfail(
-            "pending 'gate' fix: a resumed or restarted run was claimed past the worker "
-            f"limit or a veto ({len(KNOWN_DEFECTS)} times; first: {KNOWN_DEFECTS[0]})"
-        )
 
 
 @pytest.mark.integration

@@ -165,18 +165,24 @@ else:
 """
 
 # A claim veto the test toggles: a run whose key is listed in the veto file is not claimed.
+# Every answer is appended to the asked file ("KEY allow|veto MS"), so the test can tell a
+# claim the veto should have stopped from one whose "allow" came just before the veto did.
 VETO_PLUGIN = """
-import json, os
+import time
 from pi_workflows import hookimpl
 
 VETO_FILE = {path!r}
+ASKED_FILE = {asked!r}
 
 @hookimpl
 def piw_may_claim(run, host):
+    key = (run.input or {{}}).get("key") if isinstance(run.input, dict) else None
     try:
         vetoed = set(open(VETO_FILE).read().split())
     except FileNotFoundError:
-        return None
-    key = (run.input or {{}}).get("key") if isinstance(run.input, dict) else None
-    return False if key in vetoed else None
+        vetoed = set()
+    verdict = "veto" if key in vetoed else "allow"
+    with open(ASKED_FILE, "a") as asked:
+        asked.write(f"{{key}} {{verdict}} {{int(time.time() * 1000)}}\\n")
+    return False if verdict == "veto" else None
 """
