@@ -189,6 +189,9 @@ class HostModel(RuleBasedStateMachine):
             model.paused_since = None
         elif model.paused_since is None:
             model.paused_since = time.time() * 1000
+            # A pause stops the run's worker now, like a kill: the node it was in may run
+            # again on resume (an effect in doubt parks instead).
+            model.faults += 1
 
     @rule(key=lineages)
     def cancel(self, key: str) -> None:
