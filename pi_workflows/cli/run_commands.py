@@ -341,7 +341,11 @@ run_group.add_command(
     _control_command("cancel", "cancel_run", "Cancel RUN_ID; a running worker is stopped.")
 )
 run_group.add_command(
-    _control_command("pause", "pause_run", "Pause RUN_ID: its worker stops now, and the node it was in runs again on resume.")
+    _control_command(
+        "pause",
+        "pause_run",
+        "Pause RUN_ID: its worker stops now, and the node it was in runs again on resume.",
+    )
 )
 run_group.add_command(_control_command("resume", "resume_run", "Resume a paused or parked RUN_ID."))
 
