@@ -292,3 +292,27 @@ def test_old_blobs_nothing_references_go_and_those_a_kept_value_nests_stay(store
 
     assert read_json(kept_state) == {"out": big}
     assert state_verify(store) == []
+
+
+def test_a_definition_snapshot_stays_while_a_run_names_it(store, make_run):
+    from pi_workflows.canonical import digest
+    from pi_workflows.storage import read_json
+    from pi_workflows.storage.run_graph import store_definition
+
+    shared = {"name": "shared", "startAt": "a", "nodes": {}, "edges": []}
+    alone = {"name": "alone", "startAt": "a", "nodes": {}, "edges": []}
+    with store.transaction():
+        for run_id, snapshot in (("gone", shared), ("kept", shared), ("only", alone)):
+            store_definition(snapshot, digest(snapshot))
+            make_run(run_id, definition_digest=digest(snapshot))
+        _finish("gone", OLD)
+        _finish("only", OLD)
+    # Old enough that the pass over blobs nothing references would take them too.
+    Blob.update(created_at=OLD).where(Blob.blob_hash.in_([digest(shared), digest(alone)])).execute()
+
+    report = prune(store, CUTOFF, apply=True)
+
+    assert report.runs == 2
+    assert read_json(digest(shared)) == shared  # "kept" still names it
+    assert Blob.get_or_none(Blob.blob_hash == digest(alone)) is None
+    assert state_verify(store) == []

@@ -2,8 +2,8 @@
 
 Workflow modules run user code, so they are imported in a child of the client (under a
 deadline and a memory limit, see `discovery.isolation`) and in workers, never in the
-host; the host only stores the source identity and digest, and the worker verifies both
-before it runs anything.
+host; the host stores the source identity, the digest and the definition snapshot (the
+graph viewers draw), and the worker verifies the source and digest before it runs anything.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def start_payload(
         "workflowRef": entry["name"],
         "workflowSource": entry["source"],
         "definitionDigest": entry["definitionDigest"],
+        "definitionSnapshot": entry["definition"],
         "projectPath": str(project),
         "input": {} if run_input is None else run_input,
         "executionMode": "interactive" if session_id else "headless",

@@ -54,6 +54,8 @@ class DiscoveredWorkflow:
             described["error"] = self.error
             return described
         described["definitionDigest"] = self.definition.definition_digest
+        # The graph a run of it is started with: the host keeps it for viewers.
+        described["definition"] = self.definition.snapshot()
         if isinstance(self.definition.presentation_prompt, str):
             described["presentationPrompt"] = self.definition.presentation_prompt
         return described

@@ -28,6 +28,7 @@ from ..storage.models import (
     Run,
     RunQueue,
 )
+from ..storage.run_graph import run_graph, store_definition
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.transcripts import attempt_transcripts
 from . import epoch_lease, forwarded_commands
@@ -142,6 +143,7 @@ class Operations:
             self.table.register_durable(name, durable)
         for name, query in (
             ("run.status", self.run_status),
+            ("run.graph", self.run_graph),
             ("run.transcript", self.run_transcript),
             ("run.list", self.run_list),
             ("host.status", self.host_status),
@@ -290,13 +292,17 @@ class Operations:
             raise InvalidInputError(
                 f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
             )
+        definition_digest = _text(payload, "definitionDigest")
+        snapshot = payload.get("definitionSnapshot")
+        if snapshot is not None:  # optional: a run started without it has no graph to show
+            store_definition(snapshot, definition_digest)
         run_id = new_run_id(name)
         create_run(
             run_id=run_id,
             workflow_name=name,
             workflow_ref=_text(payload, "workflowRef"),
             workflow_source=source,
-            definition_digest=_text(payload, "definitionDigest"),
+            definition_digest=definition_digest,
             project_path=project,
             input=run_input,
             actor=f"client:{client_id}",
@@ -309,6 +315,9 @@ class Operations:
 
     def run_status(self, request: ClientRequest) -> dict[str, Any]:
         return run_status(request.target_run_id())
+
+    def run_graph(self, request: ClientRequest) -> dict[str, Any]:
+        return run_graph(request.target_run_id())
 
     def run_transcript(self, request: ClientRequest) -> list[dict[str, Any]]:
         node_id = request.payload.get("nodeId")

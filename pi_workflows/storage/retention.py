@@ -242,9 +242,12 @@ def _run_rows(run_ids: list[str]) -> list[tuple[type[peewee.Model], peewee.Expre
 
 
 def _blob_columns(model: type[peewee.Model]) -> list[peewee.Field]:
-    """The columns of `model` that hold a blob's address (`token_hash` is a secret's)."""
+    """The columns of `model` that hold a blob's address (`token_hash` is a secret's; a
+    run's `definition_digest` is its definition snapshot's, see storage/run_graph.py)."""
     return [
-        f for f in model._meta.sorted_fields if f.name.endswith("_hash") and f.name != "token_hash"
+        f
+        for f in model._meta.sorted_fields
+        if (f.name.endswith("_hash") and f.name != "token_hash") or f is Run.definition_digest
     ]
 
 

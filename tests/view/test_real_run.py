@@ -22,11 +22,16 @@ print(json.dumps(json.load(open({path!r}))[os.environ["PI_WORKFLOWS_NODE_ID"]]))
 """
 
 
-def _follow(host: WorkflowHost, replies: dict) -> tuple[list[dict], dict]:
+def use_scripted_agent(host: WorkflowHost, replies: dict) -> None:
+    """Agent steps answer with `replies[node id]` (set before the host starts)."""
     (host.root / "replies.json").write_text(json.dumps(replies))
     (host.root / "agent.py").write_text(AGENT.format(path=str(host.root / "replies.json")))
     host.env["PI_WORKFLOWS_AGENT_EXECUTOR"] = "command"
     host.env["PI_WORKFLOWS_AGENT_COMMAND"] = f"{sys.executable} {host.root / 'agent.py'}"
+
+
+def _follow(host: WorkflowHost, replies: dict) -> tuple[list[dict], dict]:
+    use_scripted_agent(host, replies)
     host.start()
     run_id = host.start_run("branch", {"task": "Tidy up the README."})
     payloads: list[dict] = []
