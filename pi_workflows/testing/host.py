@@ -34,6 +34,8 @@ from .polling import wait_until
 FAST_TIMERS = {"PI_WORKFLOWS_POLL_S": "0.1", "PI_WORKFLOWS_HEARTBEAT_S": "0.5"}
 TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 CLI_TIMEOUT_S = 120
+# A host niced on a loaded 2-core machine can take well over the usual second to listen.
+HOST_START_TIMEOUT_S = 90.0
 
 
 def short_temp_dir() -> Path:
@@ -167,8 +169,8 @@ class WorkflowHost(WorkflowHome):
 
     # --- the host process ------------------------------------------------------------
 
-    def start(self, **extra_env: str) -> subprocess.Popen:
-        """Start the host and return once it answers ``host.status``."""
+    def start(self, *, timeout: float = HOST_START_TIMEOUT_S, **extra_env: str) -> subprocess.Popen:
+        """Start the host and return once it answers ``host.status`` (within `timeout` s)."""
         with open(self.root / "host.log", "ab") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "pi_workflows", "host", "run"],
@@ -181,11 +183,12 @@ class WorkflowHost(WorkflowHome):
         self.host_process = process
         wait_until(
             lambda: self.home.socket_path.exists() or process.poll() is not None,
+            timeout=timeout,
             what="the host socket",
         )
         if process.poll() is not None:
             raise AssertionError(f"host exited early:\n{self.host_log()}")
-        wait_until(self._answers, what="the host to answer")
+        wait_until(self._answers, timeout=timeout, what="the host to answer")
         return process
 
     def _answers(self) -> bool:
