@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime
-import json
 from typing import Any
 
 import click
 
-from ..errors import InvalidInputError
 from .context import CliContext, emit_json, json_option, pass_cli
+from .json_input import parse_json_text
 
 
 @click.group("effects")
@@ -60,15 +59,7 @@ def _shown_status(effect: dict[str, Any]) -> str:
 
 
 def _parse_result(result_json: str | None) -> Any:
-    if result_json is None:
-        return None
-    try:
-        return json.loads(result_json)
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(
-            f"--result-json is not valid JSON ({error.msg} at position {error.pos}); "
-            'quote it, e.g. --result-json \'{"stdout": "done"}\'.'
-        ) from None
+    return None if result_json is None else parse_json_text(result_json, "--result-json")
 
 
 @effects_group.command("confirm")

@@ -149,6 +149,11 @@ def test_a_manual_effect_in_doubt_is_resolved_by_confirming_it(harness: HostHarn
     for bad_args, message in (
         (("effects", "confirm", "effect-nope"), "Effect effect-nope does not exist"),
         (("effects", "confirm", effect["effectId"], "--result-json", "{"), "is not valid JSON"),
+        (("effects", "confirm", effect["effectId"], "--result-json", "NaN"), "NaN or Infinity"),
+        (
+            ("effects", "confirm", effect["effectId"], "--result-json", '{"a": 1, "a": 2}'),
+            "gives the key 'a' twice",
+        ),
     ):
         refused = harness.cli(*bad_args, check=False)
         assert refused.returncode == 1 and message in refused.stderr
