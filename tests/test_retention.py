@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from pi_workflows.clock import now_ms
@@ -21,6 +23,7 @@ from pi_workflows.storage.models import (
 from pi_workflows.storage.retention import DAY_MS, prune
 from pi_workflows.storage.revisions import record_run_change
 from pi_workflows.storage.run_state import TRANSCRIPT_EVENT
+from tests.polling import wait_until
 
 OLD = now_ms() - 40 * DAY_MS
 CUTOFF = now_ms() - 30 * DAY_MS
@@ -316,3 +319,139 @@ def test_a_definition_snapshot_stays_while_a_run_names_it(store, make_run):
     assert read_json(digest(shared)) == shared  # "kept" still names it
     assert Blob.get_or_none(Blob.blob_hash == digest(alone)) is None
     assert state_verify(store) == []
+
+
+# --- a writer reusing a blob while the pruner deletes it (PostgreSQL) -------------------------
+# SQLite has one writer at a time (`BEGIN IMMEDIATE`), so a prune step and a write never
+# overlap there; on PostgreSQL they do, each on its connection (peewee's per thread).
+
+
+@pytest.fixture
+def postgres_store(home_env, postgres_server):
+    from pi_workflows.storage import open_state
+
+    url = postgres_server.create_database(from_template=True)
+    opened = open_state(home_env.home, url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        postgres_server.drop_database(url)
+
+
+SHARED = {"shared": "input both runs carry"}
+
+
+def _old_run_holding_the_shared_blob(store, make_run) -> str:
+    with store.transaction():
+        _finished_run(make_run, "gone", input=SHARED)
+    return Run.get_by_id("gone").input_hash
+
+
+def _on_own_connection(store, work):
+    """`work()` on this thread's own connection, closed afterwards."""
+
+    def run():
+        store.db.connect(reuse_if_open=True)
+        try:
+            return work()
+        finally:
+            store.db.close()
+
+    return run
+
+
+def _waiting_on_a_lock(store) -> bool:
+    """Another connection of this database waits for a lock (as a blocked writer does)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return store.db.execute_sql(query).fetchone()[0] > 0
+
+
+def _the_new_run_reads_back_its_input(store, shared_hash) -> None:
+    from pi_workflows.storage import read_json
+
+    assert not _exists("gone")
+    assert Blob.get_or_none(Blob.blob_hash == shared_hash) is not None
+    assert read_json(Run.get_by_id("new").input_hash) == SHARED
+    assert state_verify(store) == []
+
+
+def test_a_blob_a_writer_reuses_in_an_open_transaction_survives_a_prune(postgres_store, make_run):
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = postgres_store
+    shared_hash = _old_run_holding_the_shared_blob(store, make_run)
+    reused, release = threading.Event(), threading.Event()
+
+    def write():
+        with store.transaction():
+            make_run("new", input=SHARED)  # stores the input: finds the blob stored already
+            reused.set()
+            assert release.wait(60)
+
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            writing = pool.submit(_on_own_connection(store, write))
+            wait_until(
+                lambda: reused.is_set() or writing.done(), what="the writer to reuse the blob"
+            )
+            assert reused.is_set(), writing.result()
+            pruning = pool.submit(
+                _on_own_connection(store, lambda: prune(store, CUTOFF, apply=True))
+            )
+            # The prune runs to its end or waits for the writer; either way, then it commits.
+            wait_until(lambda: pruning.done() or _waiting_on_a_lock(store), what="the prune")
+        finally:
+            release.set()
+        writing.result(timeout=60)
+        assert pruning.result(timeout=60).runs == 1
+
+    _the_new_run_reads_back_its_input(store, shared_hash)
+
+
+def test_a_blob_a_writer_reuses_after_the_prune_checked_it_survives(
+    postgres_store, make_run, monkeypatch
+):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pi_workflows.storage import retention
+
+    store = postgres_store
+    shared_hash = _old_run_holding_the_shared_blob(store, make_run)
+    checked, release = threading.Event(), threading.Event()
+    still_referenced = retention._still_referenced
+
+    def check_then_hold(candidates):
+        referenced = still_referenced(candidates)
+        if shared_hash in candidates:  # nothing references it yet: about to be deleted
+            checked.set()
+            assert release.wait(60)
+        return referenced
+
+    monkeypatch.setattr(retention, "_still_referenced", check_then_hold)
+
+    def write():
+        with store.transaction():
+            make_run("new", input=SHARED)
+
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            pruning = pool.submit(
+                _on_own_connection(store, lambda: prune(store, CUTOFF, apply=True))
+            )
+            wait_until(
+                lambda: checked.is_set() or pruning.done(), what="the prune to check the blob"
+            )
+            assert checked.is_set(), pruning.result()
+            writing = pool.submit(_on_own_connection(store, write))
+            # The writer commits its reference or waits for the prune's lock on the blob.
+            wait_until(lambda: writing.done() or _waiting_on_a_lock(store), what="the writer")
+        finally:
+            release.set()
+        assert pruning.result(timeout=60).runs == 1
+        writing.result(timeout=60)
+
+    _the_new_run_reads_back_its_input(store, shared_hash)

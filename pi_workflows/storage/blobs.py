@@ -84,14 +84,27 @@ def _put_hashed(blob_hash: str, content: bytes, media_type: str) -> str:
     # Content-addressed: insert, and only when the address was taken already compare
     # what is stored with what was asked for (read first for an address seen stored).
     seen = _committed.get(blob_hash) == media_type
-    stored = statements.select_blob(blob_hash) if seen else None
-    if stored is None:
+    if not seen and statements.insert_blob(blob_hash, media_type, content, now_ms()):
+        _note_written(blob_hash, media_type)
+        return blob_hash
+    _reuse(blob_hash, content, media_type)
+    return blob_hash
+
+
+def _reuse(blob_hash: str, content: bytes, media_type: str) -> None:
+    """Take up a blob stored already: compare it with what was asked for and hold its row
+    until the transaction ends, so a prune cannot delete it before this transaction's
+    reference to it commits (`retention` skips a held blob).
+
+    A prune may have deleted it since it was seen (or since the insert found it taken):
+    then it is inserted again. Each turn finds the row gone because a prune deleted it,
+    and a prune deletes only a blob that is not held, so this ends.
+    """
+    while (stored := statements.select_blob(blob_hash, reuse=True)) is None:
         if statements.insert_blob(blob_hash, media_type, content, now_ms()):
             _note_written(blob_hash, media_type)
-            return blob_hash
-        stored = statements.select_blob(blob_hash)
+            return
     _check_stored(blob_hash, stored, media_type, content)
-    return blob_hash
 
 
 def _check_stored(
@@ -130,7 +143,7 @@ def _put_together(contents: list[bytes], media_type: str) -> list[str]:
             if blob_hash in new:
                 _note_written(blob_hash, media_type)
             else:
-                _check_stored(blob_hash, statements.select_blob(blob_hash), media_type, content)
+                _reuse(blob_hash, content, media_type)
     else:
         for blob_hash, content in fresh.items():
             _put_hashed(blob_hash, content, media_type)

@@ -110,8 +110,8 @@ def prune_batches(store: StateStore, report: PruneReport) -> Iterator[None]:
 
     First the lineages, then the blobs older than the cut-off that nothing references any
     more (a run's earlier snapshots, replaced by its later ones while it ran). Each step
-    checks the references again under its write lock, so a blob a new row took up since
-    the plan stays.
+    checks the references again under its locks (`_lock_unheld`), so a blob a new row
+    took up since the plan stays.
     """
     roots = _finished_roots(report.before, None)
     steps: list[Callable[[], None]] = [
@@ -201,12 +201,34 @@ def _prune_batch(batch: list[str], report: PruneReport) -> None:
 
 def _delete_unreferenced(candidates: set[str], report: PruneReport) -> None:
     """Delete the blobs of `candidates` that no remaining row references."""
-    doomed = candidates - _still_referenced(candidates)
+    locked = _lock_unheld(candidates)
+    doomed = locked - _still_referenced(locked)
     for chunk in _chunks(sorted(doomed)):
         report.blobs += len(chunk)
         size = Blob.select(peewee.fn.SUM(Blob.byte_length)).where(Blob.blob_hash.in_(chunk))
         report.bytes += int(size.scalar() or 0)
         Blob.delete().where(Blob.blob_hash.in_(chunk)).execute()
+
+
+def _lock_unheld(candidates: set[str]) -> set[str]:
+    """Lock the rows of `candidates` that no writer holds, for deletion; returns them.
+
+    A writer that takes up a stored blob holds its row until it commits (`blobs._reuse`,
+    the row lock a foreign key would take, which nested references could not have). So
+    after this lock, the reference check sees every writer that took one of these up and
+    committed; a writer that has not committed yet holds its blob, which is skipped (and
+    left to a later prune if that writer rolls back), and a writer that comes later waits
+    for this transaction and stores the blob again if it was deleted. Skipping rather than
+    waiting keeps a prune step from queueing behind a writer's transaction. On SQLite the
+    transaction's write lock shuts every other writer out already.
+    """
+    found: set[str] = set()
+    for chunk in _chunks(sorted(candidates)):
+        query = Blob.select(Blob.blob_hash).where(Blob.blob_hash.in_(chunk))
+        if Blob._meta.database.for_update:
+            query = query.for_update("FOR UPDATE SKIP LOCKED")
+        found.update(row[0] for row in query.tuples())
+    return found
 
 
 # Rows that belong to a run, children before their parents; the second item selects the

@@ -100,8 +100,20 @@ def insert_blobs(blobs: list[tuple[str, str, bytes]], stamp: int) -> set[str]:
     return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), params)}
 
 
-def select_blob(blob_hash: str) -> tuple[str, int, bytes] | None:
-    found = rows(SELECT_BLOB, (blob_hash,))
+# A blob row locked against deletion until the transaction ends (PostgreSQL's weakest row
+# lock: it lets other writers share it and only a delete or key change wait).
+SELECT_BLOB_TO_REUSE = SELECT_BLOB + " FOR KEY SHARE"
+
+
+def select_blob(blob_hash: str, *, reuse: bool = False) -> tuple[str, int, bytes] | None:
+    """The stored (media type, length, content) of a blob, or None.
+
+    With `reuse`, the row is held until the transaction ends, so a prune running alongside
+    cannot delete the blob this transaction is about to reference (on SQLite the
+    transaction's write lock shuts every other writer out already).
+    """
+    locking = reuse and database_proxy.obj.for_update
+    found = rows(SELECT_BLOB_TO_REUSE if locking else SELECT_BLOB, (blob_hash,))
     if not found:
         return None
     media_type, byte_length, content = found[0]
