@@ -20,6 +20,7 @@ PLUGIN_PACKAGES = {
     "pi-workflows-audit": "piw_audit",
     "pi-workflows-webhook": "piw_webhook",
     "pi-workflows-markdown": "piw_markdown",
+    "pi-workflows-otel": "piw_otel",
     "pi-workflows-pi": "piw_pi",
 }
 PI_PACKAGE_DIR = REPO_ROOT / "plugins" / "pi-workflows-pi"
