@@ -1,6 +1,7 @@
 /** The host link against a real Unix socket server speaking the client protocol. */
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -191,5 +192,53 @@ describe("HostConnection", () => {
 		const connection = await connect(socketPath);
 		await assert.rejects(connection.request("run.start", { big: "x".repeat(1024 * 1024) }), /larger than 1 MiB/);
 		assert.deepEqual(lines, []);
+	});
+
+	/** A host whose run.list receipt holds `big` as a content reference, read in 100-byte chunks. */
+	async function hostWithContent(big: unknown, tamper = false): Promise<{ socketPath: string; reads: number[] }> {
+		const data = Buffer.from(JSON.stringify(big));
+		const sha256 = createHash("sha256").update(data).digest("hex");
+		const reads: number[] = [];
+		const { socketPath } = await host((frame, _line, socket) => {
+			const payload = frame.payload as Frame;
+			if (frame.operation === "content.read") {
+				const offset = payload.offset as number;
+				reads.push(offset);
+				const chunk = Buffer.from(data.subarray(offset, offset + 100));
+				if (tamper && offset === 0) chunk[0] ^= 1;
+				const receipt = { sha256, offset, chunk: chunk.toString("base64"), nextOffset: offset + chunk.length };
+				reply(socket, { type: "response", requestId: frame.requestId, outcome: "accepted", receipt });
+				return;
+			}
+			const receipt = {
+				runs: [{ runId: "run-1", finalOutput: { $content: { sha256, bytes: data.length } } }],
+				// A user value with a "$content" key of its own, wrapped by the host.
+				literal: { $escaped: { $content: "just text" } },
+			};
+			reply(socket, { type: "response", requestId: frame.requestId, outcome: "accepted", receipt });
+		});
+		return { socketPath, reads };
+	}
+
+	test("content references in a receipt are read back in chunks; escaped user values are unwrapped", async () => {
+		const big = { text: "y".repeat(450), nested: { $escaped: { $escaped: 1 } } };
+		const { socketPath, reads } = await hostWithContent(big);
+		const connection = await connect(socketPath);
+		const response = await connection.request("run.list", {});
+		assert.deepEqual(response.receipt, {
+			runs: [{ runId: "run-1", finalOutput: { text: "y".repeat(450), nested: { $escaped: 1 } } }],
+			literal: { $content: "just text" },
+		});
+		assert.deepEqual(reads, [0, 100, 200, 300, 400]);
+	});
+
+	test("content that does not match its sha256 fails the request with one line", async () => {
+		const { socketPath } = await hostWithContent({ text: "z".repeat(300) }, true);
+		const connection = await connect(socketPath);
+		await assert.rejects(
+			connection.request("run.list", {}),
+			(error: unknown) => error instanceof HostProtocolError && /does not match its sha256; repeat the request\.$/.test(error.message),
+		);
+		assert.ok(connection.isOpen);
 	});
 });

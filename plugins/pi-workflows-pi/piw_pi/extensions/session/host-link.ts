@@ -8,7 +8,8 @@ import { execFile } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import net from "node:net";
 import { canonicalJson } from "./canonical.js";
-import { checkResponse, type HostResponse, isObject } from "./envelope.js";
+import { checkResponse, HostProtocolError, type HostResponse, isObject } from "./envelope.js";
+import { materialize, needsDecoding } from "./receipt-content.js";
 
 export type { HostResponse } from "./envelope.js";
 
@@ -218,11 +219,7 @@ export class HostConnection {
 			if (waiter) {
 				this.pending.delete(message.requestId);
 				clearTimeout(waiter.timer);
-				try {
-					waiter.resolve(checkResponse(message, waiter.operation));
-				} catch (error) {
-					waiter.reject(error as Error);
-				}
+				void this.settle(message, waiter);
 			}
 		} else if (message.type === "event") {
 			try {
@@ -231,6 +228,27 @@ export class HostConnection {
 				this.onEventError(error as Error);
 			}
 		}
+	}
+
+	/** Resolve `waiter` with the checked response, its content references read back first. */
+	private async settle(message: Record<string, unknown>, waiter: Pending): Promise<void> {
+		try {
+			let response = message;
+			if (needsDecoding(message.receipt)) {
+				response = { ...message, receipt: await materialize(message.receipt, (...at) => this.readChunk(...at)) };
+			}
+			waiter.resolve(checkResponse(response, waiter.operation));
+		} catch (error) {
+			waiter.reject(error as Error);
+		}
+	}
+
+	private async readChunk(sha256: string, bytes: number, offset: number): Promise<unknown> {
+		const response = await this.request("content.read", { sha256, bytes, offset });
+		if (!isOk(response)) {
+			throw new HostProtocolError(`The workflow host could not send content ${sha256.slice(0, 16)}…: ${response.error ?? response.outcome}`);
+		}
+		return response.receipt;
 	}
 
 	request(operation: string, payload: Record<string, unknown>, options: RequestOptions = {}): Promise<HostResponse> {
