@@ -39,8 +39,8 @@ def bounded_terminal_facts(facts: TerminalFacts) -> TerminalFacts:
     the facts do not have stay absent."""
     bounded: dict[str, Any] = dict(facts)
     for key, what in (("input", "input"), ("finalOutput", "result"), ("error", "error")):
-        if key in facts:
-            bounded[key] = quoted(facts[key], what)
+        if key in bounded:
+            bounded[key] = quoted(bounded[key], what)
     if "earlierOutcomes" in facts:
         bounded["earlierOutcomes"] = [
             {

@@ -7,6 +7,7 @@ error naming the limit, never a crash loop further down.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .canonical import canonical_json
@@ -25,6 +26,7 @@ def json_depth(value: Any, stop_after: int = MAX_JSON_DEPTH) -> int:
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, (list, tuple)):

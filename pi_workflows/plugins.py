@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import importlib
 import importlib.metadata
 import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import CodeType, TracebackType
 from typing import Any, NoReturn
 
 import pluggy
@@ -27,13 +28,12 @@ from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from .errors import PiWorkflowsError, PluginError, PluginLoadError, UnansweredHookError
 from .hook_deadline import DeadlineRunner, HookCalls
-from .plugin_set import (  # noqa: F401  (plugin_set_digest: the façade's name for it)
-    DISABLE_ENV,
-    ENTRY_POINT_GROUP,
-    PLUGINS_ENV,
-    names_from_env,
-    plugin_set_digest,
-)
+
+# `X as X`: re-exported, the rest of the code names these through the façade.
+from .plugin_set import DISABLE_ENV as DISABLE_ENV
+from .plugin_set import ENTRY_POINT_GROUP, names_from_env
+from .plugin_set import PLUGINS_ENV as PLUGINS_ENV
+from .plugin_set import plugin_set_digest as plugin_set_digest
 from .records import NodeAttemptRecord, TerminalFacts, WorkerLaunchEnvelope
 
 DEBUG_HOOKS_ENV = "PI_WORKFLOWS_DEBUG_HOOKS"
@@ -103,7 +103,7 @@ def load_plugins() -> PluginRegistry:
         _register_guarded(
             registry,
             module_name,
-            lambda module_name=module_name: importlib.import_module(module_name),
+            functools.partial(importlib.import_module, module_name),
             PluginSource("env"),
             hint=f"named in {PLUGINS_ENV}",
         )
@@ -122,11 +122,18 @@ def _trace_hook_calls(manager: pluggy.PluginManager) -> None:
     ids, which never go to a log.
     """
 
-    def before(hook_name: str, hook_impls: list[Any], kwargs: dict[str, Any]) -> None:
+    def before(
+        hook_name: str, hook_impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]
+    ) -> None:
         order = [impl.plugin_name for impl in reversed(hook_impls)]
         _trace_call(hook_name, kwargs, order)
 
-    def after(outcome: Any, hook_name: str, hook_impls: list[Any], kwargs: Any) -> None:
+    def after(
+        outcome: pluggy.Result[Any],
+        hook_name: str,
+        hook_impls: Sequence[pluggy.HookImpl],
+        kwargs: Mapping[str, Any],
+    ) -> None:
         if outcome.exception is not None:
             _debug_line(f"{hook_name} raised {type(outcome.exception).__name__}")
         else:
@@ -135,7 +142,7 @@ def _trace_hook_calls(manager: pluggy.PluginManager) -> None:
     manager.add_hookcall_monitoring(before, after)
 
 
-def _trace_call(hook_name: str, kwargs: dict[str, Any], order: list[str]) -> None:
+def _trace_call(hook_name: str, kwargs: Mapping[str, Any], order: list[str]) -> None:
     arguments = ", ".join(f"{name}={_shape(value)}" for name, value in kwargs.items())
     _debug_line(f"{hook_name}({arguments}) calls {' -> '.join(order) or 'nobody'}")
 
@@ -303,6 +310,8 @@ def temporary_plugin(plugin: object, name: str | None = None) -> Iterator[str]:
     """Register `plugin` for the duration of a block (tests, embedding)."""
     manager = registry().manager
     registered_name = manager.register(plugin, name=name)
+    if registered_name is None:  # pluggy's answer for a name set_blocked() refuses
+        raise PluginError(f"Plugin {name!r} is blocked; it cannot be registered.")
     _refuse_wrappers(manager, registered_name)
     try:
         yield registered_name
@@ -364,7 +373,9 @@ def describe_hooks() -> list[dict[str, Any]]:
 def _culprit(hook_name: str, tb: TracebackType | None) -> str:
     """Name the plugin whose hook implementation appears in the traceback."""
     caller = getattr(registry().manager.hook, hook_name)
-    code_owner = {impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()}
+    code_owner: dict[CodeType, str] = {
+        impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()
+    }
     for frame, _ in traceback.walk_tb(tb):
         if frame.f_code in code_owner:
             return code_owner[frame.f_code]
@@ -653,7 +664,12 @@ def unproductive_turn_limit(run: Any, node_id: str) -> int:
 
 
 def presentation_instructions(run: Any, facts: TerminalFacts) -> str:
-    return _call_required("piw_presentation_instructions", run=run, facts=facts)
+    instructions = _call_required("piw_presentation_instructions", run=run, facts=facts)
+    if not isinstance(instructions, str):
+        raise PluginError(
+            f"piw_presentation_instructions must return text, got {instructions!r:.80}."
+        )
+    return instructions
 
 
 def render_terminal_message(facts: TerminalFacts, instructions: str) -> Any:

@@ -93,8 +93,8 @@ class _DecodedOnFirstRead:
 
 # Attached after the dataclass is made, so the fields keep no default and the generated
 # methods (``__init__``, ``__eq__``, ``__repr__``) stay as they are.
-RunRecord.input = _DecodedOnFirstRead("input")  # type: ignore[method-assign]
-RunRecord.launch_options = _DecodedOnFirstRead("launch_options")  # type: ignore[method-assign]
+RunRecord.input = _DecodedOnFirstRead("input")
+RunRecord.launch_options = _DecodedOnFirstRead("launch_options")  # type: ignore[assignment]  # a descriptor in the field's place
 
 
 def stored_run_record(

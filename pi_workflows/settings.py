@@ -21,7 +21,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import tomli_w
 
@@ -274,6 +274,18 @@ class Settings:
     def __getitem__(self, key: str) -> Value:
         return self._resolved[setting(key).key].value
 
+    def integer(self, key: str) -> int:
+        return _kind(key, self[key], int)
+
+    def number(self, key: str) -> float:
+        return _kind(key, self[key], float)
+
+    def text(self, key: str) -> str:
+        return _kind(key, self[key], str)
+
+    def switch(self, key: str) -> bool:
+        return _kind(key, self[key], bool)
+
     def source(self, key: str) -> Source:
         return self._resolved[setting(key).key].source
 
@@ -304,6 +316,19 @@ class Settings:
             for key, item in self._resolved.items()
             if item.setting.host_level
         }
+
+
+_K = TypeVar("_K", int, float, str, bool)
+
+
+def _kind(key: str, found: Value, kind: type[_K]) -> _K:
+    """`found` as the `kind` the caller reads setting `key` as (an int is a number too);
+    a TypeError when the registry's parser gives another kind: a bug, not bad input."""
+    if kind is float and isinstance(found, int) and not isinstance(found, bool):
+        return kind(found)
+    if isinstance(found, kind) and (kind is bool or not isinstance(found, bool)):
+        return found
+    raise TypeError(f"Setting {key} is not read as {kind.__name__}: {found!r}.")
 
 
 def _as_text(value: Value) -> str:
@@ -345,6 +370,27 @@ def value(key: str) -> Value:
     item = setting(key)
     path = settings_path()
     return resolve_one(item, os.environ, _current_file(path), path).value
+
+
+def integer(key: str) -> int:
+    """`value(key)` of an integer setting."""
+    return _kind(key, value(key), int)
+
+
+def number(key: str) -> float:
+    """`value(key)` of a number setting."""
+    return _kind(key, value(key), float)
+
+
+def text(key: str) -> str:
+    """`value(key)` of a text setting with a default."""
+    return _kind(key, value(key), str)
+
+
+def optional_text(key: str) -> str | None:
+    """`value(key)` of a text setting without a default: None when it is not set."""
+    found = value(key)
+    return None if found is None else _kind(key, found, str)
 
 
 def differences(host_fingerprints: Mapping[str, str], env: Mapping[str, str]) -> list[Setting]:

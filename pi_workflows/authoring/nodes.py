@@ -153,6 +153,18 @@ class Node:
     def is_shell(self) -> bool:
         return self.exec is not None
 
+    def call(self, ctx: Any) -> Any:
+        """The node's `run` function on `ctx` (a compute node, a function action)."""
+        if self.run is None:
+            raise TypeError(f"This {self.node_type} node has no run function to call.")
+        return self.run(ctx)
+
+    def shell_spec(self, ctx: Any) -> Mapping[str, Any]:
+        """The command a shell action runs, from its `exec` function on `ctx`."""
+        if self.exec is None:
+            raise TypeError(f"This {self.node_type} node has no exec function to call.")
+        return self.exec(ctx)
+
     def snapshot(self) -> dict[str, Any]:
         """The node in a definition snapshot: fixed values only, functions omitted."""
         shape: dict[str, Any] = {"nodeType": self.node_type, "timeoutMs": self.timeout_ms}

@@ -49,7 +49,7 @@ class CommandExecutor:
 
 
 def command_executor() -> CommandExecutor:
-    raw = settings.value("agent_command")
+    raw = settings.optional_text("agent_command")
     if raw is None:
         # The default executor of a host started without settings: say how to pick one.
         raise AgentExecutorError(

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ..hookspecs import hookimpl
-from ..records import RunRecord, WorkerProcessSpec, WorkerRunCommand, WorkerSettings
+from ..records import (
+    RunRecord,
+    WorkerLaunchEnvelope,
+    WorkerProcessSpec,
+    WorkerRunCommand,
+    WorkerSettings,
+)
 from ..worker.command import LAUNCH_ENV, worker_argv, worker_pythonpath
 
 __all__ = ["LAUNCH_ENV", "piw_worker_process", "piw_worker_run_command"]
@@ -37,7 +42,9 @@ def piw_worker_run_command(
 
 
 @hookimpl(trylast=True)
-def piw_worker_process(envelope: dict[str, Any], settings: WorkerSettings) -> WorkerProcessSpec:
+def piw_worker_process(
+    envelope: WorkerLaunchEnvelope, settings: WorkerSettings
+) -> WorkerProcessSpec:
     env = {LAUNCH_ENV: json.dumps(envelope), "PYTHONPATH": worker_pythonpath()}
     return WorkerProcessSpec(
         argv=worker_argv(settings.python),

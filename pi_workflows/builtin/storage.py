@@ -21,7 +21,7 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database:
     if url.startswith(("postgresql://", "postgres://")):
         # Imported here: workers load this plugin but never open a database.
         import peewee
-        from playhouse.db_url import connect
+        from playhouse.db_url import connect  # type: ignore[import-untyped]  # no stubs
 
         # A server that is down or unreachable is told within seconds, not after the
         # operating system's TCP timeout: the host's event loop waits on the connect

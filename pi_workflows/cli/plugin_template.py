@@ -177,7 +177,7 @@ def _stub(hook: str) -> str:
     if len(definition) > 100:  # wrapped the way ruff format wraps it
         parameters, returns = signature[1:].split(") -> ")
         definition = f"def {hook}(\n    {parameters}\n) -> {returns}:"
-    summary = inspect.getdoc(spec).split("\n\n")[0]
+    summary = (inspect.getdoc(spec) or "").split("\n\n")[0]
     doc = textwrap.indent(f"{summary}\n\nSee pi_workflows.hookspecs.{hook}.", "    ").lstrip()
     if signature.endswith("-> None"):
         body = ""

@@ -197,7 +197,8 @@ def _print_waiting(status: dict[str, Any], client: WorkflowClient) -> None:
         click.echo(f"{run_id}: {continued_as(status['continuation'])}")
         return
     why = client.why_run(run_id)
-    request = status.get("finalOutput") if isinstance(status.get("finalOutput"), dict) else {}
+    output = status.get("finalOutput")
+    request: dict[str, Any] = output if isinstance(output, dict) else {}
     # At a decision, the run's output is the decision's request record.
     if why["code"] == "decision" and request.get("decisionId"):
         click.echo(f"{run_id}: waiting for a decision: {request.get('title')}")

@@ -132,7 +132,7 @@ def prune_command(
 
 
 def _age_ms(older_than: str | None) -> int:
-    text = older_than if older_than is not None else settings.resolve()["retention"]
+    text = older_than if older_than is not None else settings.resolve().text("retention")
     try:
         age = duration_ms(text)
     except ValueError as error:

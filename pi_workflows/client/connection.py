@@ -244,7 +244,8 @@ class HostConnection:
         answer = self.request("content.read", {"sha256": sha256, "bytes": size, "offset": offset})
         if not answer.ok:
             raise ContentError(answer.error or f"Reading content {sha256[:16]}… failed.")
-        return answer.receipt
+        chunk: dict[str, Any] = answer.receipt
+        return chunk
 
     def close(self) -> None:
         # Shut the socket down first: a thread blocked reading events then wakes up and

@@ -57,7 +57,7 @@ def follow_run(
                     continue
                 if event.get("event") != "run_progress":
                     continue
-                payload = event["payload"]
+                payload: dict[str, Any] = event["payload"]
                 revision = max(revision, payload["revision"])
                 on_progress(payload)
                 if payload["settled"]:

@@ -36,7 +36,7 @@ class SessionConnection(HostConnection):
     def __init__(self, socket_path: Any, timeout_s: float = 30.0) -> None:
         self.events: collections.deque[dict[str, Any]] = collections.deque()
         self.timeout_s = timeout_s
-        self._inbox: queue.Queue[Any] | None = None
+        self._inbox: queue.Queue[dict[str, Any] | Exception] | None = None
         super().__init__(socket_path, timeout_s)
         self._sock.settimeout(None)
         self._inbox = queue.Queue()
@@ -149,11 +149,13 @@ class SessionClient:
     def send(self, operation: str, payload: dict[str, Any], **kwargs: Any) -> Response:
         return self._conn().request(operation, payload, **kwargs)
 
-    def _call(self, operation: str, payload: dict[str, Any], **kwargs: Any) -> Any:
+    def _call(self, operation: str, payload: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """The receipt of an operation whose receipt the protocol defines as an object."""
         reply = self.send(operation, payload, **kwargs)
         if not reply.ok:
             raise RequestFailed(reply)
-        return reply.receipt
+        receipt: dict[str, Any] = reply.receipt
+        return receipt
 
     def _take_events(self, timeout_s: float) -> bool:
         """Apply pushed snapshots; True if at least one arrived."""
@@ -187,7 +189,8 @@ class SessionClient:
         return self.view
 
     def message(self, message_id: str) -> dict[str, Any]:
-        for message in self.view.get("workflowMessages", []):
+        messages: list[dict[str, Any]] = self.view.get("workflowMessages", [])
+        for message in messages:
             if message["workflowMessageId"] == message_id:
                 return message
         raise PiWorkflowsError(f"Workflow message {message_id} is not in the session view.")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, cast
 
 from ..errors import (
     ClientClosedError,
@@ -79,7 +79,8 @@ def checked_run_view(view: Any, run_id: str | None = None) -> dict[str, Any]:
         raise HostProtocolError(
             f"The workflow host sent an invalid run view for {run_id or 'a run'}: {fault}."
         )
-    return view
+    checked: dict[str, Any] = view
+    return checked
 
 
 class WorkflowClient:
@@ -134,6 +135,18 @@ class WorkflowClient:
             raise RequestFailed(response)
         return response.receipt
 
+    def call_object(
+        self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """`call` for an operation whose receipt the protocol defines as a JSON object."""
+        return cast(dict[str, Any], self.call(operation, payload, **kwargs))
+
+    def call_list(
+        self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """`call` for an operation whose receipt the protocol defines as a list of objects."""
+        return cast(list[dict[str, Any]], self.call(operation, payload, **kwargs))
+
     def send(
         self, operation: str, payload: dict[str, Any] | None = None, **kwargs: Any
     ) -> Response:
@@ -165,7 +178,10 @@ class WorkflowClient:
 
         Returns ``[{runId, status}, ...]`` in the order of `payloads`.
         """
-        return self.call("run.startBatch", {"runs": payloads}, **kwargs)["runs"]
+        runs: list[dict[str, Any]] = self.call_object(
+            "run.startBatch", {"runs": payloads}, **kwargs
+        )["runs"]
+        return runs
 
     def start_runs_pipelined(self, payloads: list[dict[str, Any]]) -> list[Response]:
         """Start each run with its own `run.start` request, sending the next requests
@@ -221,12 +237,12 @@ class WorkflowClient:
 
     def why_run(self, run_id: str) -> dict[str, Any]:
         """What holds the run now: `{runId, status, reason, code, since, until, next}`."""
-        return self.call("run.why", {}, run_id=run_id)
+        return self.call_object("run.why", {}, run_id=run_id)
 
     def run_transcript(self, run_id: str, node_id: str | None = None) -> list[dict[str, Any]]:
         """The stored agent transcripts of the run's attempts (only `node_id`'s when given)."""
         payload = {} if node_id is None else {"nodeId": node_id}
-        return self.call("run.transcript", payload, run_id=run_id)
+        return self.call_list("run.transcript", payload, run_id=run_id)
 
     def list_runs(
         self,
@@ -245,13 +261,13 @@ class WorkflowClient:
         return [checked_run_view(run) for run in runs]
 
     def cancel_run(self, run_id: str) -> dict[str, Any]:
-        return self.call("run.cancel", {}, run_id=run_id)
+        return self.call_object("run.cancel", {}, run_id=run_id)
 
     def pause_run(self, run_id: str) -> dict[str, Any]:
-        return self.call("run.pause", {}, run_id=run_id)
+        return self.call_object("run.pause", {}, run_id=run_id)
 
     def resume_run(self, run_id: str) -> dict[str, Any]:
-        return self.call("run.resume", {}, run_id=run_id)
+        return self.call_object("run.resume", {}, run_id=run_id)
 
     def restart_run(
         self, run_id: str, expected_revision: int, workflow_message_id: str | None = None
@@ -262,14 +278,16 @@ class WorkflowClient:
         (`run_status(run_id)["revision"]`); a run that changed since is a conflict.
         """
         payload = {} if workflow_message_id is None else {"workflowMessageId": workflow_message_id}
-        return self.call("run.restart", payload, run_id=run_id, expected_revision=expected_revision)
+        return self.call_object(
+            "run.restart", payload, run_id=run_id, expected_revision=expected_revision
+        )
 
     def answer_checkpoint(self, run_id: str, answer: Any) -> dict[str, Any]:
         """Answer RUN's checkpoint; returns `{parentRunId, runId}` of its continuation."""
-        return self.call("checkpoint.answer", {"input": answer}, run_id=run_id)
+        return self.call_object("checkpoint.answer", {"input": answer}, run_id=run_id)
 
     def list_decisions(self, *, include_resolved: bool = False) -> list[dict[str, Any]]:
-        return self.call("decision.list", {"all": include_resolved})
+        return self.call_list("decision.list", {"all": include_resolved})
 
     def answer_decision(
         self, decision_id: str, choice: str, input: Any = None, **source: Any
@@ -288,21 +306,21 @@ class WorkflowClient:
     ) -> list[dict[str, Any]]:
         """Effects newest first, optionally only those with `status` or of one run."""
         payload = {k: v for k, v in (("status", status), ("runId", run_id)) if v is not None}
-        return self.call("effects.list", payload)
+        return self.call_list("effects.list", payload)
 
     def confirm_effect(self, effect_id: str, result: Any = None) -> dict[str, Any]:
         """An effect in doubt did happen: its node completes with `result`."""
-        return self.call("effects.confirm", {"effectId": effect_id, "result": result})
+        return self.call_object("effects.confirm", {"effectId": effect_id, "result": result})
 
     def retry_effect(self, effect_id: str) -> dict[str, Any]:
         """An effect in doubt did not happen: its node runs it again."""
-        return self.call("effects.retry", {"effectId": effect_id})
+        return self.call_object("effects.retry", {"effectId": effect_id})
 
     def host_status(self) -> dict[str, Any]:
-        return self.call("host.status")
+        return self.call_object("host.status")
 
     def stop_host(self) -> dict[str, Any]:
-        return self.call("host.stop")
+        return self.call_object("host.stop")
 
     def wait_for_run(
         self,
@@ -340,7 +358,7 @@ class WorkflowClient:
 
     def _statuses(
         self, run_id: str, deadline: float | None, poll_s: float
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Generator[dict[str, Any], None, None]:
         """The run's status objects as they change, at least one, until `deadline`."""
         try:
             if (yield from self._pushed_statuses(run_id, deadline)):

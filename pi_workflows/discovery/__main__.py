@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..parent_death import die_with_parent
 from . import PARENT_PID_ENV, describe_all, describe_one
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get(PARENT_PID_ENV):
         die_with_parent(int(os.environ[PARENT_PID_ENV]))
     project = Path(arguments.project).resolve()
+    answer: dict[str, Any] | list[dict[str, Any]]
     if arguments.command == "resolve":
         answer = describe_one(arguments.name, project)
     else:

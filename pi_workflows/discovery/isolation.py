@@ -24,11 +24,11 @@ from ..parent_death import die_with_parent
 
 
 def load_timeout_s() -> float:
-    return settings.value("discovery_timeout_s")
+    return settings.number("discovery_timeout_s")
 
 
 def memory_limit_bytes() -> int:
-    return int(settings.value("discovery_memory_mb") * 1024 * 1024)
+    return int(settings.number("discovery_memory_mb") * 1024 * 1024)
 
 
 def describe_isolated(

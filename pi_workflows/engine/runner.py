@@ -305,7 +305,11 @@ class Engine:
         parent_info = self.backend.read_run_state(parent_run_id)
         parent = parent_info["state"] or {}
         checkpoint_id = parent.get("waitingOn")
-        if parent.get("status") != "waiting" or checkpoint_id not in self.definition.nodes:
+        if (
+            parent.get("status") != "waiting"
+            or checkpoint_id is None
+            or checkpoint_id not in self.definition.nodes
+        ):
             raise InvalidInputError(
                 f"Workflow run {parent_run_id} is not waiting at a checkpoint, so it cannot "
                 "be continued."
@@ -952,7 +956,7 @@ class Engine:
     def _dispatch(self, attempt: _Attempt, ctx: NodeContext) -> Any:
         node = attempt.node
         if node.node_type == "compute":
-            return node.run(ctx)
+            return node.call(ctx)
         if node.node_type == "notify":
             return self._notify(attempt, ctx)
         if node.node_type == "action":
@@ -996,7 +1000,7 @@ class Engine:
     def _action(self, attempt: _Attempt, ctx: NodeContext) -> Any:
         node = attempt.node
         assert node.effect is not None
-        spec = node.exec(ctx) if node.is_shell else None
+        spec = node.shell_spec(ctx) if node.is_shell else None
         visit = 1 + sum(1 for step in ctx.state["steps"] if step["nodeId"] == attempt.node_id)
         reservation = self._call(
             attempt,
@@ -1022,10 +1026,10 @@ class Engine:
             raw = reservation["result"]
         else:
             attempt.effect = {"effectId": reservation["effectId"], "policy": node.effect.policy}
-            if node.is_shell:
+            if spec is not None:
                 raw = run_shell(spec, attempt.signal)
             else:
-                raw = node.run(ctx)
+                raw = node.call(ctx)
             raw = _as_json(raw, f"The result of action {attempt.node_id!r}")
             attempt.effect_result, attempt.has_effect_result = raw, True
         if node.is_shell:

@@ -91,7 +91,8 @@ class _BoundedReader(threading.Thread):
 
     def run(self) -> None:
         # Keep reading past the limit so the command never blocks on a full pipe.
-        for chunk in iter(lambda: self.pipe.read1(65536), b""):
+        # A Popen pipe is a BufferedReader; read1 returns what is there without waiting.
+        for chunk in iter(lambda: self.pipe.read1(65536), b""):  # type: ignore[attr-defined]
             room = self.limit - self.kept
             if room > 0:
                 self.chunks.append(chunk[:room])
@@ -165,6 +166,7 @@ def run_shell(spec: Mapping[str, Any], abort: AbortSignal, kind: str = "shell") 
         )
     except OSError as exc:
         raise ShellCommandFailed(f"Cannot run {spec['command']!r}: {exc.strerror}") from exc
+    assert process.stdout is not None and process.stderr is not None  # both are PIPEs
     readers = [_BoundedReader(process.stdout, limit), _BoundedReader(process.stderr, limit)]
     for reader in readers:
         reader.start()

@@ -115,6 +115,7 @@ def _large_leaves(value: Any, path: tuple = ()) -> list[tuple[int, tuple]]:
     size = len(canonical_json(value).encode("utf-8"))
     if size < MIN_REFERENCE_BYTES:
         return []
+    children: list[tuple[tuple[str | int, ...], Any]]
     if isinstance(value, dict) and ESCAPE_KEY in value:
         inner = value[ESCAPE_KEY]
         children = [((ESCAPE_KEY, key), child) for key, child in inner.items()]

@@ -42,8 +42,8 @@ from .. import plugins
 from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
-from ..records import ChannelContext, ChannelSettings
-from ..settings import value as setting_value
+from ..records import AnswerResult, ChannelContext, ChannelSettings
+from ..settings import number as setting_number
 from ..storage import decision_records
 from ..storage.models import HumanDecision
 
@@ -218,7 +218,7 @@ class ChannelRunner:
         self.config_error: str | None = None
         self.start_errors: dict[str, str] = {}
         self._marked_interrupted = False
-        self.call_timeout_s = setting_value("channel_call_timeout_s")
+        self.call_timeout_s = setting_number("channel_call_timeout_s")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
 
@@ -292,10 +292,10 @@ class ChannelRunner:
 
     # --- answers and store calls from channel threads ------------------------------------
 
-    def _report_answer_for(self, channel: str) -> Callable[..., dict[str, Any]]:
+    def _report_answer_for(self, channel: str) -> Callable[..., AnswerResult]:
         def report_answer(
             decision_id: str, choice: str, input: Any = None, *, actor: str
-        ) -> dict[str, Any]:
+        ) -> AnswerResult:
             response: dict[str, Any] = {"choice": choice}
             if input is not None:
                 response["input"] = input

@@ -34,7 +34,7 @@ class EpochLease:
 
 
 def is_live(row: HostState, now: int) -> bool:
-    return row.host_id is not None and bool(row.expires_at) and row.expires_at > now
+    return row.host_id is not None and row.expires_at is not None and row.expires_at > now
 
 
 def previous_host(key: str) -> HostState | None:
@@ -144,7 +144,7 @@ def fence(lease: EpochLease) -> None:
     row = (
         HostState.select(HostState.id)
         .where(_own_row(lease) & (HostState.expires_at > now_ms()))
-        .for_update("FOR SHARE")
+        .for_update("FOR SHARE")  # type: ignore[arg-type]  # peewee takes the clause text
         .first()
     )
     if row is None:

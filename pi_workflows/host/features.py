@@ -97,7 +97,7 @@ class FeatureSpecs:
         """The channels that may answer decisions for `audience` (None: not known)."""
 
     @feature_hookspec
-    def piwh_host_status(self) -> dict[str, Any]:
+    def piwh_host_status(self) -> dict[str, Any]:  # type: ignore[empty-body]  # a spec: signature only
         """Fields this feature adds to `host status` (a read)."""
 
 
@@ -165,7 +165,7 @@ class HostFeatures:
         fields: dict[str, Any] = {}
         for impl in self.manager.hook.piwh_host_status.get_hookimpls():
             try:
-                fields.update(impl.function())
+                fields.update(impl.function())  # type: ignore[call-overload]  # pluggy: object
             except Exception:
                 log.exception("host feature %s failed in piwh_host_status", impl.plugin_name)
         return fields

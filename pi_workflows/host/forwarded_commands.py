@@ -32,12 +32,7 @@ def owned_elsewhere(slots: WorkerSlots, run_id: str) -> bool:
     if slots.is_busy(run_id):
         return False
     lease = Lease.get_or_none(Lease.run == run_id)
-    return (
-        lease is not None
-        and lease.owner_id is not None
-        and lease.owner_id != slots.host_id
-        and lease.expires_at > now_ms()
-    )
+    return lease is not None and lease.owner_id != slots.host_id and lease.is_live(now_ms())
 
 
 def forward(request: ClientRequest, run_id: str) -> OperationResult:
@@ -71,9 +66,9 @@ def apply_pending(slots: WorkerSlots, store: StateStore, table: OperationTable) 
     now = now_ms()
     for command in pending:
         run_id = command.run_id
-        lease = command.lease
+        lease: Lease = command.lease  # type: ignore[attr-defined]  # the row joined above
         mine = slots.is_busy(run_id)
-        unowned = lease.owner_id is None or lease.expires_at <= now
+        unowned = not lease.is_live(now)
         if mine or unowned:
             _apply(store, table, command)
 

@@ -54,7 +54,7 @@ def configure_host_logging(log_file: Path | None) -> None:
     else:
         handler = logging.handlers.RotatingFileHandler(
             log_file,
-            maxBytes=settings.value("host_log_max_bytes"),
+            maxBytes=settings.integer("host_log_max_bytes"),
             backupCount=LOG_BACKUPS,
             encoding="utf-8",
         )

@@ -18,6 +18,7 @@ from ..home import config_dir
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
+from ..records import DecisionResolution
 from ..storage import decision_records, read_json
 from ..storage.models import HumanDecision
 from ..storage.runs import (
@@ -293,13 +294,13 @@ class HumanDecisions:
 def _with_input_name(choices: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
     """A bare text input (`--input TEXT`) belongs to the chosen choice's text field."""
     given = response.get("input")
-    spec = (choices.get(response.get("choice")) or {}).get("input")
+    spec = (choices.get(response.get("choice", "")) or {}).get("input")
     if isinstance(given, str) and spec is not None:
         return {**response, "input": {spec["name"]: given}}
     return response
 
 
-def _who(winner: dict[str, Any]) -> str:
+def _who(winner: DecisionResolution) -> str:
     if winner["provenance"] == decision_records.PROVENANCE_TIMEOUT:
         return "its timeout default"
     if winner["provenance"] == decision_records.PROVENANCE_CANCELLATION:

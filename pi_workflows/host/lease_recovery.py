@@ -40,7 +40,11 @@ def watch_connection(store: StateStore, heartbeat: Callable[[], None]) -> None:
     if guard is None:
         return
     loop = asyncio.get_running_loop()
-    guard.on_reconnect = lambda: loop.call_soon(heartbeat)
+
+    def wake_heartbeat() -> None:
+        loop.call_soon(heartbeat)
+
+    guard.on_reconnect = wake_heartbeat
 
 
 async def wait_for_database(

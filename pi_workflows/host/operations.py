@@ -28,6 +28,7 @@ from ..storage.models import (
     Run,
     RunQueue,
 )
+from ..storage.prepared import tuple_rows
 from ..storage.run_graph import run_graph, store_definition
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.transcripts import attempt_transcripts
@@ -274,9 +275,9 @@ class Operations:
         if mode not in ("headless", "interactive"):
             raise InvalidInputError("executionMode must be 'headless' or 'interactive'")
         session = payload.get("originSessionId")
-        if mode == "interactive" and not valid_id(session):
-            raise InvalidInputError("An interactive run needs an originSessionId")
         if mode == "interactive":
+            if not valid_id(session):
+                raise InvalidInputError("An interactive run needs an originSessionId")
             holder = unfinished_session_run(session)
             if holder is not None:
                 return OperationResult(
@@ -411,7 +412,7 @@ class Operations:
                 detail = "The run was paused before its worker started."
         else:
             lease = Lease.get_by_id(run_id)
-            if lease.owner_id is not None and lease.expires_at > now_ms():
+            if lease.is_live(now_ms()):
                 return OperationResult("rejected", error="Run is not pausable", run_id=run_id)
             RunQueue.update(status="parked", updated_at=now_ms()).where(
                 (RunQueue.run == run_id) & (RunQueue.status == "queued")
@@ -647,7 +648,7 @@ def _lifecycle_contradictions() -> int:
         RunQueue, on=(RunQueue.run == Run.run_id)
     )
     return sum(
-        1 for row in rows.dicts() if row["queue_status"] not in ALLOWED_QUEUE_FOR_RUN[row["status"]]
+        1 for status, queue in tuple_rows(rows) if queue not in ALLOWED_QUEUE_FOR_RUN[status]
     )
 
 

@@ -41,8 +41,8 @@ FAILED_SWEEP_RETRY_S = 3600.0
 class Retention:
     def __init__(self, services: HostServices) -> None:
         self.services = services
-        self.retention_ms = duration_ms(services.settings["retention"])
-        self.period_s = float(services.settings["retention_sweep_s"])
+        self.retention_ms = duration_ms(services.settings.text("retention"))
+        self.period_s = services.settings.number("retention_sweep_s")
         self.next_sweep_at = 0.0  # time.monotonic(): the first idle tick sweeps
         self.sweeping = False
         self.last_sweep: dict[str, Any] | None = None

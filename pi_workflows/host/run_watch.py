@@ -201,7 +201,7 @@ class RunWatches:
             self._push(watch, "runs_changed", {"runs": changed})
 
     def _push(self, watch: RunWatch, event: str, payload: dict[str, Any]) -> None:
-        message = {
+        message: dict[str, Any] = {
             "schema": SCHEMA,
             "type": "event",
             "subscriptionId": watch.subscription_id,

@@ -178,7 +178,7 @@ def _parked_for_good(run: Run, queue: RunQueue) -> Hold:
             f"or 'pi-workflows run cancel {run.run_id}'",
         )
     return (
-        queue.error_code,
+        queue.error_code or "parked",
         f"parked: {queue.error_code} since {iso(queue.updated_at)} ({detail})",
         queue.updated_at,
         None,
@@ -199,7 +199,7 @@ def _claimed(run: Run, lease: Lease, host: HostView) -> Hold:
             HostState.select(HostState.epoch).where(HostState.host_id == lease.owner_id).scalar()
         )
     owner = f"host {lease.owner_id}" + (f" (epoch {epoch})" if epoch is not None else "")
-    if lease.expires_at <= now_ms():
+    if not lease.is_live(now_ms()):
         return (
             "claimExpired",
             f"claimed by {owner} whose lease expired at {iso(lease.expires_at)}",

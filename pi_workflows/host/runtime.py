@@ -84,12 +84,12 @@ class HostTimings:
     @classmethod
     def from_settings(cls, values: settings.Settings) -> HostTimings:
         return cls(
-            heartbeat_s=values["heartbeat_s"],
-            poll_s=values["poll_s"],
-            run_lease_ms=values["run_lease_ms"],
-            host_lease_ms=values["host_lease_ms"],
-            worker_startup_s=values["worker_startup_s"],
-            stop_wait_s=values["stop_wait_s"],
+            heartbeat_s=values.number("heartbeat_s"),
+            poll_s=values.number("poll_s"),
+            run_lease_ms=values.integer("run_lease_ms"),
+            host_lease_ms=values.integer("host_lease_ms"),
+            worker_startup_s=values.number("worker_startup_s"),
+            stop_wait_s=values.number("stop_wait_s"),
         )
 
 
@@ -107,9 +107,9 @@ class Host:
         # Resolved once: `host status` shows what this host runs with, whatever changes later.
         self.settings = host_settings or settings.resolve()
         self.timings = timings or HostTimings.from_settings(self.settings)
-        self.max_workers = max_workers or self.settings["max_workers"]
-        self.max_node_crashes = self.settings["max_node_crashes"]
-        self.claim_window = self.settings["claim_window"]
+        self.max_workers = max_workers or self.settings.integer("max_workers")
+        self.max_node_crashes = self.settings.integer("max_node_crashes")
+        self.claim_window = self.settings.integer("claim_window")
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
         self.worker_commits: CommitGroup
@@ -122,7 +122,7 @@ class Host:
             max_workers=self.max_workers,
             claim_window=self.claim_window,
             run_lease_ms=self.timings.run_lease_ms,
-            hooks=DeadlineRunner(self.settings["hook_timeout_ms"] / 1000),
+            hooks=DeadlineRunner(self.settings.integer("hook_timeout_ms") / 1000),
         )
         # The oldest live host of a shared database runs the database-wide duties
         # (decision deadlines, channel effects); on SQLite the one host always does.
@@ -141,7 +141,9 @@ class Host:
         )
         self.operations = Operations(self.slots, self)
         self.fork_server = (
-            ForkServer(sys.executable, str(home.root)) if self.settings["fork_server"] else None
+            ForkServer(sys.executable, str(home.root))
+            if self.settings.switch("fork_server")
+            else None
         )
         services = HostServices(self.slots, self)
         self.features = HostFeatures([feature(services) for feature in FEATURES])
@@ -449,7 +451,9 @@ def reap_orphan_workers(host_epoch: int | None) -> int:
     if host_epoch is not None:
         rows = rows.where(RunWorker.host_epoch == host_epoch)
     for row in rows:
-        if row.process_start_identity and is_same_process(row.pid, row.process_start_identity):
+        if row.pid is None or not row.process_start_identity:
+            continue  # (no pid: the query above already leaves such rows out)
+        if is_same_process(row.pid, row.process_start_identity):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(row.pid, signal.SIGKILL)
                 reaped += 1

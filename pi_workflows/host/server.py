@@ -58,7 +58,7 @@ def max_connections() -> int:
     """The setting, lowered so that connections can never use up the fd limit."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     ceiling = max(4, (soft - RESERVED_FDS) // 2)
-    return min(settings.value("max_connections"), ceiling)
+    return min(settings.integer("max_connections"), ceiling)
 
 
 class ClientServer:
@@ -84,7 +84,7 @@ class ClientServer:
         self._accepting: asyncio.Task | None = None
         self._serving: set[asyncio.Task] = set()  # one per accepted connection
         self.max_connections = max_connections()
-        self.idle_timeout_s = settings.value("idle_connection_s")
+        self.idle_timeout_s = settings.number("idle_connection_s")
         self._closing = False  # a request waiting for the database gives up then
 
     async def listen(self) -> None:

@@ -146,7 +146,7 @@ class TurnContext:
         if not run.paused:
             lease = Lease.get_by_id(run_id)
             queue = RunQueue.get_by_id(run_id)
-            is_owned = lease.owner_id is not None and lease.expires_at > self.now
+            is_owned = lease.is_live(self.now)
             if queue.status != "parked" or is_owned:
                 raise TurnConflictError(
                     "Interrupted workflow turn could not pause its exact parked run"

@@ -127,7 +127,7 @@ def unfinished_session_run(session_id: str) -> Run | None:
 
 def _retention_ms() -> int:
     """How long a finished run stays the view's `run` after the turn presenting it ended."""
-    return settings.value("terminal_view_ms")
+    return settings.integer("terminal_view_ms")
 
 
 def _retained_run(session_id: str) -> Run | None:
@@ -149,7 +149,7 @@ def _retained_run(session_id: str) -> Run | None:
     if newest.status == "pending":
         return newest.run
     turn = latest_turn_for_message(newest.workflow_message_id)
-    if turn is None or turn.state == "started" or now_ms() - turn.ended_at < _retention_ms():
+    if turn is None or turn.ended_at is None or now_ms() - turn.ended_at < _retention_ms():
         return newest.run
     return None
 

@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import peewee
 
@@ -275,7 +275,7 @@ class Sessions:
                     step_deadlines.restart_session_clocks(session_id, now_ms())
                 adopt_branch(session_id, pairs)
                 if is_idle and not has_pending:
-                    self._reconcile_idle(session_id, epoch, {m for m, _ in pairs}, ctx)
+                    self._reconcile_idle(session_id, coordinator.epoch, {m for m, _ in pairs}, ctx)
         coordinator.branch_reported = True
         coordinator.needs_clock_restart = False
         coordinator.model_turn_active = not is_idle
@@ -561,9 +561,7 @@ class Sessions:
         self._check_current(request, interaction)
         run_id = interaction.run_id
         lease = Lease.get_by_id(run_id)
-        if self.services.is_run_busy(run_id) or (
-            lease.owner_id is not None and lease.expires_at > now_ms()
-        ):
+        if self.services.is_run_busy(run_id) or lease.is_live(now_ms()):
             return OperationResult(
                 "claimLost", error="Interactive run is not available for update", run_id=run_id
             )
@@ -590,7 +588,9 @@ class Sessions:
     def resume(self, request: ClientRequest, proceed: Any) -> OperationResult:
         """`run.resume` of a run paused at a step presents the step again (reference §6.4)."""
         run_id = request.run_id or request.payload.get("runId")
-        run = Run.get_or_none(Run.run_id == run_id) if valid_id(run_id) else None
+        if not valid_id(run_id):
+            return proceed(request)
+        run = Run.get_or_none(Run.run_id == run_id)
         interaction = (
             InteractiveRequest.get_or_none(
                 (InteractiveRequest.run == run_id)
@@ -642,7 +642,7 @@ class _no_raw_integrity_errors:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> bool:
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> Literal[False]:
         raw = isinstance(error, peewee.IntegrityError) or (
             isinstance(error, PluginError) and isinstance(error.__cause__, peewee.IntegrityError)
         )

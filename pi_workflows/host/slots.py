@@ -37,12 +37,12 @@ import itertools
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from .. import plugins
 from ..errors import PiWorkflowsError
 from ..hook_deadline import DeadlineRunner
-from ..records import Claim, HostInfo, RunRecord
+from ..records import Claim, HostInfo, RunRecord, WorkerLaunchEnvelope
 from ..storage import StateStore, run_claims
 from ..storage.runs import run_record, run_records
 from .active_run import ActiveRun
@@ -61,7 +61,7 @@ class PreparedWorker:
     """A worker recorded with its run's claim, launched once that commits."""
 
     worker_epoch: str
-    envelope: dict[str, Any]
+    envelope: WorkerLaunchEnvelope
     progress: ProgressMark
 
 

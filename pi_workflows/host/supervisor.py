@@ -97,6 +97,7 @@ class WorkerSupervisor:
             limit=MAX_WORKER_FRAME_BYTES + 1,
         )
         if frame():
+            assert self.process.stdin is not None  # stdin=PIPE above
             self.process.stdin.write(frame())
 
     async def run(self) -> WorkerExit:

@@ -16,7 +16,7 @@ from .. import plugins
 from ..bounded_values import bounded_terminal_facts
 from ..clock import now_ms
 from ..errors import PluginError
-from ..records import MessageContent
+from ..records import MessageContent, TerminalFacts
 from ..storage.models import TERMINAL_RUN_STATUSES
 from ..storage.runs import run_record
 from ..storage.terminal_facts import (
@@ -67,7 +67,7 @@ class TerminalMessages:
         instructions = plugins.presentation_instructions(record, facts)
         if not isinstance(instructions, str) or not instructions.strip():
             raise PluginError("piw_presentation_instructions returned no instruction text.")
-        quoted = {**facts, "terminalFingerprint": fingerprint}
+        quoted: TerminalFacts = {**facts, "terminalFingerprint": fingerprint}
         content = plugins.render_terminal_message(quoted, instructions)
         if not isinstance(content, MessageContent) or not isinstance(content.text, str):
             raise PluginError("piw_render_terminal_message did not return a MessageContent.")
@@ -84,6 +84,7 @@ class TerminalMessages:
         with store.transaction():
             if latest_terminal_message(run_id) is not None:
                 return False  # another path created it while the hooks ran
+            assert record.origin_session_id is not None  # is_required: an interactive run
             create_workflow_message(
                 run_id=run_id,
                 target_session_id=record.origin_session_id,

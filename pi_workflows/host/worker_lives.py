@@ -20,7 +20,7 @@ from .. import plugins
 from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
-from ..records import Claim, WorkerSettings
+from ..records import Claim, WorkerLaunchEnvelope, WorkerSettings
 from ..storage import effects, put_json, put_text, run_claims, run_workers
 from ..storage.database import masked_url
 from ..storage.runs import current_status, run_fields
@@ -85,7 +85,7 @@ class WorkerLives:
             run_id, "project_path", "workflow_source", "definition_digest", "input_hash", "revision"
         )
         worker_epoch = secrets.token_hex(16)
-        envelope = {
+        envelope: WorkerLaunchEnvelope = {
             "schema": LAUNCH_SCHEMA,
             "runId": run_id,
             "generation": claim.generation,
@@ -180,7 +180,7 @@ class WorkerLives:
             slots.active_runs.pop(run_id, None)
             slots.schedule_pass()
 
-    async def _run_worker(self, active: ActiveRun, envelope: dict[str, Any]) -> WorkerExit:
+    async def _run_worker(self, active: ActiveRun, envelope: WorkerLaunchEnvelope) -> WorkerExit:
         settings = WorkerSettings(self.home.root, self.database_url, sys.executable)
         spec = plugins.worker_process(envelope, settings)
         gateway = WorkerGateway(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..canonical import canonical_json
 from ..strict_json import DECODER, UNIQUE_KEYS_DECODER
@@ -54,5 +54,5 @@ def one_line_error(text: object) -> str:
     return flat
 
 
-def valid_id(value: object) -> bool:
+def valid_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and 0 < len(value.encode("utf-8")) <= MAX_ID_BYTES

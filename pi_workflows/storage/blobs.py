@@ -192,13 +192,15 @@ def put_json_in_parts_together(values: list[Any]) -> list[str]:
     return _put_together([_in_parts_content(value) for value in values], JSON)
 
 
-def _split(value: dict | list, path: list, depth: int, parts: list[list[Any]]) -> Any:
+def _split(
+    value: dict[str, Any] | list[Any], path: list[str | int], depth: int, parts: list[list[Any]]
+) -> Any:
     if isinstance(value, dict):
         return {key: _member(item, [*path, key], depth, parts) for key, item in value.items()}
     return [_member(item, [*path, index], depth, parts) for index, item in enumerate(value)]
 
 
-def _member(item: Any, path: list, depth: int, parts: list[list[Any]]) -> Any:
+def _member(item: Any, path: list[str | int], depth: int, parts: list[list[Any]]) -> Any:
     if not _is_large(item):
         return item
     children = item.values() if isinstance(item, dict) else item

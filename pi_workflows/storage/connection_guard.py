@@ -50,7 +50,7 @@ class ConnectionGuard:
         self._last_used = time.monotonic()
         #: called after a reconnect, before the first statement runs on it.
         self.on_reconnect: Callable[[], None] | None = None
-        self._execute_sql = db.execute_sql
+        self._execute_sql: Callable[..., Any] = db.execute_sql
         db.execute_sql = self._guarded_execute_sql  # type: ignore[method-assign]
 
     def describe(self) -> str:
@@ -96,7 +96,7 @@ class ConnectionGuard:
         """True when the underlying connection is broken (psycopg2: `closed` non-zero)."""
         if self.unavailable_since is not None:
             return True
-        connection = self.db._state.conn
+        connection = self.db._state.conn  # type: ignore[attr-defined]  # not in peewee's stubs
         return connection is not None and bool(getattr(connection, "closed", 0))
 
     def mark_lost(self, error: BaseException) -> None:

@@ -429,7 +429,7 @@ def add_missing_indexes(db: peewee.Database) -> None:
         table = model._meta.table_name
         if table not in existing:
             existing[table] = {row.name for row in db.get_indexes(table)}
-        if index._name not in existing[table]:
+        if index._name not in existing[table]:  # type: ignore[attr-defined]  # not in stubs
             db.execute(index.safe(True))
 
 
@@ -479,10 +479,11 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
             db.pragma(pragma, value, permanent=True)
     store = StateStore(db, home, url, location=location)
     if read_only:
-        store.schema_version = _existing_schema_version(store)
-        if store.schema_version is None:
+        existing_version = _existing_schema_version(store)
+        if existing_version is None:
             store.close()
             raise NotFoundError(_NO_STATE_YET.format(where=location))
+        store.schema_version = existing_version
     else:
         _initialize_schema(store)
         if isinstance(db, peewee.SqliteDatabase):

@@ -12,7 +12,7 @@ import datetime
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast, overload
 
 from ..canonical import canonical_json, digest
 from ..clock import now_ms
@@ -53,6 +53,10 @@ PROVENANCE_TIMEOUT = "timeout"
 PROVENANCE_CANCELLATION = "cancellation"
 
 
+@overload
+def iso_time(ms: int) -> str: ...
+@overload
+def iso_time(ms: int | None) -> str | None: ...
 def iso_time(ms: int | None) -> str | None:
     if ms is None:
         return None
@@ -270,7 +274,8 @@ def create_request(run_id: str, request: dict[str, Any]) -> tuple[dict[str, Any]
 
 def full_request(decision: HumanDecision) -> dict[str, Any]:
     """The stored record including the subject (host-side use only)."""
-    return read_json(decision.request_hash)
+    record: dict[str, Any] = read_json(decision.request_hash)
+    return record
 
 
 def public_request(decision: HumanDecision) -> dict[str, Any]:
@@ -282,27 +287,31 @@ def public_request(decision: HumanDecision) -> dict[str, Any]:
 def channel_request(decision: HumanDecision) -> ChannelRequest:
     """What a channel may see: the presentation and choices, never the subject."""
     record = public_request(decision)
-    return {
-        "schema": CHANNEL_REQUEST_SCHEMA,
-        **{
-            key: record.get(key)
-            for key in (
-                "decisionId",
-                "requestDigest",
-                "runId",
-                "workflowName",
-                "nodeId",
-                "audience",
-                "title",
-                "presentation",
-                "presentationDigest",
-                "choices",
-                "createdAt",
-                "expiresAt",
-                "defaultResponse",
-            )
+    # The stored request holds every field but the schema (records.ChannelRequest).
+    return cast(
+        ChannelRequest,
+        {
+            "schema": CHANNEL_REQUEST_SCHEMA,
+            **{
+                key: record.get(key)
+                for key in (
+                    "decisionId",
+                    "requestDigest",
+                    "runId",
+                    "workflowName",
+                    "nodeId",
+                    "audience",
+                    "title",
+                    "presentation",
+                    "presentationDigest",
+                    "choices",
+                    "createdAt",
+                    "expiresAt",
+                    "defaultResponse",
+                )
+            },
         },
-    }
+    )
 
 
 _RUN_HAS_DECISIONS = PreparedQuery(
@@ -356,7 +365,7 @@ class Resolution:
 
     won: bool  # this attempt is the winner (or an identical repeat of it: `adopted`)
     adopted: bool
-    winner: dict[str, Any]
+    winner: DecisionResolution
     continuation_run_id: str | None
 
 
@@ -458,7 +467,7 @@ def resolve(
         payload={"decisionId": decision.decision_id, "provenance": provenance},
     )
     cancel_pending_decision_messages(decision.run_id, decision.decision_id)
-    if parent is not None and continuation is not None:
+    if parent is not None and continuation is not None and response is not None:
         _reserve_decision_continuation(parent, decision.decision_id, response, continuation)
     winner: DecisionResolution = {
         "provenance": provenance,
@@ -573,7 +582,7 @@ def _unreserved_continuations() -> Any:
 
 
 def has_pending_continuations() -> bool:
-    return _unreserved_continuations().exists()
+    return bool(_unreserved_continuations().exists())
 
 
 def reserve_pending_continuations() -> list[str]:
@@ -899,7 +908,8 @@ def mark_interrupted_channel_effects(in_flight: set[str]) -> int:
     ).where((Effect.scope == "channel") & (Effect.status == "applying"))
     if in_flight:
         query = query.where(Effect.effect_id.not_in(sorted(in_flight)))
-    return query.execute()
+    marked: int = query.execute()
+    return marked
 
 
 def delivery_result(decision_id: str, channel: str) -> Any:

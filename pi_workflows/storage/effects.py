@@ -196,6 +196,7 @@ def resolve(effect_id: str, action: str, result: Any, actor: str) -> dict[str, A
             status="pending", payload_hash=judged, error_hash=None, updated_at=stamp
         ).where(Effect.effect_id == effect_id).execute()
     run_id = effect.run_id
+    assert run_id is not None  # a run effect: channel effects, run-less, returned above
     is_terminal = Run.get_by_id(run_id).status in TERMINAL_RUN_STATUSES
     released = not is_terminal and not ambiguous_effect_ids(run_id)
     updates: dict[str, Any] = {}

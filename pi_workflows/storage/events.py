@@ -9,6 +9,7 @@ import peewee
 
 from .blobs import read_json
 from .models import Event, Run
+from .prepared import tuple_rows
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def event_counts() -> dict[str, int]:
     query = Event.select(Event.event_type, peewee.fn.COUNT("*").alias("count")).group_by(
         Event.event_type
     )
-    return {row.event_type: row.count for row in query}
+    return {event_type: count for event_type, count in tuple_rows(query)}
 
 
 def run_exists(run_id: str) -> bool:

@@ -45,10 +45,9 @@ def _space(store: StateStore) -> dict[str, Any]:
     """How much room the database takes and how much of it is free (SQLite) or dead row
     versions that autovacuum has yet to reclaim (PostgreSQL)."""
     if store.is_sqlite:
-        pragma = store.db.execute_sql
-        page_size = pragma("PRAGMA page_size").fetchone()[0]
-        pages = pragma("PRAGMA page_count").fetchone()[0]
-        free = pragma("PRAGMA freelist_count").fetchone()[0]
+        page_size = store.db.execute_sql("PRAGMA page_size").fetchone()[0]
+        pages = store.db.execute_sql("PRAGMA page_count").fetchone()[0]
+        free = store.db.execute_sql("PRAGMA freelist_count").fetchone()[0]
         return {"bytes": pages * page_size, "freeBytes": free * page_size}
     live, dead = store.db.execute_sql(
         "SELECT COALESCE(SUM(n_live_tup), 0), COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables"

@@ -4,6 +4,9 @@ Table names are contracts; columns follow reference/host-core.md §8, simplified
 the Python port does not need the original indirection (a run's revision lives on the
 run row). Times are integer epoch milliseconds. Values that are large or immutable are
 stored in `blobs` and referenced by their sha256 (`*_hash` columns).
+
+Each foreign key's raw value (`run_id` beside `run`) is an attribute peewee adds at class
+creation; its annotation below the field tells the type checker it is there.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ QUEUE_STATUSES = ("queued", "starting", "running", "parked", "done", "failed", "
 ACTIVE_WORKER_STATUSES = ("starting", "ready", "running")
 
 
-def _check_in(column: str, values: tuple[str, ...]) -> peewee.Check:
+def _check_in(column: str, values: tuple[str, ...]) -> peewee.SQL | peewee.NodeList:
     quoted = ", ".join(f"'{v}'" for v in values)
     return peewee.Check(f"{column} IN ({quoted})")
 
@@ -118,6 +121,7 @@ class Run(BaseModel):
 
 class RunQueue(BaseModel):
     run = peewee.ForeignKeyField(Run, primary_key=True, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     status = peewee.CharField(constraints=[_check_in("status", QUEUE_STATUSES)])
     available_at = peewee.BigIntegerField()
     # Claim order: higher first, then oldest `available_at` (SPEC §3, `run start --priority`).
@@ -147,12 +151,17 @@ class Lease(BaseModel):
     """The fenced claim on a run; `generation` only grows."""
 
     run = peewee.ForeignKeyField(Run, primary_key=True, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     generation = peewee.IntegerField(default=0)
     owner_id = peewee.TextField(null=True)
     token_hash = peewee.CharField(max_length=64, null=True)
     acquired_at = peewee.BigIntegerField(null=True)
     heartbeat_at = peewee.BigIntegerField(null=True)
     expires_at = peewee.BigIntegerField(null=True, index=True)
+
+    def is_live(self, now: int) -> bool:
+        """A host holds the claim and its lease has not run out at `now`."""
+        return self.owner_id is not None and self.expires_at is not None and self.expires_at > now
 
     class Meta:
         table_name = "leases"
@@ -169,6 +178,7 @@ class Event(BaseModel):
 
     event_seq = peewee.AutoField()
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     revision = peewee.IntegerField(constraints=[peewee.Check("revision > 0")])
     event_type = peewee.TextField()
     actor = peewee.TextField()
@@ -213,6 +223,7 @@ class ForwardedCommand(BaseModel):
 
     command_id = peewee.AutoField()
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     operation = peewee.CharField(constraints=[_check_in("operation", ("run.pause", "run.cancel"))])
     client_id = peewee.CharField(max_length=256)
     status = peewee.CharField(constraints=[_check_in("status", ("pending", "applied"))])
@@ -228,6 +239,7 @@ class ForwardedCommand(BaseModel):
 class RunWorker(BaseModel):
     worker_epoch = peewee.CharField(max_length=64, primary_key=True)
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     generation = peewee.IntegerField(constraints=[peewee.Check("generation > 0")])
     host_epoch = peewee.IntegerField()
     launch_envelope_hash = peewee.CharField(max_length=64)
@@ -265,6 +277,7 @@ class RunWorker(BaseModel):
 
 class WorkerMessage(BaseModel):
     worker = peewee.ForeignKeyField(RunWorker, on_delete="CASCADE", column_name="worker_epoch")
+    worker_epoch: str
     message_id = peewee.CharField(max_length=256)
     request_fingerprint = peewee.CharField(max_length=64)
     outcome = peewee.TextField()
@@ -281,6 +294,7 @@ class WorkerMessage(BaseModel):
 class NodeAttempt(BaseModel):
     attempt_id = peewee.CharField(max_length=256, primary_key=True)
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     node_id = peewee.TextField()
     attempt_number = peewee.IntegerField(constraints=[peewee.Check("attempt_number > 0")])
     node_type = peewee.TextField()
@@ -319,6 +333,7 @@ class WorkflowUpdate(BaseModel):
 
     id = peewee.AutoField()
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     attempt_id = peewee.CharField(max_length=256, null=True)
     update_type = peewee.TextField()
     update_key = peewee.TextField()
@@ -335,6 +350,7 @@ class WorkflowUpdate(BaseModel):
 class InteractiveRequest(BaseModel):
     request_id = peewee.CharField(max_length=256, primary_key=True)
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     attempt_id = peewee.CharField(max_length=256, unique=True)
     node_id = peewee.TextField()
     target_session_id = peewee.CharField(max_length=256, null=True)
@@ -362,6 +378,7 @@ class InteractiveSubmission(BaseModel):
     request = peewee.ForeignKeyField(
         InteractiveRequest, on_delete="CASCADE", column_name="request_id"
     )
+    request_id: str
     idempotency_key = peewee.CharField(max_length=256)
     request_revision = peewee.IntegerField()
     payload_hash = peewee.CharField(max_length=64)
@@ -379,6 +396,7 @@ class InteractiveSubmission(BaseModel):
 class WorkflowMessage(BaseModel):
     workflow_message_id = peewee.CharField(max_length=256, primary_key=True)
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     target_session_id = peewee.CharField(max_length=256)
     kind = peewee.CharField(
         constraints=[
@@ -409,7 +427,9 @@ class WorkflowTurn(BaseModel):
     workflow_message = peewee.ForeignKeyField(
         WorkflowMessage, on_delete="CASCADE", column_name="workflow_message_id"
     )
+    workflow_message_id: str
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     target_session_id = peewee.CharField(max_length=256)
     state = peewee.CharField(constraints=[_check_in("state", ("started", "ended"))])
     stop_reason = peewee.CharField(null=True)
@@ -428,6 +448,7 @@ class WorkflowTurn(BaseModel):
 class HumanDecision(BaseModel):
     decision_id = peewee.CharField(max_length=256, primary_key=True)
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     attempt_id = peewee.CharField(max_length=256)
     node_id = peewee.TextField()
     audience = peewee.TextField()
@@ -452,6 +473,7 @@ class HumanDecisionResolution(BaseModel):
     decision = peewee.ForeignKeyField(
         HumanDecision, primary_key=True, on_delete="CASCADE", column_name="decision_id"
     )
+    decision_id: str
     provenance = peewee.CharField(
         constraints=[_check_in("provenance", ("human", "timeout", "cancellation"))]
     )
@@ -468,6 +490,7 @@ class HumanDecisionResolution(BaseModel):
 class Effect(BaseModel):
     effect_id = peewee.CharField(max_length=256, primary_key=True)
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", null=True)
+    run_id: str | None
     scope = peewee.CharField(constraints=[_check_in("scope", ("run", "channel", "system"))])
     effect_type = peewee.TextField()
     idempotency_key = peewee.TextField()
@@ -497,8 +520,11 @@ class RunProcess(BaseModel):
     """A process group a worker started for its run (SPEC §7.4a), registered before it
     runs any user command so the host can kill it when the run stops on this machine."""
 
+    id = peewee.AutoField()  # peewee's implicit key, named so the type checker sees it
     run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run_id: str
     worker = peewee.ForeignKeyField(RunWorker, on_delete="CASCADE", column_name="worker_epoch")
+    worker_epoch: str
     process_group = peewee.IntegerField()
     start_identity = peewee.TextField()
     machine = peewee.TextField()

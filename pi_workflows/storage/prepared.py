@@ -19,8 +19,8 @@ value, so ``.in_()`` takes a fixed tuple of constants, never a parameter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
 
 import peewee
 
@@ -83,7 +83,8 @@ class PreparedQuery:
         return run_sql(db, sql, params)
 
     def rows(self, **arguments: Any) -> list[tuple[Any, ...]]:
-        return self.execute(**arguments).fetchall()
+        fetched: list[tuple[Any, ...]] = self.execute(**arguments).fetchall()
+        return fetched
 
     def first(self, **arguments: Any) -> tuple[Any, ...] | None:
         """The first row, or None (the query should have its own LIMIT if it may match many)."""
@@ -100,7 +101,13 @@ class PreparedQuery:
 
     def changed(self, **arguments: Any) -> int:
         """Rows changed by an UPDATE or DELETE."""
-        return self.execute(**arguments).rowcount
+        changed: int = self.execute(**arguments).rowcount
+        return changed
+
+
+def tuple_rows(query: peewee.SelectBase) -> Iterable[tuple[Any, ...]]:
+    """`query.tuples()`, typed as what it yields: peewee's stubs type it as the query."""
+    return cast("Iterable[tuple[Any, ...]]", query.tuples())
 
 
 def model_instance(model: type[ModelT], row: tuple[Any, ...]) -> ModelT:

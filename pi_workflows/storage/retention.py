@@ -49,6 +49,7 @@ from .models import (
     WorkflowTurn,
     WorkflowUpdate,
 )
+from .prepared import tuple_rows
 from .run_state import TRANSCRIPT_EVENT
 
 DAY_MS = 24 * 60 * 60 * 1000
@@ -76,7 +77,7 @@ class PruneReport:
     backup: dict[str, Any] | None = field(default=None)
 
     def as_json(self) -> dict[str, Any]:
-        report = {
+        report: dict[str, Any] = {
             "before": self.before,
             "applied": self.applied,
             "runs": self.runs,
@@ -174,7 +175,7 @@ def _protected_runs(run_ids: list[str]) -> set[str]:
             RunWorker.run.in_(run_ids) & RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
         ),
     ):
-        protected.update(row[0] for row in query.tuples())
+        protected.update(row[0] for row in tuple_rows(query))
     return protected
 
 
@@ -283,7 +284,7 @@ def _hashes_of_rows(run_ids: list[str]) -> set[str]:
     for model, where in _run_rows(run_ids):
         columns = _blob_columns(model)
         if columns:
-            for row in model.select(*columns).where(where).tuples():
+            for row in tuple_rows(model.select(*columns).where(where)):
                 hashes.update(value for value in row if value)
     return hashes
 
@@ -299,10 +300,10 @@ def _transcripts_of(run_ids: list[str] | None) -> set[str]:
     events = Event.select(Event.payload_hash).where(Event.event_type == TRANSCRIPT_EVENT)
     if run_ids is not None:
         events = events.where(Event.run.in_(run_ids))
-    payloads = {row[0] for row in events.tuples()}
+    payloads = {row[0] for row in tuple_rows(events)}
     named: set[str] = set()
     for chunk in _chunks(sorted(payloads)):
-        for (content,) in Blob.select(Blob.content).where(Blob.blob_hash.in_(chunk)).tuples():
+        for (content,) in tuple_rows(Blob.select(Blob.content).where(Blob.blob_hash.in_(chunk))):
             value = json.loads(bytes(content))
             if isinstance(value, dict) and isinstance(value.get("transcriptHash"), str):
                 named.add(value["transcriptHash"])
@@ -319,7 +320,7 @@ def _split_parts(hashes: Iterable[str] | None) -> dict[str, set[str]]:
     parts: dict[str, set[str]] = {}
     for chunk in chunks:
         selected = query if chunk is None else query.where(Blob.blob_hash.in_(chunk))
-        for blob_hash, content in selected.tuples():
+        for blob_hash, content in tuple_rows(selected):
             parts[blob_hash] = split_part_hashes(bytes(content))
     return parts
 
@@ -339,7 +340,7 @@ def _still_referenced(candidates: set[str]) -> set[str]:
     for chunk in _chunks(sorted(candidates)):
         for model in _REFERENCING:
             for column in _blob_columns(model):
-                rows = model.select(column).where(column.in_(chunk)).distinct().tuples()
+                rows = tuple_rows(model.select(column).where(column.in_(chunk)).distinct())
                 referenced.update(row[0] for row in rows)
     nested = candidates - referenced
     if not nested:
@@ -369,7 +370,7 @@ def _nested_kinds(hashes: set[str]) -> tuple[bool, bool]:
         query = Blob.select(Blob.byte_length, first).where(
             Blob.blob_hash.in_(chunk) & (Blob.media_type == JSON)
         )
-        for byte_length, head in query.tuples():
+        for byte_length, head in tuple_rows(query):
             may_be_part |= byte_length >= PART_MIN_BYTES
             may_be_transcript |= bytes(head) == b"["
     return may_be_part, may_be_transcript
@@ -381,9 +382,9 @@ def _unreferenced_before(before: int) -> list[list[str]]:
     referenced: set[str] = set()
     for model in _REFERENCING:
         for column in _blob_columns(model):
-            referenced.update(row[0] for row in model.select(column).distinct().tuples())
+            referenced.update(row[0] for row in tuple_rows(model.select(column).distinct()))
     old = Blob.select(Blob.blob_hash).where(Blob.created_at < before).order_by(Blob.blob_hash)
-    return _chunks([row[0] for row in old.tuples() if row[0] not in referenced])
+    return _chunks([row[0] for row in tuple_rows(old) if row[0] not in referenced])
 
 
 def _chunks(values: list[str]) -> list[list[str]]:

@@ -160,11 +160,14 @@ _LIVE_CLAIM_OF_GENERATION = PreparedQuery(
 
 def live_claim_generation(run_id: str, token: str, generation: int | None = None) -> int | None:
     """The generation of the token's claim while it is the run's live claim, else None."""
+    live: int | None
     if generation is None:
-        return _LIVE_CLAIM.scalar(run_id=run_id, token_hash=token_hash(token), now=now_ms())
-    return _LIVE_CLAIM_OF_GENERATION.scalar(
-        run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
-    )
+        live = _LIVE_CLAIM.scalar(run_id=run_id, token_hash=token_hash(token), now=now_ms())
+    else:
+        live = _LIVE_CLAIM_OF_GENERATION.scalar(
+            run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
+        )
+    return live
 
 
 _CLAIMED_RUN = PreparedQuery(
@@ -434,7 +437,7 @@ def terminate_run(
         return False
     lease = Lease.get_by_id(run_id)
     if token is None:
-        if lease.owner_id is not None and lease.expires_at > now:
+        if lease.is_live(now):
             return False
     elif not verify_claim(run_id, token):
         return False

@@ -52,7 +52,10 @@ OUTCOME_TO_ATTEMPT_STATUS = {
 
 
 def _revision(run_id: str) -> int:
-    return current_revision(run_id)
+    revision = current_revision(run_id)
+    if revision is None:
+        raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
+    return revision
 
 
 def _change(
@@ -126,7 +129,9 @@ def read_run_state(run_id: str) -> dict[str, Any]:
 def _unrecorded_wait(state: dict[str, Any] | None) -> dict[str, Any] | None:
     """The pending request of the in-flight attempt of a run whose snapshot does not wait:
     the request was recorded, then its worker or host died before the waiting snapshot."""
-    attempt_id = (state or {}).get("currentAttemptId")
+    if state is None:
+        return None
+    attempt_id = state.get("currentAttemptId")
     if attempt_id is None or state.get("status") == "waiting":
         return None
     request = InteractiveRequest.get_or_none(

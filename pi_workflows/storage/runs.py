@@ -174,21 +174,24 @@ def run_fields(run_id: str, *names: str) -> tuple[Any, ...]:
 
 def current_revision(run_id: str) -> int | None:
     """The run's revision (None: no such run)."""
-    return _RUN_REVISION.scalar(run_id=run_id)
+    revision: int | None = _RUN_REVISION.scalar(run_id=run_id)
+    return revision
 
 
 def current_status(run_id: str) -> str | None:
     """The run's status (None: no such run)."""
-    return _RUN_STATUS.scalar(run_id=run_id)
+    status: str | None = _RUN_STATUS.scalar(run_id=run_id)
+    return status
 
 
 def paused_since(run_id: str) -> int | None:
     """When the run was last paused (its latest `run.paused` event), if ever."""
-    return (
+    paused_at: int | None = (
         Event.select(peewee.fn.MAX(Event.recorded_at))
         .where((Event.run == run_id) & (Event.event_type == "run.paused"))
         .scalar()
     )
+    return paused_at
 
 
 def refuse_answer_while_paused(run_id: str) -> None:
@@ -203,7 +206,8 @@ def refuse_answer_while_paused(run_id: str) -> None:
 
 def origin_session_id(run_id: str) -> str | None:
     """The session that started the run (None: started outside a session)."""
-    return _RUN_ORIGIN_SESSION.scalar(run_id=run_id)
+    session_id: str | None = _RUN_ORIGIN_SESSION.scalar(run_id=run_id)
+    return session_id
 
 
 # One round trip per question: the host asks these on every claim pass and status call,
@@ -250,10 +254,13 @@ _RECORD_COLUMNS = f"""
 """
 
 
-def _run_rows(columns: str, where: str, params: list[Any], suffix: str = "") -> list[tuple]:
+def _run_rows(
+    columns: str, where: str, params: list[Any], suffix: str = ""
+) -> list[tuple[Any, ...]]:
     database = database_proxy.obj
     sql = f"SELECT {columns} WHERE {where} {suffix}".replace("?", database.param)
-    return statements.run_sql(database, sql, params).fetchall()
+    fetched: list[tuple[Any, ...]] = statements.run_sql(database, sql, params).fetchall()
+    return fetched
 
 
 def _json(content: Any) -> Any:
@@ -271,7 +278,7 @@ def _text(content: Any) -> str | None:
 _FIELD_COUNT = len(_RECORD_FIELDS)
 
 
-def _record(row: tuple) -> RunRecord:
+def _record(row: tuple[Any, ...]) -> RunRecord:
     fields = dict(zip(_RECORD_FIELDS, row[:_FIELD_COUNT], strict=True))
     fields["paused"] = bool(fields["paused"])
     input_content, options_content, prompt_content = row[_FIELD_COUNT:]
@@ -306,7 +313,8 @@ def running_run_records(workflow_name: str | None, owner_id: str | None) -> list
 
 def queued_run_count(workflow_name: str | None) -> int:
     """Runs waiting for a worker (queued, not paused), of `workflow_name` when given."""
-    where, params = "q.status = 'queued' AND r.paused = ?", [False]
+    where = "q.status = 'queued' AND r.paused = ?"
+    params: list[Any] = [False]
     if workflow_name is not None:
         where += " AND r.workflow_name = ?"
         params.append(workflow_name)
@@ -341,7 +349,7 @@ _STATUS_KEYS = (
 )
 
 
-def _status(row: tuple) -> dict[str, Any]:
+def _status(row: tuple[Any, ...]) -> dict[str, Any]:
     status = dict(zip(_STATUS_KEYS, row, strict=True))
     status["paused"] = bool(status["paused"])
     status["finalOutput"] = _json(status["finalOutput"])

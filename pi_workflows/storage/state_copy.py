@@ -97,7 +97,7 @@ def _source_rows(source: StateStore, model: type[peewee.Model]) -> Any:
         return list(model.select(*fields).order_by(*order).tuples())
 
 
-def _batches(rows: list[tuple]) -> Any:
+def _batches(rows: list[tuple[Any, ...]]) -> Any:
     for start in range(0, len(rows), BATCH_ROWS):
         yield [
             tuple(bytes(v) if isinstance(v, memoryview) else v for v in row)

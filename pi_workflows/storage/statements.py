@@ -25,15 +25,18 @@ def execute(sql: str, params: Sequence[Any] = ()) -> Any:
     return run_sql(db, _in_style(db.param, sql), params)
 
 
-_DRIVER_ERRORS = peewee.__exception_wrapper__  # the driver's errors as peewee's own
+# The driver's errors as peewee's own. peewee's stubs leave out this module attribute,
+# `peewee.logger` and `Database._execute_cursor` below.
+_DRIVER_ERRORS = peewee.__exception_wrapper__  # type: ignore[attr-defined]
+_PEEWEE_LOG: logging.Logger = peewee.logger  # type: ignore[attr-defined]
 
 
 @functools.cache
-def _executes_as_peewee_does(database_class: type) -> bool:
+def _executes_as_peewee_does(database_class: type[peewee.Database]) -> bool:
     base = peewee.Database
     return (
         database_class.execute_sql is base.execute_sql
-        and database_class._execute_cursor is base._execute_cursor
+        and database_class._execute_cursor is base._execute_cursor  # type: ignore[attr-defined]
         and database_class.cursor is base.cursor
     )
 
@@ -48,8 +51,9 @@ def run_sql(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     if (
         db.query_hooks
         or "execute_sql" in vars(db)  # wrapped by the connection guard (a server database)
-        or not _executes_as_peewee_does(type(db))
-        or peewee.logger.isEnabledFor(logging.DEBUG)
+        # mypy reads a class's __hash__ as the instance method and calls it unhashable
+        or not _executes_as_peewee_does(type(db))  # type: ignore[arg-type]
+        or _PEEWEE_LOG.isEnabledFor(logging.DEBUG)
     ):
         return db.execute_sql(sql, params)
     with _DRIVER_ERRORS:
@@ -59,7 +63,8 @@ def run_sql(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    return execute(sql, params).fetchall()
+    fetched: list[tuple[Any, ...]] = execute(sql, params).fetchall()
+    return fetched
 
 
 @functools.lru_cache(maxsize=256)
@@ -79,7 +84,7 @@ SELECT_BLOB = "SELECT media_type, byte_length, content FROM blobs WHERE blob_has
 def insert_blob(blob_hash: str, media_type: str, content: bytes, stamp: int) -> bool:
     """True when the row is new; False when a row with this hash already existed."""
     cursor = execute(INSERT_BLOB, (blob_hash, media_type, len(content), content, stamp))
-    return cursor.rowcount == 1
+    return bool(cursor.rowcount == 1)
 
 
 @functools.lru_cache(maxsize=8)
@@ -278,7 +283,9 @@ def command_by_key(client_id: str, idempotency_key: str) -> tuple[Any, ...] | No
 
 
 @functools.lru_cache(maxsize=64)
-def _insert_sql(model: type[peewee.Model], names: tuple[str, ...]) -> tuple[str, tuple]:
+def _insert_sql(
+    model: type[peewee.Model], names: tuple[str, ...]
+) -> tuple[str, tuple[peewee.Field[Any], ...]]:
     fields = tuple(model._meta.fields[name] for name in names)
     columns = ", ".join(field.column_name for field in fields)
     marks = ", ".join("?" for _ in fields)

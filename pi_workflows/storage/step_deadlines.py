@@ -51,7 +51,8 @@ def _shift(attempt_id: str, by_ms: int) -> None:
         ).execute()
 
 
-def _step_turns(request_id: str) -> Any:
+def _step_turns(request_id: str | peewee.Field[Any]) -> Any:
+    """The turns of a step (`request_id`: a request's id, or its column in a subquery)."""
     return (
         WorkflowTurn.select()
         .join(WorkflowMessage)
@@ -62,7 +63,9 @@ def _step_turns(request_id: str) -> Any:
 def begin_model_turn(request_id: str, now: int) -> None:
     """A step turn starts: the time since the step was last worked on was idle."""
     request = InteractiveRequest.get_or_none(InteractiveRequest.request_id == request_id)
-    attempt = request and NodeAttempt.get_or_none(NodeAttempt.attempt_id == request.attempt_id)
+    if request is None:
+        return
+    attempt = NodeAttempt.get_or_none(NodeAttempt.attempt_id == request.attempt_id)
     if attempt is None:
         return
     last_end = _step_turns(request_id).select(peewee.fn.MAX(WorkflowTurn.ended_at)).scalar()

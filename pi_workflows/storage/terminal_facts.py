@@ -7,15 +7,15 @@ goes through plugins and is the host's business (`pi_workflows.host.terminal_mes
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..canonical import digest
 from ..errors import IncompleteTerminalStateError
 from ..records import EarlierOutcome, TerminalFacts
 from .blobs import read_json, read_text
 from .models import TERMINAL_RUN_STATUSES, Run, RunQueue, WorkflowMessage
-from .prepared import PreparedQuery
+from .prepared import PreparedQuery, tuple_rows
 from .workflow_messages import workflow_message_id
 
 TERMINAL_RESULT_SCHEMA = "pi-workflows.terminal-result.v1"
@@ -39,8 +39,9 @@ def terminal_source_id(run_id: str) -> str:
     return f"terminal:{run_id}"
 
 
-def terminal_fingerprint(facts: dict[str, Any]) -> str:
-    return digest({name: facts[name] for name in FINGERPRINT_FIELDS})
+def terminal_fingerprint(facts: TerminalFacts) -> str:
+    fields: Mapping[str, object] = facts
+    return digest({name: fields[name] for name in FINGERPRINT_FIELDS})
 
 
 def terminal_message_id(run_id: str, fingerprint: str) -> str:
@@ -75,7 +76,7 @@ def is_required(run_id: str) -> bool:
 
 
 def latest_terminal_message(run_id: str) -> WorkflowMessage | None:
-    return (
+    latest: WorkflowMessage | None = (
         WorkflowMessage.select()
         .where(
             (WorkflowMessage.kind == "terminal")
@@ -84,6 +85,7 @@ def latest_terminal_message(run_id: str) -> WorkflowMessage | None:
         .order_by(WorkflowMessage.created_at.desc(), WorkflowMessage.order_number.desc())
         .first()
     )
+    return latest
 
 
 def runs_missing_terminal_messages() -> list[str]:
@@ -103,7 +105,7 @@ def runs_missing_terminal_messages() -> list[str]:
         )
         .order_by(Run.created_at)
     )
-    return [run_id for (run_id,) in query.tuples()]
+    return [run_id for (run_id,) in tuple_rows(query)]
 
 
 def _outcome(run: Run) -> EarlierOutcome:
@@ -146,7 +148,9 @@ def terminal_facts(run_id: str, override: StateOverride | None = None) -> Termin
         return None
     outcome = _outcome(run)
     if override is not None:
-        outcome.update(status=override.status, error=override.error, reason=override.status_detail)
+        outcome.update(
+            {"status": override.status, "error": override.error, "reason": override.status_detail}
+        )
     return {
         "schema": TERMINAL_RESULT_SCHEMA,
         "runId": run.run_id,

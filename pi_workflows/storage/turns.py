@@ -114,7 +114,7 @@ def end_turn(report: TurnReport, now: int) -> tuple[WorkflowTurn, bool]:
     )
     if changed != 1:
         raise TurnConflictError("Workflow turn changed before its end report")
-    return get_turn(turn.workflow_turn_id), True
+    return WorkflowTurn.get(WorkflowTurn.workflow_turn_id == turn.workflow_turn_id), True
 
 
 def open_turn_for_message(message_id: str) -> WorkflowTurn | None:
@@ -124,12 +124,13 @@ def open_turn_for_message(message_id: str) -> WorkflowTurn | None:
 
 
 def latest_turn_for_message(message_id: str) -> WorkflowTurn | None:
-    return (
+    latest: WorkflowTurn | None = (
         WorkflowTurn.select()
         .where(WorkflowTurn.workflow_message == message_id)
         .order_by(WorkflowTurn.started_at.desc(), WorkflowTurn.workflow_turn_id.desc())
         .first()
     )
+    return latest
 
 
 def open_turns_for_session(session_id: str) -> list[WorkflowTurn]:

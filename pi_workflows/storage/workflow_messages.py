@@ -118,7 +118,8 @@ def cancel_pending_for_source(source_id: str, kind: str | None = None) -> int:
     )
     if kind is not None:
         query = query.where(WorkflowMessage.kind == kind)
-    return query.execute()
+    cancelled: int = query.execute()
+    return cancelled
 
 
 def step_message_content(

@@ -148,7 +148,7 @@ def channel_context(
     options: Mapping[str, Any] | None = None,
     credentials: Mapping[str, str] | None = None,
     allowed_actors: tuple[str, ...] | None = None,
-    report_answer: Callable[..., dict[str, Any]] | None = None,
+    report_answer: Callable[..., AnswerResult] | None = None,
     store_call: Callable[[Callable[[], Any]], Any] | None = None,
 ) -> ChannelContext:
     """The context a decision channel factory gets, without a host.

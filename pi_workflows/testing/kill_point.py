@@ -111,7 +111,7 @@ def _live_worker_pids(runs: tuple[str, ...]) -> list[int]:
         & RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
         & RunWorker.pid.is_null(False)
     )
-    return [row.pid for row in rows]
+    return [row.pid for row in rows if row.pid is not None]
 
 
 def armed_kill_point() -> KillPoint | None:

@@ -52,7 +52,9 @@ def run_progress(
     finished: set[str] = set()  # attempt ids that ended
     previous: tuple[str, str | None] | None = None  # (node id, attempt id) last started
     for entry in entries:
-        node_id = entry.get("nodeId")
+        if entry["kind"] not in ("nodeStarted", "nodeEnded"):
+            continue
+        node_id: str = entry["nodeId"]
         if entry["kind"] == "nodeStarted":
             state = progress.nodes.setdefault(node_id, NodeProgress())
             state.attempts += 1
@@ -61,10 +63,10 @@ def run_progress(
             if previous is not None and previous[1] in finished:
                 if (previous[0], node_id) in edges:
                     progress.taken.add((previous[0], node_id))
-            previous = (node_id, entry.get("attemptId"))
+            previous = (node_id, entry["attemptId"])
         elif entry["kind"] == "nodeEnded":
             state = progress.nodes.setdefault(node_id, NodeProgress(attempts=1))
-            finished.add(entry.get("attemptId"))
+            finished.add(entry["attemptId"])
             if entry.get("outcome") in FAILED_OUTCOMES:
                 state.status, state.detail = "failed", entry.get("error")
             else:

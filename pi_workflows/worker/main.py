@@ -88,7 +88,9 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
         )
         return EXIT_FAILED
     ready = pipe.ready()
-    first_reads = {None: ready["runState"]} if ready.get("runState") is not None else {}
+    first_reads: dict[str | None, dict[str, Any]] = (
+        {None: ready["runState"]} if ready.get("runState") is not None else {}
+    )
     if ready.get("parentRunState") is not None:
         first_reads[ready["command"]["parentRunId"]] = ready["parentRunState"]
     backend = HostRunBackend(pipe, first_reads)

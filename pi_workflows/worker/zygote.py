@@ -117,8 +117,9 @@ def serve() -> int:
     selector.register(control, selectors.EVENT_READ, "control")
     selector.register(wakeup_r, selectors.EVENT_READ, "child")
     zygote_fds = [control.fileno(), wakeup_r, wakeup_w, selector.fileno()]
-    spare: Spare | None = _fork_spare(zygote_fds)
-    unannounced = {spare.pid}  # children the host never heard of: their exits are not news
+    first_spare = _fork_spare(zygote_fds)
+    spare: Spare | None = first_spare
+    unannounced = {first_spare.pid}  # children the host never heard of: their exits are not news
     _send(control, {"ready": True})
     while True:
         for key, _ in selector.select():
