@@ -227,8 +227,9 @@ def _lock_unheld(candidates: set[str]) -> set[str]:
     for chunk in _chunks(sorted(candidates)):
         query = Blob.select(Blob.blob_hash).where(Blob.blob_hash.in_(chunk))
         if Blob._meta.database.for_update:
-            query = query.for_update("FOR UPDATE SKIP LOCKED")
-        found.update(row[0] for row in query.tuples())
+            # peewee takes the clause text; its stubs say a bool
+            query = query.for_update("FOR UPDATE SKIP LOCKED")  # type: ignore[arg-type]
+        found.update(row[0] for row in tuple_rows(query))
     return found
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..client.start_request import start_payload
 from ..storage.database import KILL_POINT_ENV
-from .host import TERMINAL_STATUSES, WorkflowHost, short_temp_dir
+from .host import HOST_START_TIMEOUT_S, TERMINAL_STATUSES, WorkflowHost, short_temp_dir
 
 WHEN = ("before", "after")
 TARGETS = ("worker", "host")
@@ -298,7 +298,7 @@ class _Execution:
         if process is not None:
             self.host.stop()  # reaps it, and kills any host it left
         extra = {KILL_POINT_ENV: str(self.spec_path)} if armed else {}
-        started = self.host.start(**self.env, **extra)
+        started = self.host.start(timeout=HOST_START_TIMEOUT_S, **self.env, **extra)
         if armed:
             self._armed_host = started
 
