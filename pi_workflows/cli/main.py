@@ -25,6 +25,7 @@ BUILTIN_COMMANDS = {
     "effects": "effects_commands:effects_group",
     "session": "session_commands:session_group",
     "config": "config_commands:config_group",
+    "view": "view_command:view_command",
 }
 
 

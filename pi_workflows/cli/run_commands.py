@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import click
 
 from ..client.workflow_client import WorkflowClient, run_succeeded
 from ..lineage import continued_as
+from ..view.text import transcript_line
 from .context import SECONDS, CliContext, emit_json, json_option, pass_cli
 from .json_input import NOTHING, input_options, read_json_input
 
@@ -303,23 +303,7 @@ def transcript_command(
         outcome = transcript["outcome"] or "unknown"
         click.echo(f"== {transcript['nodeId']} attempt {number} ({outcome}) ==")
         for entry in transcript["entries"]:
-            click.echo(_transcript_line(entry))
-
-
-def _transcript_line(entry: dict[str, Any]) -> str:
-    """One entry as `HH:MM:SS.mmm kind: details`, multi-line text indented."""
-    stamp = time.strftime("%H:%M:%S", time.gmtime(entry.get("at", 0) / 1000))
-    stamp += f".{entry.get('at', 0) % 1000:03d}"
-    fields = {key: value for key, value in entry.items() if key not in ("kind", "at")}
-    text = fields.pop("text", None)
-    head = " ".join(
-        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-        for key, value in fields.items()
-    )
-    line = f"{stamp} {entry.get('kind')}" + (f" {head}" if head else "")
-    if text:
-        line += "\n" + "\n".join(f"    {part}" for part in str(text).splitlines())
-    return line
+            click.echo(transcript_line(entry))
 
 
 def _control_command(name: str, method: str, help_text: str) -> click.Command:

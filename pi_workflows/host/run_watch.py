@@ -7,8 +7,8 @@ or held until someone acts. With `statusOnly: true` it pushes `run_status` event
 instead: the whole `run.status` object each time it changes, and nothing else (what
 `WorkflowClient.wait_for_run` waits on: one query per publish instead of a run.why).
 A runs watch pushes `runs_changed` with the status of every run (newest 100) whose
-revision moved. Both are published after worker writes, when a run stops, and on the
-poll timer; `view.unwatch` ends either kind.
+revision moved (without its output and error). Both are published after worker writes,
+when a run stops, and on the poll timer; `view.unwatch` ends either kind.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ log = logging.getLogger(__name__)
 
 RUNS_WATCH_LIMIT = 100
 STATUS_FIELDS = ("runId", "workflowName", "status", "queueStatus", "paused", "errorCode")
+# What a runs list shows of each run: no output or error, which may be large.
+RUNS_CHANGED_FIELDS = (
+    *STATUS_FIELDS,
+    "statusDetail",
+    "continuation",
+    "revision",
+    "createdAt",
+    "updatedAt",
+)
 
 
 @dataclass
@@ -194,9 +203,7 @@ class RunWatches:
         for status in run_statuses(RUNS_WATCH_LIMIT):
             if watch.revisions.get(status["runId"]) != status["revision"]:
                 watch.revisions[status["runId"]] = status["revision"]
-                changed.append(
-                    {key: status[key] for key in (*STATUS_FIELDS, "revision", "updatedAt")}
-                )
+                changed.append({key: status[key] for key in RUNS_CHANGED_FIELDS})
         if changed:
             self._push(watch, "runs_changed", {"runs": changed})
 

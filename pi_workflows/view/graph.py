@@ -41,7 +41,8 @@ class WorkflowGraph:
 
     name: str
     start_at: str
-    # (node id, node type), in definition order; an agent that decides is a "decision"
+    # (node id, node kind), in definition order: its type, or "decision" for an agent that
+    # decides and "human decision" for a checkpoint that asks a person to choose
     nodes: tuple[tuple[str, str], ...]
     edges: tuple[GraphEdge, ...]
 
@@ -55,14 +56,19 @@ class WorkflowGraph:
                     edges.append(GraphEdge(entry["from"], dst, case))
             else:
                 edges.append(GraphEdge(entry["from"], entry["to"]))
-        nodes = tuple(
-            (node_id, "decision" if "decision" in node else node["nodeType"])
-            for node_id, node in snapshot["nodes"].items()
-        )
+        nodes = tuple((node_id, _node_kind(node)) for node_id, node in snapshot["nodes"].items())
         return cls(snapshot["name"], snapshot["startAt"], nodes, tuple(edges))
 
     def outgoing(self, node_id: str) -> list[GraphEdge]:
         return [e for e in self.edges if e.src == node_id]
+
+
+def _node_kind(node: Mapping[str, Any]) -> str:
+    if "decision" in node:
+        return "decision"
+    if "humanDecision" in node:
+        return "human decision"
+    return node["nodeType"]
 
 
 @dataclass

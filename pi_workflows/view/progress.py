@@ -22,6 +22,32 @@ def watch_entries(payloads: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]
     return [entry for payload in payloads for entry in payload["entries"]]
 
 
+def step_entries(
+    steps: Iterable[Mapping[str, Any]], current: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The progress entries of a `run.graph` answer: each finished step started and
+    ended, then the attempt running now started (a continuation's steps include those
+    its parent carried over, so its graph shows the whole way)."""
+    entries: list[dict[str, Any]] = []
+    for step in steps:
+        ids = {"nodeId": step["nodeId"], "attemptId": step["attemptId"]}
+        entries.append({"kind": "nodeStarted", "at": step["startedAt"], **ids})
+        ended = {"kind": "nodeEnded", "at": step["finishedAt"], "outcome": step["outcome"], **ids}
+        if step.get("error"):
+            ended["error"] = step["error"]
+        entries.append(ended)
+    if current is not None:
+        entries.append(
+            {
+                "kind": "nodeStarted",
+                "at": current["startedAt"],
+                "nodeId": current["nodeId"],
+                "attemptId": current["attemptId"],
+            }
+        )
+    return entries
+
+
 def entries_until_step(entries: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:
     """The entries up to and including the `step`-th finished node attempt (1-based)."""
     ended = 0

@@ -1,0 +1,173 @@
+"""`pi-workflows view` driven headless by Textual's Pilot against a real host (in-process
+tier: its socket, database and workers are real): the runs list follows the host, the run
+view draws the graph live, scrubs its steps, and answers, pauses and cancels through the
+client with the host's refusals shown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
+
+from pi_workflows.testing.host import WorkflowHost
+from pi_workflows.view.app import ViewerApp
+from pi_workflows.view.run_screen import RunScreen
+
+from .test_real_run import use_scripted_agent
+
+DEADLINE_S = 60.0
+
+
+def shown(app: ViewerApp, selector: str) -> str:
+    """The text a Static of the current screen shows."""
+    return str(app.screen.query_one(selector, Static).content)
+
+
+async def until(pilot: Pilot, what: str, predicate: Callable[[], bool]) -> None:
+    """Let the app run until `predicate()` holds (a deadline, not a sleep)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def drive(
+    host: WorkflowHost,
+    run_id: str | None,
+    script: Callable[[ViewerApp, Pilot], Awaitable[Any]],
+    size: tuple[int, int] = (100, 30),
+) -> None:
+    client = host.client()
+
+    async def main() -> None:
+        app = ViewerApp(client, run_id)
+        async with app.run_test(size=size) as pilot:
+            await script(app, pilot)
+
+    try:
+        asyncio.run(main())
+    finally:
+        client.close()
+
+
+def test_a_human_decision_is_followed_and_answered_from_the_run_view(in_process_host) -> None:
+    in_process_host.start()
+    run_id = in_process_host.start_run("human-decision", {"goal": "ship it"})
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(pilot, "the decision waiting", lambda: "⏸ approve" in shown(app, "#graph"))
+        assert "✓ proposal" in shown(app, "#graph")
+        assert "Approve the plan to ship it?" in shown(app, "#waiting-text")
+        await pilot.press("a")
+        await until(pilot, "the answer dialog", lambda: bool(app.screen.query("#choice-replan")))
+        await pilot.click("#choice-replan")  # needs its text first: refused in the dialog
+        assert "needs text" in shown(app, "#error")
+        await pilot.click("#choice-continue")
+        await until(pilot, "the continuation", lambda: "✓ continued" in shown(app, "#graph"))
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.run_id != run_id  # followed it
+        graph = shown(app, "#graph")
+        assert "┣━ continue ━▶ continued" in graph and "✓ approve  human decision" in graph
+        assert "completed" in shown(app, "#title")
+
+    drive(in_process_host, run_id, script)
+    status = in_process_host.wait_for_status(run_id, "waiting")  # an answered run stays so
+    assert status["continuation"]["status"] == "completed"
+
+
+def test_a_finished_run_is_scrubbed_step_by_step_and_refuses_a_pause(in_process_host) -> None:
+    use_scripted_agent(
+        in_process_host,
+        {"classify": {"route": "continue", "reason": "clear"}, "continue_lane": {"summary": "ok"}},
+    )
+    in_process_host.start()
+    run_id = in_process_host.start_run("branch", {"task": "Tidy up the README."})
+    in_process_host.wait_for_run(run_id)
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(pilot, "the graph", lambda: "✓ continue_lane" in shown(app, "#graph"))
+        # The stored snapshot is canonical JSON: cases and nodes in key order.
+        assert "┗━ continue ━▶ continue_lane" in shown(app, "#graph")
+        assert "steps (live)" in shown(app, "#steps")
+        await pilot.press("left")  # as it was after step 1: classify done, nothing taken
+        graph = shown(app, "#graph")
+        assert "└─ continue ─▶ continue_lane" in graph and "· continue_lane" in graph
+        assert "steps (step 1 of 2)" in shown(app, "#steps")
+        assert '"route": "continue"' in shown(app, "#step-text")
+        await pilot.press("end")
+        assert "✓ continue_lane" in shown(app, "#graph")
+        await pilot.press("p")  # the host's refusal, as `run pause` shows it
+        await until(pilot, "the refusal", lambda: "pause:" in shown(app, "#message"))
+        assert shown(app, "#message") == "pause: Run is already terminal"
+
+    drive(in_process_host, run_id, script, size=(80, 24))
+
+
+def test_the_runs_list_follows_the_host_filters_and_opens_a_run(in_process_host) -> None:
+    in_process_host.start()
+    first = in_process_host.start_run("hello", {"name": "first"})
+    in_process_host.wait_for_run(first)
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        def rows() -> list[str]:
+            table = app.screen.query_one(DataTable)
+            return [str(table.get_row_at(i)[2]) for i in range(table.row_count)]
+
+        await until(pilot, "the first run", lambda: rows() == [first])
+        # Started while the list is open: the host's push adds it on top.
+        second = await asyncio.to_thread(in_process_host.start_run, "human-decision", {})
+        await until(pilot, "the pushed run", lambda: rows() == [second, first])
+        await until(
+            pilot,
+            "it to wait",
+            lambda: "⏸" in str(app.screen.query_one(DataTable).get_row_at(0)[0]),
+        )
+        await pilot.press("slash")
+        await pilot.press(*"completed", "enter")
+        await until(pilot, "the filter", lambda: rows() == [first])
+        assert "filter: completed" in shown(app, "#title")
+        await pilot.press("escape")
+        await until(pilot, "all runs again", lambda: rows() == [second, first])
+        await pilot.press("enter")  # the top run
+        await until(pilot, "its run view", lambda: isinstance(app.screen, RunScreen))
+        assert app.screen.run_id == second
+        await pilot.press("x")  # cancel, confirmed
+        await pilot.press("y")
+        await until(pilot, "the cancel", lambda: "cancelled" in shown(app, "#title"))
+        await pilot.press("q")
+        await until(pilot, "the list", lambda: not isinstance(app.screen, RunScreen))
+
+    drive(in_process_host, None, script)
+    assert in_process_host.wait_for_run(first)["status"] == "completed"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_the_run_view_fits_small_and_wide_terminals(in_process_host, size) -> None:
+    in_process_host.start()
+    run_id = in_process_host.start_run("human-decision", {})
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(pilot, "the graph", lambda: "⏸ approve" in shown(app, "#graph"))
+        graph = app.screen.query_one("#graph-pane")
+        assert graph.size.width >= 40 and graph.size.height >= 5
+
+    drive(in_process_host, run_id, script, size=size)
+
+
+def test_view_of_an_unknown_run_or_without_a_host_is_a_one_line_error(in_process_host) -> None:
+    no_host = in_process_host.cli("--no-autostart", "view", check=False)
+    assert no_host.returncode == 1 and no_host.stdout == ""
+    assert len(no_host.stderr.splitlines()) == 1 and "host" in no_host.stderr
+
+    in_process_host.start()
+    unknown = in_process_host.cli("view", "no-such-run", check=False)
+    assert unknown.returncode == 1
+    assert unknown.stderr == (
+        "Error: Workflow run no-such-run does not exist; see 'pi-workflows run list'.\n"
+    )
