@@ -139,12 +139,12 @@ class RunScreen(Screen[None]):
 
     # --- data ---------------------------------------------------------------------------
 
-    async def run_moved(self, payload: dict[str, Any]) -> None:
+    def run_moved(self, payload: dict[str, Any]) -> None:
         """A push: the run moved; `why` says what holds it now."""
         if payload.get("runId") != self.run_id:
             return  # from the run this view followed before its continuation
         self.why = (payload.get("why") or {}).get("reason") or ""
-        await self.refresh_run()
+        self.call_later(self.refresh_run)
 
     async def refresh_run(self) -> None:
         """Read the run again; pushes that come while reading make one more read."""
@@ -227,7 +227,8 @@ class RunScreen(Screen[None]):
         else:
             progress = run_progress(graph, entries_until_step(entries, self.selected + 1))
         width = max(self.query_one("#graph-pane").size.width - 2, 40)
-        selected_node = self._selected_item()["nodeId"] if self._selected_item() else None
+        selected = self._selected_item()
+        selected_node = selected["nodeId"] if selected is not None else None
         text = Text()
         for line in render(graph, progress, width):
             row = Text(line.text)

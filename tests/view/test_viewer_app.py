@@ -67,7 +67,7 @@ def test_a_human_decision_is_followed_and_answered_from_the_run_view(in_process_
         await pilot.press("a")
         await until(pilot, "the answer dialog", lambda: bool(app.screen.query("#choice-replan")))
         await pilot.click("#choice-replan")  # needs its text first: refused in the dialog
-        assert "needs text" in shown(app, "#error")
+        await until(pilot, "the refusal", lambda: "needs text" in shown(app, "#error"))
         await pilot.click("#choice-continue")
         await until(pilot, "the continuation", lambda: "✓ continued" in shown(app, "#graph"))
         screen = app.screen
