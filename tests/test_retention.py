@@ -455,3 +455,78 @@ def test_a_blob_a_writer_reuses_after_the_prune_checked_it_survives(
         writing.result(timeout=60)
 
     _the_new_run_reads_back_its_input(store, shared_hash)
+
+
+# --- a prune step reads through indexes ---------------------------------------------------------
+
+# Scans a prune step may make: of the indexes that hold only the values nesting other blobs.
+NESTING_INDEXES = ("blobs_split_values", "events_transcripts")
+
+
+def _full_scans(store, sql: str, params) -> list[str]:
+    """The tables (or whole indexes) the database would read through to run `sql`."""
+    if store.is_sqlite:
+        plan = store.db.execute_sql("EXPLAIN QUERY PLAN " + sql, params).fetchall()
+        scans = [row[3] for row in plan if row[3].startswith("SCAN ")]
+        return [scan for scan in scans if not scan.endswith(NESTING_INDEXES)]
+    (plan,) = store.db.execute_sql("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()[0]
+    scans, nodes = [], [plan["Plan"]]
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        if node["Node Type"] == "Seq Scan":
+            scans.append(f"Seq Scan on {node['Relation Name']}")
+        elif "Index Name" in node and "Index Cond" not in node:
+            if node["Index Name"] not in NESTING_INDEXES:
+                scans.append(f"{node['Node Type']} of {node['Index Name']}")
+    return scans
+
+
+def test_a_prune_step_reads_no_table_whole(store, make_run, backend, monkeypatch):
+    """Every statement of a prune step (the lineages, their blobs, old blobs nothing
+    references) finds its rows through an index, so a step costs what it deletes, not
+    what the database holds. The plan's one pass over the runs is not a step."""
+    from pi_workflows.storage import retention
+
+    big = {"text": "z" * (2 * PART_MIN_BYTES)}
+    with store.transaction():
+        _finished_run(make_run, "gone", input={"shared": True})
+        record_run_change("gone", event_type="step", actor="test", payload={"out": big})
+        record_run_change(
+            "gone",
+            event_type=TRANSCRIPT_EVENT,
+            actor="test",
+            payload={"nodeId": "a", "attemptId": "a-1", "transcriptHash": put_json([1, 2])},
+        )
+        _finished_run(make_run, "kept", at=now_ms(), input={"shared": True})
+        put_json({"replaced": "snapshot"})
+    Blob.update(created_at=OLD).execute()
+
+    recorded: list[tuple[str, object]] = []
+    planning = threading.local()
+    execute_sql = store.db.execute_sql
+
+    def record(sql, params=None, *args, **kwargs):
+        if not getattr(planning, "on", False) and sql.lstrip().startswith(("SELECT", "DELETE")):
+            recorded.append((sql, params))
+        return execute_sql(sql, params, *args, **kwargs)
+
+    finished_roots = retention._finished_roots
+
+    def plan_unrecorded(before, roots):
+        planning.on = roots is None
+        try:
+            return finished_roots(before, roots)
+        finally:
+            planning.on = False
+
+    monkeypatch.setattr(store.db, "execute_sql", record)
+    monkeypatch.setattr(retention, "_finished_roots", plan_unrecorded)
+    report = prune(store, CUTOFF, apply=True)
+    monkeypatch.undo()
+
+    assert report.runs == 1 and report.transcripts == 1 and report.blobs >= 4
+    if backend == "postgresql":  # an index it could use instead shows, however small the table
+        store.db.execute_sql("SET enable_seqscan = off")
+    scans = {sql: _full_scans(store, sql, params) for sql, params in recorded}
+    assert {sql: found for sql, found in scans.items() if found} == {}

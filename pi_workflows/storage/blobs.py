@@ -10,8 +10,8 @@ from ..canonical import canonical_bytes, sha256_hex
 from ..clock import now_ms
 from ..errors import BlobConflictError
 from . import statements
+from .models import JSON
 
-JSON = "application/json"
 TEXT = "text/plain"
 
 #: A member of a split value at least this large is stored as a blob of its own.
@@ -20,8 +20,6 @@ PART_MIN_BYTES = 4 * 1024
 SPLIT_DEPTH = 4
 _SKELETON = "$piw-skeleton"
 _PARTS = "$piw-parts"
-#: How a split value's stored bytes begin (canonical JSON sorts `_PARTS` first).
-SPLIT_PREFIX = b'{"$piw-parts":'
 
 
 #: How many committed blob addresses are kept as hints before the hints start over.

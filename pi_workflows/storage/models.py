@@ -26,6 +26,15 @@ def _check_in(column: str, values: tuple[str, ...]) -> peewee.SQL | peewee.NodeL
     return peewee.Check(f"{column} IN ({quoted})")
 
 
+#: The media type of a JSON blob (storage.blobs).
+JSON = "application/json"
+#: How a stored split value's bytes begin (storage.blobs; canonical JSON sorts the parts
+#: key first): indexed, so pruning finds the values that nest other blobs.
+SPLIT_PREFIX = b'{"$piw-parts":'
+#: The event that names an agent step's transcript blob in its payload (storage.run_state).
+TRANSCRIPT_EVENT = "agent_transcript_recorded"
+
+
 class BaseModel(peewee.Model):
     class Meta:
         database = database_proxy
@@ -565,6 +574,53 @@ Run.add_index(
     )
 )
 
+ALL_MODELS = (
+    SchemaMeta,
+    Blob,
+    HostState,
+    Run,
+    RunQueue,
+    Lease,
+    Event,
+    HostCommand,
+    ForwardedCommand,
+    RunWorker,
+    WorkerMessage,
+    NodeAttempt,
+    WorkflowUpdate,
+    InteractiveRequest,
+    InteractiveSubmission,
+    WorkflowMessage,
+    WorkflowTurn,
+    HumanDecision,
+    HumanDecisionResolution,
+    Effect,
+    RunProcess,
+)
+
+
+def blob_columns(model: type[BaseModel]) -> list[peewee.Field]:
+    """The columns of `model` that hold a blob's address: `*_hash` (not `token_hash`, a
+    secret's) and a run's `definition_digest` (its definition snapshot's, run_graph.py)."""
+    return [
+        f
+        for f in model._meta.sorted_fields
+        if (f.name.endswith("_hash") and f.name != "token_hash") or f is Run.definition_digest
+    ]
+
+
+def _blob_column_indexes() -> list[tuple[type[BaseModel], peewee.ModelIndex]]:
+    """An index on every blob column of a table other than `blobs`, so that pruning proves
+    a blob unreferenced by lookups instead of reading whole tables. A column that may be
+    NULL (most rows leave an error's empty) is indexed only where it is set."""
+    indexes = []
+    for model in ALL_MODELS:
+        for column in blob_columns(model) if model is not Blob else ():
+            index = model.index(column, name=f"{model._meta.table_name}_{column.column_name}")
+            indexes.append((model, index.where(column.is_null(False)) if column.null else index))
+    return indexes
+
+
 # Indexes added after schema v3 was released: a database of that version gets those it
 # lacks when it is opened for writing (`database.add_missing_indexes`), no upgrade step.
 ADDED_INDEXES: tuple[tuple[type[BaseModel], peewee.ModelIndex], ...] = (
@@ -590,29 +646,39 @@ ADDED_INDEXES: tuple[tuple[type[BaseModel], peewee.ModelIndex], ...] = (
         Run.index(Run.workflow_name, Run.created_at, Run.run_id, name="runs_workflow_created"),
     ),
 )
+
+
+class _BeginsWith(peewee.ColumnBase):
+    """`column` begins with `prefix`, spelled out without parameters: an index's WHERE
+    takes none, and a query uses that index only if its WHERE says the same."""
+
+    def __init__(self, column: peewee.Field, prefix: bytes) -> None:
+        super().__init__()
+        self.column = column
+        self.prefix = prefix.decode("ascii")  # printable, no quotes or backslashes
+
+    def __sql__(self, ctx: peewee.Context) -> peewee.Context:
+        blob = ctx.state.field_types["BLOB"]
+        ctx.literal("(SUBSTR(").sql(self.column).literal(f", 1, {len(self.prefix)}) = ")
+        return ctx.literal(f"CAST('{self.prefix}' AS {blob}))")
+
+
+#: A blob that holds a split value (storage.blobs), as its index says it.
+IS_SPLIT_VALUE = _BeginsWith(Blob.content, SPLIT_PREFIX)
+
+ADDED_INDEXES += (
+    *_blob_column_indexes(),
+    # Pruning reads the stored split values and the transcript events (the values that
+    # nest other blobs), and only those, when a candidate could be nested in one.
+    (Blob, Blob.index(Blob.blob_hash, name="blobs_split_values").where(IS_SPLIT_VALUE)),
+    (
+        Event,
+        Event.index(Event.payload_hash, name="events_transcripts").where(
+            Event.event_type == TRANSCRIPT_EVENT
+        ),
+    ),
+    # Old blobs nothing references are found by age, not by reading the whole table.
+    (Blob, Blob.index(Blob.created_at, Blob.blob_hash, name="blobs_created_at")),
+)
 for _model, _index in ADDED_INDEXES:
     _model.add_index(_index)
-
-ALL_MODELS = (
-    SchemaMeta,
-    Blob,
-    HostState,
-    Run,
-    RunQueue,
-    Lease,
-    Event,
-    HostCommand,
-    ForwardedCommand,
-    RunWorker,
-    WorkerMessage,
-    NodeAttempt,
-    WorkflowUpdate,
-    InteractiveRequest,
-    InteractiveSubmission,
-    WorkflowMessage,
-    WorkflowTurn,
-    HumanDecision,
-    HumanDecisionResolution,
-    Effect,
-    RunProcess,
-)

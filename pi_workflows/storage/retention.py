@@ -16,19 +16,24 @@ a split value (`blobs.put_json_in_parts`) and an agent transcript named by its e
 from __future__ import annotations
 
 import functools
+import itertools
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import peewee
 
-from .blobs import JSON, PART_MIN_BYTES, SPLIT_PREFIX, split_part_hashes
+from . import statements
+from .blobs import PART_MIN_BYTES, split_part_hashes
 from .database import StateStore
 from .models import (
     ACTIVE_WORKER_STATUSES,
     ALL_MODELS,
+    IS_SPLIT_VALUE,
+    JSON,
     TERMINAL_RUN_STATUSES,
+    TRANSCRIPT_EVENT,
     Blob,
     Effect,
     Event,
@@ -48,9 +53,9 @@ from .models import (
     WorkflowMessage,
     WorkflowTurn,
     WorkflowUpdate,
+    blob_columns,
 )
 from .prepared import tuple_rows
-from .run_state import TRANSCRIPT_EVENT
 
 DAY_MS = 24 * 60 * 60 * 1000
 #: Lineages deleted per transaction: the longest a host writing alongside has to wait.
@@ -115,13 +120,16 @@ def prune_batches(store: StateStore, report: PruneReport) -> Iterator[None]:
     took up since the plan stays.
     """
     roots = _finished_roots(report.before, None)
-    steps: list[Callable[[], None]] = [
+    lineages = (
         functools.partial(_prune_batch, roots[start : start + LINEAGES_PER_BATCH], report)
         for start in range(0, len(roots), LINEAGES_PER_BATCH)
-    ]
-    orphans = _unreferenced_before(report.before)
-    steps += [functools.partial(_delete_unreferenced, set(chunk), report) for chunk in orphans]
-    for step in steps:
+    )
+    # Planned a page at a time once the lineages are gone (with them, their blobs).
+    orphans = (
+        functools.partial(_delete_unreferenced, chunk, report)
+        for chunk in _unreferenced_before(report.before)
+    )
+    for step in itertools.chain(lineages, orphans):
         try:
             with store.transaction():
                 step()
@@ -265,25 +273,15 @@ def _run_rows(run_ids: list[str]) -> list[tuple[type[peewee.Model], peewee.Expre
     ]
 
 
-def _blob_columns(model: type[peewee.Model]) -> list[peewee.Field]:
-    """The columns of `model` that hold a blob's address (`token_hash` is a secret's; a
-    run's `definition_digest` is its definition snapshot's, see storage/run_graph.py)."""
-    return [
-        f
-        for f in model._meta.sorted_fields
-        if (f.name.endswith("_hash") and f.name != "token_hash") or f is Run.definition_digest
-    ]
-
-
 # Every table with a blob column: rows that are not a run's (channel effects, run-less
 # commands) reference blobs too.
-_REFERENCING = [model for model in ALL_MODELS if model is not Blob and _blob_columns(model)]
+_REFERENCING = [model for model in ALL_MODELS if model is not Blob and blob_columns(model)]
 
 
 def _hashes_of_rows(run_ids: list[str]) -> set[str]:
     hashes: set[str] = set()
     for model, where in _run_rows(run_ids):
-        columns = _blob_columns(model)
+        columns = blob_columns(model)
         if columns:
             for row in tuple_rows(model.select(*columns).where(where)):
                 hashes.update(value for value in row if value)
@@ -314,8 +312,7 @@ def _transcripts_of(run_ids: list[str] | None) -> set[str]:
 def _split_parts(hashes: Iterable[str] | None) -> dict[str, set[str]]:
     """Split blob -> its parts, for the split blobs among `hashes` (None: all of them)."""
     query = Blob.select(Blob.blob_hash, Blob.content).where(
-        (Blob.media_type == JSON)
-        & (peewee.fn.SUBSTR(Blob.content, 1, len(SPLIT_PREFIX)) == SPLIT_PREFIX)
+        IS_SPLIT_VALUE & (Blob.media_type == JSON)
     )
     chunks = [None] if hashes is None else _chunks(sorted(hashes))
     parts: dict[str, set[str]] = {}
@@ -337,12 +334,7 @@ def _nested(hashes: set[str], transcripts: set[str]) -> set[str]:
 def _still_referenced(candidates: set[str]) -> set[str]:
     """Of `candidates`, those a remaining row references directly or through a value it
     references (after the pruned rows were deleted)."""
-    referenced: set[str] = set()
-    for chunk in _chunks(sorted(candidates)):
-        for model in _REFERENCING:
-            for column in _blob_columns(model):
-                rows = tuple_rows(model.select(column).where(column.in_(chunk)).distinct())
-                referenced.update(row[0] for row in rows)
+    referenced = _directly_referenced(candidates)
     nested = candidates - referenced
     if not nested:
         return referenced
@@ -361,6 +353,29 @@ def _still_referenced(candidates: set[str]) -> set[str]:
         referenced = grown
 
 
+def _directly_referenced(candidates: set[str]) -> set[str]:
+    """Of `candidates`, those a row names in a blob column (each column's index answers)."""
+    referenced: set[str] = set()
+    for chunk in _chunks(sorted(candidates)):
+        for sql in _references_sql(len(chunk)):
+            referenced.update(row[0] for row in statements.rows(sql, chunk))
+    return referenced
+
+
+@functools.lru_cache(maxsize=4)
+def _references_sql(count: int) -> tuple[str, ...]:
+    """For each blob column, the statement that selects which of `count` hashes it names:
+    written once per chunk length (built by peewee for every chunk, they cost several
+    times what running them does)."""
+    marks = ", ".join(["?"] * count)
+    return tuple(
+        f"SELECT DISTINCT {column.column_name} FROM {model._meta.table_name} "
+        f"WHERE {column.column_name} IN ({marks})"
+        for model in _REFERENCING
+        for column in blob_columns(model)
+    )
+
+
 def _nested_kinds(hashes: set[str]) -> tuple[bool, bool]:
     """Whether any of `hashes` could be a split value's part (JSON of at least
     `PART_MIN_BYTES`) and whether any could be a transcript (a JSON list: a transcript is
@@ -377,15 +392,29 @@ def _nested_kinds(hashes: set[str]) -> tuple[bool, bool]:
     return may_be_part, may_be_transcript
 
 
-def _unreferenced_before(before: int) -> list[list[str]]:
-    """Blobs stored before `before` that no row references directly, in chunks (a plan,
-    read without a lock: `_delete_unreferenced` checks each chunk again)."""
-    referenced: set[str] = set()
-    for model in _REFERENCING:
-        for column in _blob_columns(model):
-            referenced.update(row[0] for row in tuple_rows(model.select(column).distinct()))
-    old = Blob.select(Blob.blob_hash).where(Blob.created_at < before).order_by(Blob.blob_hash)
-    return _chunks([row[0] for row in tuple_rows(old) if row[0] not in referenced])
+def _unreferenced_before(before: int) -> Iterator[set[str]]:
+    """Blobs stored before `before` that no row references directly, a page at a time in
+    the order of their age index (read without a lock: `_delete_unreferenced` checks each
+    page again). The pages go on from the last blob read, so deleting them between pages
+    skips nothing."""
+    after: tuple[int, str] = (-1, "")
+    while True:
+        page = (
+            Blob.select(Blob.created_at, Blob.blob_hash)
+            .where(
+                (Blob.created_at < before) & (peewee.Tuple(Blob.created_at, Blob.blob_hash) > after)
+            )
+            .order_by(Blob.created_at, Blob.blob_hash)
+            .limit(HASHES_PER_QUERY)
+        )
+        rows = list(tuple_rows(page))
+        if not rows:
+            return
+        after = rows[-1]
+        hashes = {blob_hash for _, blob_hash in rows}
+        unreferenced = hashes - _directly_referenced(hashes)
+        if unreferenced:
+            yield unreferenced
 
 
 def _chunks(values: list[str]) -> list[list[str]]:

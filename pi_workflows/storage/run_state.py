@@ -22,6 +22,7 @@ from . import decision_records, effects, run_transitions, statements
 from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
+    TRANSCRIPT_EVENT,
     Effect,
     InteractiveRequest,
     InteractiveSubmission,
@@ -40,7 +41,6 @@ from .workflow_messages import (
 
 RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
 MAX_UPDATE_PAIRS = 1024
-TRANSCRIPT_EVENT = "agent_transcript_recorded"
 ACTOR = "worker"
 ACTIVE_ATTEMPT_STATUSES = ("pending", "running", "waiting")
 OUTCOME_TO_ATTEMPT_STATUS = {

@@ -13,8 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .blobs import read_json
-from .models import TERMINAL_RUN_STATUSES, Event, NodeAttempt, Run
-from .run_state import TRANSCRIPT_EVENT
+from .models import TERMINAL_RUN_STATUSES, TRANSCRIPT_EVENT, Event, NodeAttempt, Run
 from .runs import get_run
 
 UNSAVED_END = (
