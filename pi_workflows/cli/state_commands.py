@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
+import math
+import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -12,7 +16,6 @@ from ..durations import duration_ms, parse_before
 from ..errors import HostAlreadyRunningError, InvalidInputError
 from ..host.lock import live_lock_holder
 from ..storage.maintenance import state_backup, state_status, state_verify, upgrade_needed
-from ..storage.retention import prune
 from ..storage.state_copy import copy_state
 from .context import CliContext, emit_json, json_option, pass_cli
 
@@ -105,30 +108,53 @@ def prune_command(
     as_json: bool,
 ) -> None:
     """Prune finished run lineages and the blobs only they used (a dry run without
-    --apply); runs that are unfinished or still needed are kept."""
+    --apply); runs that are unfinished or still needed are kept. The host does it (started
+    if none runs, unless --no-autostart), between serving its clients."""
     if before_text is not None and older_than is not None:
         raise InvalidInputError("Give --before or --older-than, not both.")
     if before_text is not None:
         before = parse_before(before_text)
     else:
         before = now_ms() - _age_ms(older_than)
-    store = cli_ctx.store()
-    backup = state_backup(store, backup_path) if backup_path is not None else None
-    report = prune(store, before, apply=apply)
-    report.backup = backup
+    cutoff = datetime.datetime.fromtimestamp(before / 1000, datetime.UTC).isoformat()
+    report = cli_ctx.client().prune_state(
+        cutoff,
+        apply=apply,
+        backup_path=backup_path.resolve() if backup_path is not None else None,
+        on_progress=None if as_json else _ProgressLine(),
+    )
     if as_json:
-        emit_json(report.as_json())
+        emit_json(report)
         return
+    backup = report.get("backup")
     if backup is not None:
         click.echo(f"backed up {backup['bytes']} bytes to {backup['destination']}")
-    verb = "pruned" if apply else "would prune"
-    click.echo(
-        f"{verb} {report.runs} runs in {report.lineages} lineages: {report.events} events, "
-        f"{report.transcripts} transcripts, {report.blobs} blobs ({report.bytes} bytes); "
-        f"{report.protected} finished lineages kept because they are still needed"
-    )
-    if not apply and report.runs:
+    click.echo(_counts(report))
+    if not apply and report["runs"]:
         click.echo("run again with --apply to delete them")
+
+
+def _counts(report: dict[str, Any]) -> str:
+    verb = "pruned" if report["applied"] else "would prune"
+    return (
+        f"{verb} {report['runs']} runs in {report['lineages']} lineages: {report['events']} "
+        f"events, {report['transcripts']} transcripts, {report['blobs']} blobs "
+        f"({report['bytes']} bytes); {report['protectedLineages']} finished lineages kept "
+        "because they are still needed"
+    )
+
+
+class _ProgressLine:
+    """Shows on stderr how far the host's prune got: the first counts at once, then at
+    most one line a second."""
+
+    def __init__(self) -> None:
+        self.shown_at = -math.inf
+
+    def __call__(self, report: dict[str, Any]) -> None:
+        if time.monotonic() - self.shown_at >= 1.0:
+            self.shown_at = time.monotonic()
+            click.echo(f"so far: {_counts(report)}", err=True)
 
 
 def _age_ms(older_than: str | None) -> int:

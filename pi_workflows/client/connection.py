@@ -8,6 +8,7 @@ import secrets
 import socket
 import stat
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ class Response:
 
 
 class HostConnection:
-    """A blocking connection; one request at a time, events are skipped."""
+    """A blocking connection; one request at a time, events are skipped (unless the
+    request asks for them)."""
 
     def __init__(
         self, socket_path: Path, timeout_s: float = 30.0, *, client_id: str | None = None
@@ -120,15 +122,26 @@ class HostConnection:
         return message
 
     def request(
-        self, operation: str, payload: dict[str, Any] | None = None, **envelope: Any
+        self,
+        operation: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        **envelope: Any,
     ) -> Response:
-        """Send a request (`envelope`: the keyword arguments of `post`), wait for its response."""
+        """Send a request (`envelope`: the keyword arguments of `post`), wait for its response.
+
+        `on_event` is given each event that arrives meanwhile (a long operation's progress,
+        sent with the request id as its subscription id); they are skipped otherwise.
+        """
         request_id = self.post(operation, payload, **envelope)
         try:
             while True:
                 reply = self._read_message()
                 if reply.get("type") == "response" and reply.get("requestId") == request_id:
                     break
+                if on_event is not None and reply["type"] == "event":
+                    on_event(reply)
         except (OSError, ValueError) as error:
             raise HostUnavailableError(
                 f"Lost the connection to the workflow host: {error}"

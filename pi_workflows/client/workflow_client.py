@@ -6,6 +6,7 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any, cast
 
 from ..errors import (
@@ -315,6 +316,27 @@ class WorkflowClient:
     def retry_effect(self, effect_id: str) -> dict[str, Any]:
         """An effect in doubt did not happen: its node runs it again."""
         return self.call_object("effects.retry", {"effectId": effect_id})
+
+    def prune_state(
+        self,
+        before: str,
+        *,
+        apply: bool,
+        backup_path: Path | None = None,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """`state.prune`: the host prunes what finished before `before` (ISO 8601) and
+        answers with the prune report; `on_progress` gets the counts so far after each of
+        its transactions (they also keep a long prune's connection from timing out)."""
+        payload: dict[str, Any] = {"before": before, "apply": apply}
+        if backup_path is not None:
+            payload["backupPath"] = str(backup_path)
+
+        def progress(event: dict[str, Any]) -> None:
+            if on_progress is not None and event["event"] == "prune_progress":
+                on_progress(event["payload"])
+
+        return self.call_object("state.prune", payload, on_event=progress)
 
     def host_status(self) -> dict[str, Any]:
         return self.call_object("host.status")

@@ -2,9 +2,11 @@
 
 `state.prune` (payload ``{before, apply, backupPath?}``) prunes finished lineages
 (`storage.retention`) and answers with the prune report as its receipt; the receipt is
-stored, so a repeat with the same idempotency key adopts it instead of pruning again. The
-prune runs one bounded transaction at a time on the host's loop, so other clients are
-served between them.
+stored, so a repeat with the same idempotency key adopts it instead of pruning again (a
+repeat that comes while the first still runs waits for it). The prune runs one bounded
+transaction at a time on the host's loop, so other clients are served between them, and
+after each it sends the counts so far to the requesting connection (a `prune_progress`
+event whose subscription id is the request id).
 
 The sweep: when the host is idle (no worker running) and the sweep period has passed, the
 duty host (every SQLite host) prunes what finished longer than `retention` ago, then
@@ -17,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..clock import now_ms
 from ..durations import duration_ms, parse_before
 from ..errors import InvalidInputError
-from ..protocol.client_messages import ClientRequest, response
+from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import one_line_error
 from ..storage.maintenance import state_backup, vacuum_if_worthwhile
 from ..storage.retention import PruneReport, prune_batches
@@ -46,6 +49,9 @@ class Retention:
         self.next_sweep_at = 0.0  # time.monotonic(): the first idle tick sweeps
         self.sweeping = False
         self.last_sweep: dict[str, Any] | None = None
+        # `state.prune` requests running now, by (client id, idempotency key): done once
+        # the request has its answer.
+        self.in_flight: dict[tuple[str, str], asyncio.Event] = {}
 
     @feature_hook
     def piwh_register_operations(self, operations: OperationTable) -> None:
@@ -58,21 +64,38 @@ class Retention:
     # --- state.prune -------------------------------------------------------------------
 
     async def prune_command(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
+        key = (request.client_id, request.idempotency_key)
+        running = self.in_flight.get(key)
+        if running is not None:  # a retry (its connection timed out): the first's receipt
+            await running.wait()
         adopted = adopt(request)
         if adopted is not None:
             return adopted
         before, apply, backup_path = _prune_payload(request.payload)
-        report = await self._prune(before, apply, backup_path)
-        if self.services.is_stopping:  # cut short: no receipt, so a retry prunes the rest
-            return response(request.request_id, "unavailable", error="Workflow host is stopping")
-        return execute_durable(
-            self.services.store,
-            request,
-            self.services.host_epoch,
-            lambda: OperationResult("accepted", receipt=report.as_json()),
-        )
+        done = self.in_flight[key] = asyncio.Event()
+        try:
+            report = await self._prune(before, apply, backup_path, _progress(request, connection))
+            if self.services.is_stopping:  # cut short: no receipt, a retry prunes the rest
+                return response(
+                    request.request_id, "unavailable", error="Workflow host is stopping"
+                )
+            return execute_durable(
+                self.services.store,
+                request,
+                self.services.host_epoch,
+                lambda: OperationResult("accepted", receipt=report.as_json()),
+            )
+        finally:
+            del self.in_flight[key]
+            done.set()
 
-    async def _prune(self, before: int, apply: bool, backup_path: Path | None) -> PruneReport:
+    async def _prune(
+        self,
+        before: int,
+        apply: bool,
+        backup_path: Path | None,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
         store = self.services.store
         report = PruneReport(before=before, applied=apply)
         if backup_path is not None:
@@ -80,6 +103,8 @@ class Retention:
         for _ in prune_batches(store, report):
             if self.services.is_stopping:
                 break  # what is left waits for the next host's sweep
+            if progress is not None:
+                progress(report)
             await asyncio.sleep(0)  # let the loop serve others between transactions
         return report
 
@@ -122,6 +147,24 @@ class Retention:
             report.bytes,
             ", vacuumed" if vacuumed else "",
         )
+
+
+def _progress(request: ClientRequest, connection: Any) -> Callable[[PruneReport], None]:
+    """Sends the counts so far to the connection that asked for the prune."""
+
+    def send(report: PruneReport) -> None:
+        connection.push(
+            {
+                "schema": SCHEMA,
+                "type": "event",
+                "subscriptionId": request.request_id,
+                "event": "prune_progress",
+                "payload": report.as_json(),
+            },
+            replaces=request.request_id,  # counts so far: only the latest is worth sending
+        )
+
+    return send
 
 
 def _prune_payload(payload: dict[str, Any]) -> tuple[int, bool, Path | None]:

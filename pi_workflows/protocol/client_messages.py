@@ -33,7 +33,9 @@ HOST_MESSAGE_KEYS = {
 OUTCOMES = frozenset(
     {"accepted", "adopted", "rejected", "conflict", "notFound", "claimLost", "unavailable"}
 )
-EVENTS = frozenset({"session_snapshot", "run_progress", "run_status", "runs_changed"})
+EVENTS = frozenset(
+    {"session_snapshot", "run_progress", "run_status", "runs_changed", "prune_progress"}
+)
 
 
 @dataclass(frozen=True)

@@ -138,14 +138,37 @@ def test_a_failed_sweep_is_logged_once_and_the_host_keeps_running(
     assert "expired" in _run_ids(harness)
 
 
-def test_the_cli_reports_a_dry_run_then_prunes_with_apply(harness: HostHarness):
-    _old_finished_runs(harness, "old-1")
-    dry = json.loads(harness.cli("state", "prune", "--older-than", "30d", "--json").stdout)
-    assert (dry["applied"], dry["runs"]) == (False, 1)
-    assert _run_ids(harness) == {"old-1"}
-    applied = harness.cli("state", "prune", "--before", _iso(now_ms()), "--apply").stdout
-    assert applied.startswith("pruned 1 runs in 1 lineages")
+def test_the_cli_prunes_through_the_running_host_which_reports_its_progress(
+    harness: HostHarness,
+):
+    harness.start_host(PI_WORKFLOWS_RETENTION="0")  # no sweep: the command does it all
+    _old_finished_runs(harness, *(f"old-{n}" for n in range(60)))  # two steps of 50 lineages
+
+    dry = harness.cli("state", "prune", "--older-than", "30d")
+    assert dry.stdout.startswith("would prune 60 runs in 60 lineages")
+    assert "so far: would prune 50 runs in 50 lineages" in dry.stderr  # after the first step
+    assert len(_run_ids(harness)) == 60
+    applied = json.loads(
+        harness.cli("state", "prune", "--before", _iso(now_ms()), "--apply", "--json").stdout
+    )
+
+    assert (applied["applied"], applied["runs"], applied["lineages"]) == (True, 60, 60)
     assert _run_ids(harness) == set()
+    # The host did it: it stored each command's receipt (one the CLI would not write).
+    receipts = harness.query(
+        "SELECT outcome FROM host_commands WHERE operation = ? ORDER BY created_at", "state.prune"
+    )
+    assert receipts == [("accepted",), ("accepted",)]
     bad = harness.cli("state", "prune", "--older-than", "soon", check=False)
     assert bad.returncode != 0
     assert "--older-than must be a duration such as 30d" in bad.stderr
+
+
+def test_the_cli_prunes_nothing_without_a_host_when_told_not_to_start_one(harness: HostHarness):
+    _old_finished_runs(harness, "old-1")
+
+    result = harness.cli("--no-autostart", "state", "prune", "--apply", check=False)
+
+    assert result.returncode != 0
+    assert "No workflow host is running" in result.stderr
+    assert _run_ids(harness) == {"old-1"}
