@@ -599,7 +599,7 @@ ALL_MODELS = (
 )
 
 
-def blob_columns(model: type[BaseModel]) -> list[peewee.Field]:
+def blob_columns(model: type[peewee.Model]) -> list[peewee.Field]:
     """The columns of `model` that hold a blob's address: `*_hash` (not `token_hash`, a
     secret's) and a run's `definition_digest` (its definition snapshot's, run_graph.py)."""
     return [
@@ -613,7 +613,7 @@ def _blob_column_indexes() -> list[tuple[type[BaseModel], peewee.ModelIndex]]:
     """An index on every blob column of a table other than `blobs`, so that pruning proves
     a blob unreferenced by lookups instead of reading whole tables. A column that may be
     NULL (most rows leave an error's empty) is indexed only where it is set."""
-    indexes = []
+    indexes: list[tuple[type[BaseModel], peewee.ModelIndex]] = []
     for model in ALL_MODELS:
         for column in blob_columns(model) if model is not Blob else ():
             index = model.index(column, name=f"{model._meta.table_name}_{column.column_name}")
