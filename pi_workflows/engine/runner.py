@@ -10,7 +10,6 @@ worker's request/response protocol needs — and a deadline is just an inbox tim
 from __future__ import annotations
 
 import copy
-import json
 import queue
 import threading
 import time
@@ -18,33 +17,27 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import plugins, settings
 from ..authoring import Workflow, validate_graph
-from ..authoring.nodes import Node
 from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import (
     ClaimLostError,
     InvalidInputError,
-    PiWorkflowsError,
     RevisionConflictError,
     WorkflowDefinitionError,
     WorkflowSourceChangedError,
 )
-from ..limits import MAX_OUTPUT_BYTES, checked_json, checked_prompt
-from ..records import StepContract
 from .agents import (
     AgentExecutor,
-    AgentTranscript,
     headless_executor,
-    parse_output,
 )
-from .context import AbortSignal, NodeAborted, NodeContext, NodeTimedOut, PresentationContext
+from .attempt import Attempt, AwaitInteraction, EffectAmbiguous, as_json, describe
+from .context import NodeAborted, NodeContext, NodeTimedOut, PresentationContext
+from .node_kinds import Publish, checked_agent_output, rejection, run_node
 from .node_thread import NodeThread
 from .processes import registering_with
 from .routing import RoutingError, failure_route, next_node
 from .run_backend import RunBackend
-from .shell import run_shell
 from .updates import TokenBucket, check_update
 
 RUN_STATE_SCHEMA = "pi-workflows.run-state.v1"
@@ -90,42 +83,13 @@ class _CheckpointReached(Exception):
         self.output = output
 
 
-class _AwaitInteraction(Exception):
-    def __init__(self, request_id: str) -> None:
-        super().__init__(request_id)
-        self.request_id = request_id
-
-
-class _EffectAmbiguous(Exception):
-    pass
-
-
 class _InteractionPending(Exception):
     """The run waits for its origin session to answer an agent step."""
 
 
 @dataclass
-class _Attempt:
-    node_id: str
-    attempt_id: str
-    node: Node
-    started_at: int
-    signal: AbortSignal = field(default_factory=AbortSignal)
-    prompt: str | None = None
-    action: dict[str, Any] | None = None
-    effect: dict[str, Any] | None = None
-    effect_result: Any = None
-    has_effect_result: bool = False
-    transcript: AgentTranscript | None = None
-    # An agent output the step's checks accepted while the executor was still running.
-    accepted_output: tuple[Any] | None = None
-    # A headless agent step: the executor's name and what it reported of who answered.
-    agent: dict[str, Any] | None = None
-
-
-@dataclass
 class _BackendCall:
-    attempt: _Attempt
+    attempt: Attempt
     method: str
     payload: dict[str, Any]
     done: threading.Event = field(default_factory=threading.Event)
@@ -135,51 +99,13 @@ class _BackendCall:
 
 @dataclass
 class _Done:
-    attempt: _Attempt
+    attempt: Attempt
     output: Any = None
     error: BaseException | None = None
 
 
 class _Stop:
     """Wakes the engine thread after cancel() or park()."""
-
-
-def _describe(error: BaseException) -> str:
-    if isinstance(error, PiWorkflowsError):
-        return str(error)
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
-
-
-def _agent_report(answer: Any) -> dict[str, Any]:
-    """What an executor's result reports of who answered (records.AgentStepResult):
-    ``provider`` and ``model`` names and ``usage`` token counts; anything else, or of
-    another shape, is left out, so a plugin cannot put non-JSON in the run state."""
-    if not isinstance(answer, dict):
-        return {}
-    report = {key: answer[key] for key in ("provider", "model") if isinstance(answer.get(key), str)}
-    usage = answer.get("usage")
-    if isinstance(usage, dict) and all(
-        isinstance(name, str) and isinstance(count, int) and not isinstance(count, bool)
-        for name, count in usage.items()
-    ):
-        report["usage"] = dict(usage)
-    return report
-
-
-def _rejection(error: BaseException) -> str:
-    """Why a validator refused an agent's output, as the agent is told: a `ValueError`
-    (how `validate` rejects) is its message alone; anything else names its type, since it
-    is more likely a bug than a verdict."""
-    if isinstance(error, ValueError) and str(error):
-        return str(error)
-    return _describe(error)
-
-
-def _as_json(value: Any, what: str) -> Any:
-    """`value` as it survives a JSON round trip; tuples become lists, the rest is refused,
-    and so is a value over the output limits (docs/operations.md)."""
-    return json.loads(checked_json(value, what, MAX_OUTPUT_BYTES))
 
 
 class Engine:
@@ -202,6 +128,20 @@ class Engine:
         self._updates = TokenBucket()
         self._run_info: dict[str, Any] = {}
         self._idle_thread: NodeThread | None = None  # the last attempt's, free again
+
+    # --- what node handlers use of the run (node_kinds.StepRun) ---------------------------
+
+    @property
+    def workflow_name(self) -> str:
+        return self.definition.name
+
+    @property
+    def is_interactive(self) -> bool:
+        return self._run_info.get("executionMode") == "interactive"
+
+    @property
+    def agent_executor(self) -> AgentExecutor:
+        return self._agent_executor or headless_executor()
 
     # --- control -----------------------------------------------------------------------
 
@@ -390,10 +330,10 @@ class Engine:
                 value = self.definition.input(raw)
             except Exception as error:
                 raise _RunFailed(
-                    f"Workflow {self.definition.name!r} rejected its input: {_describe(error)}"
+                    f"Workflow {self.definition.name!r} rejected its input: {describe(error)}"
                 ) from error
         try:
-            return _as_json(value, "The normalised workflow input")
+            return as_json(value, "The normalised workflow input")
         except InvalidInputError as error:
             raise _RunFailed(str(error)) from error
 
@@ -411,7 +351,7 @@ class Engine:
                     f"Checkpoint {checkpoint_id!r} is a human decision; only a decision "
                     "answer can continue it."
                 )
-            return _as_json(input, "The checkpoint answer")
+            return as_json(input, "The checkpoint answer")
         spec = node.human_decision
         response = human_decision.get("response")
         if spec is None or not isinstance(response, dict):
@@ -428,7 +368,7 @@ class Engine:
                 f"Decision {human_decision.get('decisionId')} does not belong to checkpoint "
                 f"{checkpoint_id!r} of run {parent.get('runId')}."
             )
-        return _as_json(response, "The human decision response")
+        return as_json(response, "The human decision response")
 
     def _resume_running(self) -> None:
         state = self.state
@@ -476,11 +416,11 @@ class Engine:
         failure: str | None = None
         failure_class: str | None = None
         output: Any = None
-        rejection: str | None = None
+        refusal: str | None = None
         try:
-            output = self._checked_agent_output(node, submitted["output"], self._context(attempt))
+            output = checked_agent_output(node, submitted["output"], self._context(attempt))
         except Exception as error:
-            failure, rejection = _describe(error), _rejection(error)
+            failure, refusal = describe(error), rejection(error)
             failure_class = type(error).__name__
         if candidate:
             coordinates = {
@@ -488,8 +428,8 @@ class Engine:
                 "submissionId": submitted["submissionId"],
                 "attemptId": attempt.attempt_id,
             }
-            if rejection is not None:
-                self.backend.reject_interaction({**coordinates, "error": rejection})
+            if refusal is not None:
+                self.backend.reject_interaction({**coordinates, "error": refusal})
                 return
             self.backend.accept_interaction(coordinates)
         state["status"] = "running"
@@ -500,11 +440,11 @@ class Engine:
             result = self._record(attempt, "failed", error=failure, error_class=failure_class)
         self._run_from(None, self._last_output(), after=(node_id, result))
 
-    def _waiting_attempt(self) -> _Attempt:
+    def _waiting_attempt(self) -> Attempt:
         state = self.state
         node_id = state["currentNode"]
         node = self.definition.nodes[node_id]
-        return _Attempt(node_id, state["currentAttemptId"], node, state["currentNodeStartedAt"])
+        return Attempt(node_id, state["currentAttemptId"], node, state["currentNodeStartedAt"])
 
     def _time_out_interaction(self) -> None:
         """The session's model turns used up the step's time: the attempt timed out."""
@@ -533,12 +473,12 @@ class Engine:
     def _start_agent_early(self) -> None:
         """Let the agent executor of a headless run with agent steps start its agent now,
         so the first step does not wait for it (the optional ``prepare()``)."""
-        if self._run_info.get("executionMode") == "interactive":
+        if self.is_interactive:
             return
         if not any(node.node_type == "agent" for node in self.definition.nodes.values()):
             return
         try:
-            prepare = getattr(self._agent_executor or headless_executor(), "prepare", None)
+            prepare = getattr(self.agent_executor, "prepare", None)
             if prepare is not None:
                 with registering_with(_RunProcesses(self.backend)):
                     prepare()
@@ -687,7 +627,7 @@ class Engine:
 
     def _attempt(self, node_id: str) -> dict[str, Any]:
         node = self.definition.nodes[node_id]
-        attempt = _Attempt(node_id, uuid.uuid4().hex, node, now_ms())
+        attempt = Attempt(node_id, uuid.uuid4().hex, node, now_ms())
         self.state.update(
             currentNode=node_id,
             currentNodeType=node.node_type,
@@ -707,22 +647,22 @@ class Engine:
         error = done.error
         if error is None:
             try:
-                output = _as_json(done.output, f"The output of node {node_id!r}")
+                output = as_json(done.output, f"The output of node {node_id!r}")
             except InvalidInputError as invalid:
                 return self._record(attempt, "failed", error=str(invalid))
             return self._record(attempt, "ok", output=output)
-        if isinstance(error, _AwaitInteraction):
+        if isinstance(error, AwaitInteraction):
             self._wait_for_interaction(attempt, error.request_id)
-        if isinstance(error, _EffectAmbiguous):
+        if isinstance(error, EffectAmbiguous):
             raise _Parked("effectAmbiguous", str(error))
         outcome = "timed_out" if isinstance(error, NodeTimedOut) else "failed"
         if isinstance(error, NodeAborted) and attempt.signal.reason == "cancel":
             outcome = "cancelled"
         return self._record(
-            attempt, outcome, error=_describe(error), error_class=type(error).__name__
+            attempt, outcome, error=describe(error), error_class=type(error).__name__
         )
 
-    def _save_transcript_chunk(self, attempt: _Attempt) -> None:
+    def _save_transcript_chunk(self, attempt: Attempt) -> None:
         """Save the attempt's new transcript entries when a chunk is due (see agents.py)."""
         if attempt.transcript is None:
             return
@@ -737,14 +677,14 @@ class Engine:
         except Exception:  # a chunk that could not be saved costs only itself
             pass
 
-    def _keep_transcript(self, attempt: _Attempt) -> None:
+    def _keep_transcript(self, attempt: Attempt) -> None:
         entries = attempt.transcript.entries() if attempt.transcript is not None else []
         if entries:
             self.backend.record_transcript(
                 {"nodeId": attempt.node_id, "attemptId": attempt.attempt_id, "entries": entries}
             )
 
-    def _wait_for_interaction(self, attempt: _Attempt, request_id: str) -> None:
+    def _wait_for_interaction(self, attempt: Attempt, request_id: str) -> None:
         self.state.update(
             status="waiting",
             waitingOn=attempt.node_id,
@@ -759,7 +699,7 @@ class Engine:
         )
         raise _InteractionPending()
 
-    def _run_in_thread(self, attempt: _Attempt) -> _Done:
+    def _run_in_thread(self, attempt: Attempt) -> _Done:
         context = self._context(attempt)
         thread, self._idle_thread = self._idle_thread or NodeThread(), None
         thread.run(f"piw-node-{attempt.node_id}", lambda: self._node_thread(attempt, context))
@@ -824,7 +764,7 @@ class Engine:
         if thread.wait_idle(0):
             self._idle_thread = thread
 
-    def _serve(self, call: _BackendCall, active: _Attempt) -> None:
+    def _serve(self, call: _BackendCall, active: Attempt) -> None:
         if call.attempt is not active or active.signal.is_aborted:
             call.error = NodeAborted("The node attempt is no longer active.")
             call.done.set()
@@ -840,14 +780,14 @@ class Engine:
             call.error = error
         call.done.set()
 
-    def _settle_effect(self, attempt: _Attempt, done: _Done) -> None:
+    def _settle_effect(self, attempt: Attempt, done: _Done) -> None:
         effect = attempt.effect
         if effect is None:
             return
         if attempt.has_effect_result:
             settlement = {"outcome": "applied", "result": attempt.effect_result}
         elif done.error is not None and not isinstance(done.error, (NodeTimedOut, NodeAborted)):
-            settlement = {"outcome": "rejected", "error": _describe(done.error)}
+            settlement = {"outcome": "rejected", "error": describe(done.error)}
         elif effect["policy"] == "idempotent":
             settlement = {"outcome": "rejected", "error": "stopped before it finished"}
         else:
@@ -857,7 +797,7 @@ class Engine:
 
     def _record(
         self,
-        attempt: _Attempt,
+        attempt: Attempt,
         outcome: str,
         *,
         output: Any = None,
@@ -902,11 +842,11 @@ class Engine:
 
     # --- inside the attempt thread -------------------------------------------------------
 
-    def _publisher(self, attempt: _Attempt) -> Any:
+    def publisher(self, attempt: Attempt) -> Publish:
         def publish(type: str, key: str, data: dict[str, Any]) -> dict[str, Any]:
             check_update(type, key, data)
             self._updates.take()
-            return self._call(
+            return self.call(
                 attempt,
                 "publish_update",
                 {
@@ -920,8 +860,8 @@ class Engine:
 
         return publish
 
-    def _context(self, attempt: _Attempt) -> NodeContext:
-        publish = self._publisher(attempt) if attempt.node.node_type == "action" else None
+    def _context(self, attempt: Attempt) -> NodeContext:
+        publish = self.publisher(attempt) if attempt.node.node_type == "action" else None
         state = copy.deepcopy(self.state)
         return NodeContext(
             input=state["input"],
@@ -934,7 +874,7 @@ class Engine:
             _publish=publish,
         )
 
-    def _call(self, attempt: _Attempt, method: str, payload: dict[str, Any]) -> Any:
+    def call(self, attempt: Attempt, method: str, payload: dict[str, Any]) -> Any:
         """A backend call from the attempt thread, executed by the engine thread."""
         call = _BackendCall(attempt, method, payload)
         self._inbox.put(call)
@@ -944,209 +884,14 @@ class Engine:
             raise call.error
         return call.result
 
-    def _node_thread(self, attempt: _Attempt, context: NodeContext) -> None:
+    def _node_thread(self, attempt: Attempt, context: NodeContext) -> None:
         try:
             with registering_with(_AttemptProcesses(self, attempt)):
-                output = self._dispatch(attempt, context)
+                output = run_node(self, attempt, context)
         except BaseException as error:  # every failure is the attempt's outcome
             self._inbox.put(_Done(attempt, error=error))
             return
         self._inbox.put(_Done(attempt, output=output))
-
-    def _dispatch(self, attempt: _Attempt, ctx: NodeContext) -> Any:
-        node = attempt.node
-        if node.node_type == "compute":
-            return node.call(ctx)
-        if node.node_type == "notify":
-            return self._notify(attempt, ctx)
-        if node.node_type == "action":
-            return self._action(attempt, ctx)
-        if node.node_type == "checkpoint":
-            if node.human_decision is not None:
-                return self._human_decision(attempt, ctx)
-            if node.run is not None:
-                return node.run(ctx)
-            return {"summary": node.summary or "checkpoint"}
-        return self._agent(attempt, ctx)
-
-    def _notify(self, attempt: _Attempt, ctx: NodeContext) -> Any:
-        node = attempt.node
-        content = node.message(ctx) if callable(node.message) else node.message
-        if not isinstance(content, str) or not content.strip():
-            raise InvalidInputError(f"Notify node {attempt.node_id!r} produced an empty message.")
-        # Stable across a crash retry (same index → deduplicated), new on loop re-entry.
-        index = 1 + sum(
-            1
-            for step in ctx.state["steps"]
-            if step["nodeId"] == attempt.node_id and step["outcome"] == "ok"
-        )
-        receipt = self._call(
-            attempt,
-            "request_notification",
-            {
-                "workflowName": self.definition.name,
-                "nodeId": attempt.node_id,
-                "attemptId": attempt.attempt_id,
-                "notificationIndex": index,
-                "kind": node.notify_kind,
-                "content": content.strip(),
-            },
-        )
-        return {
-            "notificationId": receipt["notificationId"],
-            "targetSessionId": receipt["targetSessionId"],
-        }
-
-    def _action(self, attempt: _Attempt, ctx: NodeContext) -> Any:
-        node = attempt.node
-        assert node.effect is not None
-        spec = node.shell_spec(ctx) if node.is_shell else None
-        visit = 1 + sum(1 for step in ctx.state["steps"] if step["nodeId"] == attempt.node_id)
-        reservation = self._call(
-            attempt,
-            "reserve_effect",
-            {
-                "effectType": node.effect.type,
-                "policy": node.effect.policy,
-                "idempotencyKey": f"{self.run_id}:{node.effect.type}:{attempt.node_id}:{visit}",
-                "payload": {"nodeId": attempt.node_id, "exec": _as_json(spec, "shell exec")},
-                "nodeId": attempt.node_id,
-                "attemptId": attempt.attempt_id,
-            },
-        )
-        outcome = reservation["outcome"]
-        if outcome == "ambiguous":
-            raise _EffectAmbiguous(
-                f"Effect {node.effect.type!r} of node {attempt.node_id!r} may or may not have "
-                "been applied; check it, then resolve the effect or cancel the run."
-            )
-        if outcome == "conflict":
-            raise InvalidInputError(reservation["error"])
-        if outcome == "adopted":
-            raw = reservation["result"]
-        else:
-            attempt.effect = {"effectId": reservation["effectId"], "policy": node.effect.policy}
-            if spec is not None:
-                raw = run_shell(spec, attempt.signal)
-            else:
-                raw = node.call(ctx)
-            raw = _as_json(raw, f"The result of action {attempt.node_id!r}")
-            attempt.effect_result, attempt.has_effect_result = raw, True
-        if node.is_shell:
-            # An operator-confirmed result (`effects confirm`) may have only some fields.
-            described = raw if isinstance(raw, dict) else {}
-            attempt.action = {"actionType": "shell"} | {
-                key: described.get(key)
-                for key in ("command", "args", "cwd", "exitCode", "signal", "durationMs")
-            }
-            return node.parse(raw, ctx) if node.parse is not None else raw
-        attempt.action = {"actionType": "function"}
-        return raw
-
-    def _human_decision(self, attempt: _Attempt, ctx: NodeContext) -> Any:
-        spec = attempt.node.human_decision
-        assert spec is not None
-        request = spec.request(ctx)
-        where = f"human_decision {attempt.node_id!r}"
-        if not isinstance(request, dict) or not isinstance(request.get("title"), str):
-            raise InvalidInputError(f"{where}: request must return a dict with a 'title'")
-        presentation = request.get("presentation")
-        if not isinstance(presentation, dict) or not isinstance(
-            presentation.get("blocks", []), list
-        ):
-            raise InvalidInputError(f"{where}: request needs a 'presentation' with 'blocks'")
-        record = self._call(
-            attempt,
-            "create_human_decision_request",
-            {
-                "nodeId": attempt.node_id,
-                "attemptId": attempt.attempt_id,
-                "audience": spec.audience,
-                "title": request["title"],
-                "subject": _as_json(request.get("subject"), f"{where} subject"),
-                "presentation": {
-                    "schema": "pi-workflows.decision-presentation.v1",
-                    **_as_json(presentation, f"{where} presentation"),
-                },
-                "choices": {key: value.snapshot() for key, value in spec.choices.items()},
-                "onTimeout": dict(spec.on_timeout) if spec.on_timeout else None,
-            },
-        )
-        record.pop("revision", None)
-        return record
-
-    def _agent(self, attempt: _Attempt, ctx: NodeContext) -> Any:
-        node = attempt.node
-        authored = node.prompt(ctx) if callable(node.prompt) else node.prompt
-        if not isinstance(authored, str) or not authored.strip():
-            raise InvalidInputError(f"Agent node {attempt.node_id!r} produced an empty prompt.")
-        contract: StepContract = {
-            "runId": self.run_id,
-            "workflowName": self.definition.name,
-            "nodeId": attempt.node_id,
-            "attemptId": attempt.attempt_id,
-            "expectedOutput": node.expected_output,
-            "completion": "submit",
-        }
-        attempt.prompt = checked_prompt(plugins.step_prompt(contract, authored), attempt.node_id)
-        if self._run_info.get("executionMode") == "interactive":
-            receipt = self._call(
-                attempt,
-                "request_interaction",
-                {
-                    "nodeId": attempt.node_id,
-                    "attemptId": attempt.attempt_id,
-                    "kind": "agent",
-                    "prompt": attempt.prompt,
-                    "contract": contract,
-                    "presentation": {"statusDetail": node.status_detail},
-                    "timeoutMs": node.timeout_ms,
-                },
-            )
-            raise _AwaitInteraction(receipt["requestId"])
-        executor = self._agent_executor or headless_executor()
-        attempt.transcript = AgentTranscript()
-        attempt.agent = {"executor": settings.value("agent_executor")}
-
-        def accept(output: Any) -> dict[str, Any]:
-            try:
-                value = self._checked_agent_output(node, output, ctx)
-            except Exception as error:  # the agent gets the reason and may submit again
-                return {"ok": False, "error": _rejection(error)}
-            attempt.accepted_output = (value,)
-            return {"ok": True, "value": value}
-
-        answer = executor.run_agent_step(
-            {
-                "contract": contract,
-                "prompt": attempt.prompt,
-                "presentation": {"statusDetail": node.status_detail},
-                "accept": accept,
-                "publish_update": self._publisher(attempt),
-                "transcript": attempt.transcript,
-            },
-            attempt.signal,
-        )
-        attempt.agent.update(_agent_report(answer))
-        if attempt.accepted_output is not None:
-            return attempt.accepted_output[0]
-        return self._checked_agent_output(
-            node, answer.get("output") if isinstance(answer, dict) else answer, ctx
-        )
-
-    @staticmethod
-    def _checked_agent_output(node: Node, output: Any, ctx: NodeContext) -> Any:
-        """engine.md §4.5: tolerant parse, the node's validator, then the JSON round trip.
-
-        A validator returns the value to keep, or None to keep the submission as it is: a
-        validator that only raises on bad output must not turn good output into null.
-        """
-        value = parse_output(output)
-        if node.validate is not None:
-            kept = node.validate(value, ctx)
-            if kept is not None:
-                value = kept
-        return _as_json(value, "The agent output")
 
 
 def _check_recorded_answer(given: dict[str, Any], recorded: dict[str, Any] | None) -> None:
@@ -1166,17 +911,17 @@ def _check_recorded_answer(given: dict[str, Any], recorded: dict[str, Any] | Non
 class _AttemptProcesses:
     """Registers the process groups an attempt starts, through the engine's store."""
 
-    def __init__(self, engine: Engine, attempt: _Attempt) -> None:
+    def __init__(self, engine: Engine, attempt: Attempt) -> None:
         self.engine = engine
         self.attempt = attempt
 
     def register(self, process_group: int, kind: str) -> None:
-        self.engine._call(
+        self.engine.call(
             self.attempt, "register_process", {"processGroup": process_group, "kind": kind}
         )
 
     def unregister(self, process_group: int) -> None:
-        self.engine._call(self.attempt, "unregister_process", {"processGroup": process_group})
+        self.engine.call(self.attempt, "unregister_process", {"processGroup": process_group})
 
 
 class _RunProcesses:

@@ -44,7 +44,7 @@ from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
 from ..records import AnswerResult, ChannelContext, ChannelSettings
 from ..settings import number as setting_number
-from ..storage import decision_records
+from ..storage import channel_effects, decision_records
 from ..storage.models import HumanDecision
 
 if TYPE_CHECKING:
@@ -279,7 +279,7 @@ class ChannelRunner:
             "configured": self.config_error is None,
             "error": self.config_error,
             "channels": channels,
-            **decision_records.channel_effects_needing_an_operator(),
+            **channel_effects.channel_effects_needing_an_operator(),
         }
 
     def close(self) -> None:
@@ -327,7 +327,7 @@ class ChannelRunner:
     def _mark_interrupted(self) -> None:
         """Attempts left `applying` by no live runner may or may not have been delivered."""
         with self.services.store.transaction():
-            interrupted = decision_records.mark_interrupted_channel_effects(set(self.in_flight))
+            interrupted = channel_effects.mark_interrupted_channel_effects(set(self.in_flight))
         self._marked_interrupted = True
         if interrupted:
             log.warning("%d channel effect(s) were interrupted and need an operator", interrupted)
@@ -359,15 +359,15 @@ class ChannelRunner:
         for decision in pending:
             for name in self.config.channels_for(decision.audience):
                 candidates.append((decision.decision_id, name, "delivery"))
-        for decision, name in decision_records.deliveries_to_settle():
+        for decision, name in channel_effects.deliveries_to_settle():
             candidates.append((decision.decision_id, name, "settlement"))
         # Reads first: an idle tick takes no write lock.
         due = [
             (decision_id, name, purpose)
             for decision_id, name, purpose in candidates
             if name in self.channels  # not built (yet), or failed to start: nothing to call
-            and decision_records.channel_effect_id(decision_id, name, purpose) not in self.in_flight
-            and decision_records.channel_effect_is_due(decision_id, name, purpose, now)
+            and channel_effects.channel_effect_id(decision_id, name, purpose) not in self.in_flight
+            and channel_effects.channel_effect_is_due(decision_id, name, purpose, now)
         ]
         if not due:
             return
@@ -375,11 +375,11 @@ class ChannelRunner:
         with self.services.store.transaction():
             for decision_id, name, purpose in due:
                 if not _calls(self.channels[name], purpose):
-                    decision_records.record_without_call(decision_id, name, purpose, now)
+                    channel_effects.record_without_call(decision_id, name, purpose, now)
                     continue
-                attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
+                attempt = channel_effects.begin_channel_effect(decision_id, name, purpose, now)
                 if attempt is not None:
-                    effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
+                    effect_id = channel_effects.channel_effect_id(decision_id, name, purpose)
                     started.append((effect_id, attempt, decision_id, name, purpose))
             if started:
                 self.services.store.after_commit(lambda: self._start(started))
@@ -406,17 +406,17 @@ class ChannelRunner:
         with self.services.store.transaction():
             for name in self.config.channels_for(audience):
                 channel = self.channels.get(name)
-                effect_id = decision_records.channel_effect_id(decision_id, name, purpose)
+                effect_id = channel_effects.channel_effect_id(decision_id, name, purpose)
                 if channel is None or effect_id in self.in_flight:
                     continue
                 if purpose == "settlement":
-                    attempt = decision_records.begin_settlement(
+                    attempt = channel_effects.begin_settlement(
                         decision_id, name, now, call=_calls(channel, purpose)
                     )
                 elif _calls(channel, purpose):
-                    attempt = decision_records.begin_channel_effect(decision_id, name, purpose, now)
+                    attempt = channel_effects.begin_channel_effect(decision_id, name, purpose, now)
                 else:
-                    decision_records.record_without_call(decision_id, name, purpose, now)
+                    channel_effects.record_without_call(decision_id, name, purpose, now)
                     attempt = None
                 if attempt is not None:
                     started.append((effect_id, attempt, decision_id, name, purpose))
@@ -439,7 +439,7 @@ class ChannelRunner:
                 call: tuple[Any, ...] = (channel.deliver, request)
             else:
                 resolution = decision_records.decision_json(decision)["resolution"]
-                delivered = decision_records.delivery_result(decision_id, name)
+                delivered = channel_effects.delivery_result(decision_id, name)
                 call = (channel.settle, request, resolution, delivered)
         result, error = None, None
         try:
@@ -458,7 +458,7 @@ class ChannelRunner:
         if self.services.is_stopping:
             return  # left `applying`: the next start marks it ambiguous for an operator
         with self.services.store.transaction():
-            decision_records.finish_channel_effect(
+            channel_effects.finish_channel_effect(
                 effect_id, attempt, outcome, result=_json_or_none(result), error=error
             )
         if outcome != "applied":

@@ -19,7 +19,12 @@ from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
 from ..records import DecisionResolution
-from ..storage import decision_records, read_json
+from ..storage import (
+    decision_presentation,
+    decision_records,
+    decision_resolutions,
+    read_json,
+)
 from ..storage.models import HumanDecision
 from ..storage.runs import (
     current_revision,
@@ -101,14 +106,14 @@ class HumanDecisions:
     def apply_deadlines(self) -> None:
         """Resolve every expired decision with its default, exactly once each."""
         if not (
-            decision_records.expired_decisions(now_ms())
-            or decision_records.has_pending_continuations()
+            decision_resolutions.expired_decisions(now_ms())
+            or decision_resolutions.has_pending_continuations()
         ):
             return  # an idle tick takes no write lock
         with self.services.store.transaction():
-            continuations = decision_records.reserve_pending_continuations()
-            for decision in decision_records.expired_decisions(now_ms()):
-                if decision_records.parent_is_parked(decision.run_id):
+            continuations = decision_resolutions.reserve_pending_continuations()
+            for decision in decision_resolutions.expired_decisions(now_ms()):
+                if decision_resolutions.parent_is_parked(decision.run_id):
                     resolution = self._apply_default(decision)
                     if resolution.continuation_run_id:
                         continuations.append(resolution.continuation_run_id)
@@ -116,8 +121,8 @@ class HumanDecisions:
             self.services.schedule_claim_pass()
             self.channel_runner.pump()
 
-    def _apply_default(self, decision: HumanDecision) -> decision_records.Resolution:
-        resolution = decision_records.resolve(
+    def _apply_default(self, decision: HumanDecision) -> decision_resolutions.Resolution:
+        resolution = decision_resolutions.resolve(
             decision,
             provenance=decision_records.PROVENANCE_TIMEOUT,
             response=read_json(decision.default_response_hash),
@@ -152,7 +157,7 @@ class HumanDecisions:
             )
         refuse_answer_while_paused(decision.run_id)
         record = decision_records.public_request(decision)
-        response = decision_records.validate_response(
+        response = decision_presentation.validate_response(
             record["choices"], _with_input_name(record["choices"], response), "The answer"
         )
         is_late = decision.deadline_at is not None and decision.deadline_at <= now_ms()
@@ -160,7 +165,7 @@ class HumanDecisions:
             # The deadline passed before this answer: the default wins, even if the
             # poll timer has not applied it yet.
             self._apply_default(decision)
-        resolution = decision_records.resolve(
+        resolution = decision_resolutions.resolve(
             decision,
             provenance=decision_records.PROVENANCE_HUMAN,
             response=response,
@@ -172,7 +177,7 @@ class HumanDecisions:
         receipt = {
             "decisionId": decision_id,
             "parentRunId": decision.run_id,
-            "status": decision_records.decision_status(resolution.winner),
+            "status": decision_resolutions.decision_status(resolution.winner),
             "winner": resolution.winner,
             "continuationRunId": resolution.continuation_run_id,
         }
@@ -247,7 +252,7 @@ class HumanDecisions:
         receipt = {"parentRunId": run_id, "runId": continuation_id}
         if current_revision(continuation_id) is not None:
             # Adopts the same answer; another answer is a ConflictError.
-            decision_records.reserve_continuation(
+            decision_resolutions.reserve_continuation(
                 parent, continuation_id, input=answer, launch_options={}, actor="checkpoint"
             )
             return OperationResult(
@@ -261,13 +266,13 @@ class HumanDecisions:
                 "'pi-workflows decision answer'.",
                 run_id=run_id,
             )
-        if state is None or not decision_records.parent_is_parked(run_id):
+        if state is None or not decision_resolutions.parent_is_parked(run_id):
             return OperationResult(
                 "rejected",
                 error=f"Workflow run {run_id} is not waiting at a checkpoint.",
                 run_id=run_id,
             )
-        decision_records.reserve_continuation(
+        decision_resolutions.reserve_continuation(
             parent,
             continuation_id,
             input=answer,

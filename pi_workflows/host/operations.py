@@ -17,7 +17,7 @@ from ..errors import DatabaseUnavailableError, InvalidInputError, PiWorkflowsErr
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
-from ..storage import decision_records, effects, read_json, record_run_change, run_claims
+from ..storage import decision_resolutions, effects, read_json, record_run_change, run_claims
 from ..storage.models import (
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -516,7 +516,7 @@ class Operations:
     def _unpause_waiting(self, request: ClientRequest, run: Run) -> OperationResult:
         """Resume a run paused at its checkpoint or decision: it has no worker to start;
         it takes answers again, and its decision deadlines get the paused time back."""
-        decision_records.give_back_pause(run.run_id, now_ms())
+        decision_resolutions.give_back_pause(run.run_id, now_ms())
         state = read_json(run.state_hash) if run.state_hash is not None else None
         revision = record_run_change(
             run.run_id,

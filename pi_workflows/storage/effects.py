@@ -14,7 +14,7 @@ from typing import Any
 
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
-from . import decision_records
+from . import channel_effects
 from .blobs import put_json, put_text, read_json, read_text
 from .models import TERMINAL_RUN_STATUSES, Effect, Run, RunQueue
 from .prepared import PreparedQuery
@@ -132,7 +132,7 @@ def describe(effect: Effect) -> dict[str, Any]:
         # A rejected channel effect is either retried at `nextAttemptAt` or gave up
         # (only `effects retry` sends it again).
         "nextAttemptAt": effect.next_attempt_at if effect.status == "rejected" else None,
-        "gaveUp": decision_records.delivery_gave_up(effect),
+        "gaveUp": channel_effects.delivery_gave_up(effect),
         "error": error,
         "createdAt": effect.created_at,
         "updatedAt": effect.updated_at,
@@ -157,7 +157,7 @@ def _recoverable_effect(effect_id: str, action: str) -> Effect:
         raise NotFoundError(
             f"Effect {effect_id} does not exist; list them with 'pi-workflows effects list'."
         )
-    retryable = action == "retry" and decision_records.delivery_gave_up(effect)
+    retryable = action == "retry" and channel_effects.delivery_gave_up(effect)
     if effect.status != "ambiguous" and not retryable:
         raise ConflictError(
             f"Effect {effect_id} is {effect.status}; only an effect in doubt (ambiguous) can be "
@@ -176,7 +176,7 @@ def resolve(effect_id: str, action: str, result: Any, actor: str) -> dict[str, A
         raise InvalidInputError("An effect is resolved by 'confirm' or 'retry'.")
     effect = _recoverable_effect(effect_id, action)
     if effect.scope == "channel":
-        decision_records.recover_channel_effect(effect_id, action)
+        channel_effects.recover_channel_effect(effect_id, action)
         return {"effectId": effect_id, "action": action, "runId": None, "runReleased": False}
     stamp = now_ms()
     # The verdict is about this effect, not about one request: a node whose request

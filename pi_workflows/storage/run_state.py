@@ -18,7 +18,7 @@ from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..records import MessageContent, NodeAttemptRecord
-from . import decision_records, effects, run_transitions, statements
+from . import decision_records, decision_resolutions, effects, run_transitions, statements
 from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -148,7 +148,7 @@ def _decision_answer(run_id: str, state: dict[str, Any] | None) -> dict[str, Any
     node_id = (state or {}).get("waitingOn")
     if node_id is None:
         return None
-    return decision_records.winning_response(run_id, node_id)
+    return decision_resolutions.winning_response(run_id, node_id)
 
 
 _ATTEMPT_REQUEST = PreparedQuery(

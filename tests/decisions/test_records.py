@@ -11,7 +11,15 @@ import pytest
 from pi_workflows.clock import now_ms
 from pi_workflows.errors import ChannelConfigError, ConflictError, InvalidInputError
 from pi_workflows.host.decision_channel_runner import load_channel_config
-from pi_workflows.storage import StateStore, decision_records, effects, read_json
+from pi_workflows.storage import (
+    StateStore,
+    channel_effects,
+    decision_presentation,
+    decision_records,
+    decision_resolutions,
+    effects,
+    read_json,
+)
 from pi_workflows.storage.models import Effect, HumanDecisionResolution, Lease, Run, RunQueue
 from pi_workflows.storage.runs import get_run
 
@@ -63,12 +71,12 @@ def test_request_records_are_deterministic_immutable_and_keep_the_subject(store,
 )
 def test_presentations_are_validated_before_a_decision_exists(presentation, message):
     with pytest.raises(InvalidInputError, match=message):
-        decision_records.normalize_presentation(presentation)
+        decision_presentation.normalize_presentation(presentation)
 
 
 def test_answers_are_checked_against_the_choices():
     choices = {**CHOICES, "replan": {"label": "Replan", "input": {"name": "why", "prompt": "?"}}}
-    check = decision_records.validate_response
+    check = decision_presentation.validate_response
     assert check(choices, {"choice": "ship"}, "a") == {"choice": "ship"}
     with pytest.raises(InvalidInputError, match="not a choice"):
         check(choices, {"choice": "maybe"}, "a")
@@ -80,8 +88,8 @@ def test_answers_are_checked_against_the_choices():
 
 @pytest.mark.scenario("10.12", "10.17")
 def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: StateStore):
-    begin, finish = decision_records.begin_channel_effect, decision_records.finish_channel_effect
-    effect_id = decision_records.channel_effect_id("decision-1", "hook", "delivery")
+    begin, finish = channel_effects.begin_channel_effect, channel_effects.finish_channel_effect
+    effect_id = channel_effects.channel_effect_id("decision-1", "hook", "delivery")
     with store.transaction():
         assert begin("decision-1", "hook", "delivery", 0) == 1
         assert begin("decision-1", "hook", "delivery", 0) is None  # in flight
@@ -96,8 +104,8 @@ def test_channel_effects_retry_three_times_then_wait_for_an_operator(store: Stat
         assert begin("decision-1", "hook", "delivery", 10**15) is None  # out of attempts
 
         assert begin("decision-1", "hook", "settlement", 0) == 1
-        assert decision_records.mark_interrupted_channel_effects(set()) == 1
-        settlement = decision_records.channel_effect_id("decision-1", "hook", "settlement")
+        assert channel_effects.mark_interrupted_channel_effects(set()) == 1
+        settlement = channel_effects.channel_effect_id("decision-1", "hook", "settlement")
         (ambiguous,) = effects.list_effects(status="ambiguous")
         assert ambiguous["effectId"] == settlement
         assert ambiguous["error"] == "host restarted without a receipt"
@@ -158,7 +166,7 @@ def test_a_decision_without_a_default_never_expires(store, make_run):
         make_run("run-2")
         record, _ = decision_records.create_request("run-2", _request(onTimeout=None))
     assert record["deadlineAt"] is None and record["defaultResponse"] is None
-    assert decision_records.expired_decisions(10**15) == []
+    assert decision_resolutions.expired_decisions(10**15) == []
 
 
 def _park(run_id: str, *, owner: str | None = None) -> None:
@@ -184,7 +192,7 @@ def test_an_answer_to_a_parked_run_reserves_its_continuation_with_the_stored_win
         record, _ = decision_records.create_request("run-3", _request())
         _park("run-3")
         decision = decision_records.get_decision(record["decisionId"])
-        won = decision_records.resolve(
+        won = decision_resolutions.resolve(
             decision, provenance="human", response={"choice": "ship"}, channel="cli", actor="al"
         )
     continuation = decision_records.continuation_id_for_decision(record["decisionId"])
@@ -199,10 +207,10 @@ def test_an_answer_to_a_parked_run_reserves_its_continuation_with_the_stored_win
     }
     assert RunQueue.get_by_id("run-3").status == "done"
     with store.transaction():
-        repeat = decision_records.resolve(
+        repeat = decision_resolutions.resolve(
             decision, provenance="human", response={"choice": "ship"}, channel="cli", actor="al"
         )
-        other = decision_records.resolve(
+        other = decision_resolutions.resolve(
             decision, provenance="human", response={"choice": "stop"}, channel="cli", actor="al"
         )
     assert repeat.adopted and repeat.winner == won.winner
@@ -216,15 +224,15 @@ def test_an_answer_before_its_run_parks_gets_its_continuation_once_the_run_parks
         record, _ = decision_records.create_request("run-4", _request())
         _park("run-4", owner="worker-host")  # its worker still holds the claim
         decision = decision_records.get_decision(record["decisionId"])
-        early = decision_records.resolve(
+        early = decision_resolutions.resolve(
             decision, provenance="human", response={"choice": "stop"}, channel="cli", actor="al"
         )
     assert early.won and early.continuation_run_id is None
     assert _stored_continuation(record["decisionId"]) is None
     with store.transaction():
-        assert decision_records.reserve_pending_continuations() == []  # still claimed
+        assert decision_resolutions.reserve_pending_continuations() == []  # still claimed
         _park("run-4")
-        reserved = decision_records.reserve_pending_continuations()
+        reserved = decision_resolutions.reserve_pending_continuations()
     continuation = decision_records.continuation_id_for_decision(record["decisionId"])
     assert reserved == [continuation]
     assert _stored_continuation(record["decisionId"]) == continuation
@@ -232,4 +240,4 @@ def test_an_answer_before_its_run_parks_gets_its_continuation_once_the_run_parks
         "choice": "stop"
     }
     with store.transaction():
-        assert decision_records.reserve_pending_continuations() == []  # exactly one
+        assert decision_resolutions.reserve_pending_continuations() == []  # exactly one

@@ -23,7 +23,7 @@ from pi_workflows import (
 from pi_workflows.builtin.workflows import EXAMPLES_DIR
 from pi_workflows.discovery import load_workflow_file
 from pi_workflows.errors import InvalidInputError
-from pi_workflows.storage import decision_records, read_json, read_text
+from pi_workflows.storage import decision_resolutions, read_json, read_text
 from pi_workflows.storage.models import (
     Effect,
     Event,
@@ -224,7 +224,7 @@ def test_human_decision_request_and_continuation(runs) -> None:
     with pytest.raises(InvalidInputError, match="has no recorded answer"):
         continue_with(answer)
     with runs.store.transaction():
-        decision_records.resolve(row, provenance="human", response=answer, channel="cli")
+        decision_resolutions.resolve(row, provenance="human", response=answer, channel="cli")
     with pytest.raises(InvalidInputError, match="is not the recorded answer"):
         continue_with({"choice": "continue"})
     outcome = continue_with(answer)
