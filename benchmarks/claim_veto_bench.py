@@ -8,9 +8,11 @@ gate (`WorkerSlots.claim_free_slots`, outside any transaction, as the poll and
 after-commit passes run it) on an asyncio loop. Prints median and p95 in ms of
 
 - first pass: nothing remembered, every run is asked (a host's first pass); the gate
-  asks a long queue in chunks, one loop turn each: `total` is the whole pass, `turn` its
-  longest turn (how long the loop is blocked at most);
-- next passes: the vetoes are remembered (the passes after each commit), one turn.
+  reads a long queue a page at a time, each page from where the last one stopped, and
+  asks one page per loop turn: `total` is the whole pass, `turn` its longest turn (how
+  long the loop is blocked at most);
+- next passes: the vetoes are remembered (the passes after each commit): the pages are
+  read, several per turn, and nobody is asked.
 
 With the code before the gate (no `host/slots.py`) it times `Host.claim_free_slots`,
 which asks again on every pass, in one turn.

@@ -516,6 +516,45 @@ def test_claim_candidates_come_in_the_builtin_selections_order(store, make_run):
     assert order == ["order-3", "order-1", "order-4", "order-2", "order-0", "order-5"]
 
 
+def test_candidate_pages_continue_where_the_last_page_stopped(store, make_run):
+    """A claim pass reads a long queue in pages, each `after` the last one's place: the
+    pages together are the whole queue in the built-in selection's order, each run once,
+    runs tied on everything but the id included (ids compare by code point on both
+    backends, whatever the server's collation)."""
+    ids = ["tie-b", "tie-B", "tie_a", "tie-a", "tie.a", "tie-A1", "solo", "late", "high"]
+    with store.transaction():
+        for run_id in ids:
+            make_run(run_id, priority=5 if run_id == "high" else 0)
+        RunQueue.update(available_at=1_000, created_at=7).where(
+            RunQueue.run.startswith("tie")
+        ).execute()
+        RunQueue.update(available_at=1_000, created_at=3).where(RunQueue.run == "solo").execute()
+        RunQueue.update(available_at=2_000).where(RunQueue.run == "late").execute()
+        # The built-in selection reads a run's `created_at`; the queue row keeps a copy.
+        Run.update(created_at=7).where(Run.run_id.startswith("tie")).execute()
+        Run.update(created_at=3).where(Run.run_id == "solo").execute()
+
+    whole = run_claims.candidate_revisions(set(), 100)
+    builtin_order = sorted(
+        run_records(ids),
+        key=lambda run: (-run.priority, run.available_at, run.created_at, run.run_id),
+    )
+    assert [c.run_id for c in whole] == [run.run_id for run in builtin_order]
+    assert [c.run_id for c in whole][:3] == ["high", "solo", "tie-A1"]
+
+    for size in (1, 2, 4):
+        pages, place = [], None
+        while page := run_claims.candidate_revisions(set(), size, after=place):
+            pages.append([c.run_id for c in page])
+            place = page[-1].place
+        assert [run_id for page in pages for run_id in page] == [c.run_id for c in whole]
+        assert all(len(page) == size for page in pages[:-1])
+
+    # A run excluded (busy in this host) is skipped without ending the page early.
+    after_solo = run_claims.candidate_revisions({"tie-B"}, 3, after=whole[1].place)
+    assert [c.run_id for c in after_solo] == ["tie-A1", "tie-a", "tie-b"]
+
+
 def test_run_status_gives_the_spec_object_with_output_and_error_decoded(store, make_run):
     with store.transaction():
         make_run("status-a", priority=2)

@@ -24,8 +24,11 @@ transaction is deferred to just after its commit.
 
 A veto is remembered until the run changes (its revision) or the host's worker count
 changes (the hooks see it); each poll asks again the vetoes remembered longest, a chunk
-at a time. So a queue of vetoed runs costs one query per pass, not one hook call per run,
-and a long queue is asked in chunks of `ASK_PER_TURN`, each in its own loop turn.
+at a time. A pass reads the candidates in claim order a page at a time, each page from
+where the last one stopped, and asks the hooks about the fresh runs of a page in one
+turn of the event loop: a queue of vetoed runs is read once per pass and asked once, and
+no turn grows with it. A pass asked for while one is in progress follows it, from the
+first candidate, so a run freed or changed behind the pass's place is not missed.
 """
 
 from __future__ import annotations
@@ -50,10 +53,14 @@ from .run_progress import ProgressMark
 
 log = logging.getLogger("pi_workflows.host")
 
-# The most candidates one turn of the event loop asks the claim hooks about: a long queue
-# of vetoed runs is asked in chunks, the pass going on in the next turn, so no turn stalls
-# the loop for long; the poll asks again this many of the vetoes remembered longest.
+# The most candidates one turn of the event loop asks the claim hooks about (a page of
+# candidates): a long queue of vetoed runs is asked in pages, the pass going on in the
+# next turn, so no turn stalls the loop for long; the poll asks again this many of the
+# vetoes remembered longest.
 ASK_PER_TURN = 256
+# The most candidates one turn reads: remembered vetoes are skipped without asking
+# anyone, so after a page of them the turn reads on, in one larger page.
+READ_PER_TURN = 4 * ASK_PER_TURN
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,10 @@ class WorkerSlots:
         self._launcher: WorkerLauncher | None = None
         self._open = False
         self._scheduled = False
+        # The pass in progress: where its next turn goes on reading (None: no pass in
+        # progress), and whether a pass from the first candidate was asked for meanwhile.
+        self._place: run_claims.ClaimPlace | None = None
+        self._pass_again = False
         # Vetoed runs: run id -> the revision the veto was given for.
         self._vetoes: dict[str, int] = {}
         self._vetoes_at_load = 0  # the worker count the remembered vetoes were given at
@@ -171,15 +182,25 @@ class WorkerSlots:
     # --- the claim pass ----------------------------------------------------------------
 
     def schedule_pass(self) -> None:
-        """Look for work soon, outside any transaction."""
+        """Look for work soon, outside any transaction: a pass from the first candidate,
+        after the pass in progress if there is one."""
+        if self._place is not None:
+            self._pass_again = True  # the pass in progress has its next turn scheduled
+            return
+        self._schedule_turn()
+
+    def _schedule_turn(self) -> None:
         if self._scheduled or not self._open:
             return
         self._scheduled = True
-        asyncio.get_running_loop().call_soon(self._scheduled_pass)
+        asyncio.get_running_loop().call_soon(self._scheduled_turn)
 
-    def _scheduled_pass(self) -> None:
+    def _scheduled_turn(self) -> None:
         self._scheduled = False
-        self.claim_free_slots()
+        if self._place is None:
+            self.claim_free_slots()
+        elif self._open:
+            self._ask_and_claim()  # the pass in progress goes on
 
     def poll(self) -> None:
         """The poll timer: the vetoes remembered longest (at most `ASK_PER_TURN`) are
@@ -203,6 +224,8 @@ class WorkerSlots:
         if not plugins.claim_hooks_are_builtin():
             if store.in_transaction:
                 store.after_commit(self.schedule_pass)
+            elif self._place is not None:
+                self.schedule_pass()  # after the pass in progress
             else:
                 self._ask_and_claim()
             return
@@ -231,41 +254,74 @@ class WorkerSlots:
                 awaiting_commit.add(run_id)
 
     def _ask_and_claim(self) -> None:
-        """A pass with claim plugins, outside any transaction: ask the hooks about each
-        candidate window, remember vetoes, claim what they chose."""
+        """A turn of a pass with claim plugins, outside any transaction: read candidates
+        from the pass's place, ask the hooks about the fresh ones, remember vetoes, claim
+        what they chose; the pass goes on in the next turn while candidates are left."""
+        place = self._place
         if self._vetoes and self._vetoes_at_load != self.busy():
             self._vetoes.clear()  # the hooks' `host.active_workers` changed
+            place = None  # runs behind the place are asked again too
+        if place is None:
+            self._pass_again = False  # this pass starts from the first candidate
         excluded = set(self.active_runs) | set(self.pending_claims) | self.blocked_runs
-        # None until a window is asked: a pass that asks nobody keeps what the last said.
+        # None until a page is asked: a pass that asks nobody keeps what the last said.
         failures: dict[str, str] | None = None
+        read, size = 0, ASK_PER_TURN
         try:
             while self._open and self.busy() < self.max_workers:
-                # Remembered vetoes are counted in the limit, so a chunk of claimable runs
-                # is still in view behind them.
-                limit = ASK_PER_TURN + len(self._vetoes)
-                rows = run_claims.candidate_revisions(excluded, limit)
-                fresh = [(r, revision) for r, revision in rows if not self.is_vetoed(r, revision)]
-                if not fresh:
+                page = run_claims.candidate_revisions(excluded, size, after=place)
+                read += len(page)
+                fresh = [c for c in page if not self.is_vetoed(c.run_id, c.revision)]
+                fresh = fresh[:ASK_PER_TURN]
+                chosen: set[str] = set()
+                if fresh:
+                    if failures is None:
+                        failures = {}
+                    chosen = self._ask_windows(fresh, excluded, failures)
+                # The pass goes on behind the runs decided: vetoed or chosen (a run left
+                # undecided, in a window the hooks were not asked about, is read again).
+                for candidate in page:
+                    if candidate.run_id not in chosen and not self.is_vetoed(
+                        candidate.run_id, candidate.revision
+                    ):
+                        break
+                    place = candidate.place
+                if len(page) < size and (not page or place == page[-1].place):
+                    place = None  # every candidate was seen: the pass is over
                     break
-                if failures is None:
-                    failures = {}
-                if self._ask_windows(fresh[:ASK_PER_TURN], excluded, failures):
-                    continue  # claims changed the queue: read it again
-                if len(fresh) > ASK_PER_TURN or len(rows) == limit:
-                    self.schedule_pass()  # candidates behind this chunk: the next turn
-                break
+                if chosen:
+                    continue  # claims changed the queue: read on at once
+                if fresh or read >= READ_PER_TURN:
+                    break  # the rest in the next turn
+                # A page of remembered vetoes: read the rest of the turn's share at once.
+                size = READ_PER_TURN - read
         except PiWorkflowsError as error:  # no selection answered at all
             failures = {"": str(error)}
+            place = None
         if failures is not None:
             self._note_failures(failures)
+        self._end_turn(place)
+
+    def _end_turn(self, place: run_claims.ClaimPlace | None) -> None:
+        """The pass goes on from `place` in the next turn, or it is over (None, or no
+        free slot): then a pass asked for meanwhile starts from the first candidate."""
+        if place is not None and self._open and self.busy() < self.max_workers:
+            self._place = place
+            self._schedule_turn()
+            return
+        self._place = None
+        if self._pass_again:
+            self._pass_again = False
+            self._schedule_turn()
 
     def _ask_windows(
-        self, fresh: list[tuple[str, int]], excluded: set[str], failures: dict[str, str]
-    ) -> bool:
+        self, fresh: list[run_claims.Candidate], excluded: set[str], failures: dict[str, str]
+    ) -> set[str]:
         """Ask the hooks about `fresh` candidates, a window at a time in one job, and
-        claim what they chose; False when the pass should end (nothing was chosen)."""
-        revisions = dict(fresh)
-        records = run_records([run_id for run_id, _ in fresh])
+        claim what they chose; the ids chosen (none: every fresh run was vetoed, or the
+        host is full)."""
+        revisions = {candidate.run_id: candidate.revision for candidate in fresh}
+        records = run_records(list(revisions))
         size = self.claim_window
         windows = [records[start : start + size] for start in range(0, len(records), size)]
         free = self.max_workers - self.busy()
@@ -277,14 +333,14 @@ class WorkerSlots:
         for run in choice.vetoed:
             self._vetoes.pop(run.run_id, None)  # to the end: remembered the shortest
             self._vetoes[run.run_id] = revisions[run.run_id]
-            excluded.add(run.run_id)
+        chosen: set[str] = set()
         for run in choice.chosen:
-            excluded.add(run.run_id)
             if not self._open or self.busy() >= self.max_workers:
-                return False
+                break
+            excluded.add(run.run_id)
+            chosen.add(run.run_id)
             self._claim_chosen(run)
-        # Claims changed the queue: read it again; else every fresh run was vetoed.
-        return bool(choice.chosen)
+        return chosen
 
     def _claim_chosen(self, run: RunRecord) -> None:
         store = self.store

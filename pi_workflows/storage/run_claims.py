@@ -7,8 +7,9 @@ the sha256 of a random token plus a generation that only ever grows.
 
 from __future__ import annotations
 
+import functools
 import secrets
-from typing import Any
+from typing import Any, NamedTuple
 
 from peewee import SQL, PostgresqlDatabase, fn
 
@@ -558,11 +559,27 @@ def _cancel_dependents(run_id: str, now: int, generation: int) -> None:
 
 DEFAULT_CLAIM_WINDOW = 64
 
+# A candidate's place in claim order, as the built-in selection compares runs
+# (builtin/claiming.py): (priority, available_at, created_at, run_id) — the highest
+# priority first, then the oldest, then the id. A read of candidates `after` a place
+# continues from it (keyset pagination), so a long queue is read once, a page at a time.
+ClaimPlace = tuple[int, int, int, str]
+
+
+class Candidate(NamedTuple):
+    """A run a claim pass may take, with its revision (a remembered veto names it)."""
+
+    run_id: str
+    revision: int
+    place: ClaimPlace
+
+
 # A run whose session owes an agent step's answer is not a candidate (see
 # `_has_pending_interaction`). One branch per queue status, each walking the (status,
 # priority DESC, available_at, created_at) index in claim order and stopping after LIMIT
-# rows: the cost does not grow with the queue length. Raw SQL so the statement is compiled
-# once and cached.
+# rows: the cost does not grow with the queue length (the id, the last tie-break, is
+# sorted within runs equal on the rest). Raw SQL so the statement is compiled once and
+# cached.
 _CANDIDATE_BRANCH = """
     SELECT * FROM (
         SELECT q.run_id, q.priority, q.available_at, q.created_at, r.revision
@@ -577,31 +594,48 @@ _CANDIDATE_BRANCH = """
               JOIN node_attempts a ON a.attempt_id = i.attempt_id
               WHERE i.run_id = q.run_id AND i.status = 'pending' AND a.status = 'waiting')
           {extra}
-        ORDER BY q.priority DESC, q.available_at, q.created_at
+          {after}
+        ORDER BY q.priority DESC, q.available_at, q.created_at, {run_id}
         {lock}
         LIMIT ?
-    ) AS {status}_candidates
+    ) AS {status}_{part}
 """
 
+# Behind a place, in two parts, each a range of the index where its walk starts: the
+# place's priority from its (available_at, created_at) on, less the runs tied with it up
+# to its id; and every lower priority.
+_BEHIND_PLACE = {
+    "same": """AND q.priority = ? AND (q.available_at, q.created_at) >= (?, ?)
+          AND (q.available_at, q.created_at, {run_id}) > (?, ?, ?)""",
+    "lower": "AND q.priority < ?",
+}
 
-def _candidate_sql(lock: str) -> str:
-    return " UNION ALL ".join(
+
+@functools.cache
+def _candidate_sql(param: str, *, postgres: bool, locked: bool, after: bool) -> str:
+    # Ids compare by code point, as Python sorts them: PostgreSQL's "C" collation (its
+    # default follows the server's locale), SQLite's default.
+    run_id = 'q.run_id COLLATE "C"' if postgres else "q.run_id"
+    parts = _BEHIND_PLACE if after else {"candidates": ""}
+    sql = " UNION ALL ".join(
         _CANDIDATE_BRANCH.format(
             status=status,
+            part=part,
             extra="AND r.status <> 'waiting' AND r.paused = ?" if status == "parked" else "",
+            after=behind.format(run_id=run_id),
             never=", ".join(f"'{code}'" for code in NEVER_AUTO_CLAIMED),
-            lock=lock,
+            run_id=run_id,
+            # PostgreSQL: lock the candidates' claim rows and skip rows another host's
+            # claim transaction holds, so hosts claiming at once walk different
+            # candidates instead of racing for the oldest one. The generation
+            # compare-and-set of `claim_run` stays the fence; the lock only spares the
+            # lost races.
+            lock="FOR UPDATE OF l SKIP LOCKED" if postgres and locked else "",
         )
         for status in ("queued", "parked", "starting", "running")
+        for part, behind in parts.items()
     )
-
-
-_CANDIDATE_SQL = _candidate_sql("")
-# PostgreSQL: lock the candidates' claim rows and skip rows another host's claim
-# transaction holds, so hosts claiming at once walk different candidates instead of
-# racing for the oldest one. The generation compare-and-set of `claim_run` stays the
-# fence; the lock only spares the lost races.
-_LOCKED_CANDIDATE_SQL = _candidate_sql("FOR UPDATE OF l SKIP LOCKED")
+    return sql.replace("?", param)
 
 
 def claim_candidates(
@@ -614,33 +648,53 @@ def claim_candidates(
     inside the claim's transaction: the candidates stay locked until it ends and
     candidates locked by another host's claim are left out (`SKIP LOCKED`).
     """
-    return [run_id for run_id, _ in _candidates(exclude, limit, locked=True)]
+    return [candidate.run_id for candidate in _candidates(exclude, limit, locked=True)]
 
 
-def candidate_revisions(exclude: set[str], limit: int) -> list[tuple[str, int]]:
-    """Like `claim_candidates`, without locks, each with the run's revision: for a pass
-    that asks the claim hooks outside any transaction (the claim itself locks its row,
-    `lock_for_claim`)."""
-    return _candidates(exclude, limit, locked=False)
+def candidate_revisions(
+    exclude: set[str], limit: int, after: ClaimPlace | None = None
+) -> list[Candidate]:
+    """Like `claim_candidates`, without locks, with each run's revision and place: for a
+    pass that asks the claim hooks outside any transaction (the claim itself locks its
+    row, `lock_for_claim`). `after`: only candidates behind that place, for a pass that
+    goes on from where its last read stopped."""
+    return _candidates(exclude, limit, locked=False, after=after)
 
 
-def _candidates(exclude: set[str], limit: int, *, locked: bool) -> list[tuple[str, int]]:
+def _candidates(
+    exclude: set[str], limit: int, *, locked: bool, after: ClaimPlace | None = None
+) -> list[Candidate]:
     now = now_ms()
     wanted = limit + len(exclude)
+    # Parameters of each branch's place condition (`_BEHIND_PLACE`), in its order.
+    behind: list[list[Any]] = [[]]
+    if after is not None:
+        priority, available_at, created_at, run_id = after
+        behind = [[priority, available_at, created_at, available_at, created_at, run_id]]
+        behind.append([priority])
     params: list[Any] = []
     for status in ("queued", "parked", "starting", "running"):
-        params += [now, now] + ([False] if status == "parked" else []) + [wanted]
+        for place in behind:
+            params += [now, now] + ([False] if status == "parked" else []) + place + [wanted]
     database = RunQueue._meta.database.obj  # the open database behind the models' proxy
-    is_postgres = isinstance(database, PostgresqlDatabase)
-    sql = _LOCKED_CANDIDATE_SQL if is_postgres and locked else _CANDIDATE_SQL
-    rows = run_sql(database, sql.replace("?", database.param), params).fetchall()
+    sql = _candidate_sql(
+        database.param,
+        postgres=isinstance(database, PostgresqlDatabase),
+        locked=locked,
+        after=after is not None,
+    )
+    rows = run_sql(database, sql, params).fetchall()
     # The built-in selection's order (builtin/claiming.py): the host takes the first
     # candidate as that selection's answer when nothing else selects.
     ordered = sorted(
         (-priority, available_at, created_at, run_id, revision)
         for run_id, priority, available_at, created_at, revision in rows
+        if run_id not in exclude
     )
-    return [(row[3], row[4]) for row in ordered if row[3] not in exclude][:limit]
+    return [
+        Candidate(run_id, revision, (-negated, available_at, created_at, run_id))
+        for negated, available_at, created_at, run_id, revision in ordered[:limit]
+    ]
 
 
 _LOCK_FOR_CLAIM = "SELECT 1 FROM leases WHERE run_id = %s FOR UPDATE SKIP LOCKED"

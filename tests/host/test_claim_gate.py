@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from pi_workflows.client.start_request import start_payload
+
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
 
@@ -106,3 +108,62 @@ def test_a_veto_is_remembered_until_the_run_changes(harness: HostHarness):
 
     (harness.project / "release").touch()
     harness.wait_for_status(blocker, "completed")
+
+
+# Vetoes runs whose input says so, slowly while `<project>/slow` exists (a long pass),
+# and notes every vetoed run it is asked about.
+SLOW_VETO = """
+import os
+import time
+from pathlib import Path
+
+from pi_workflows import hookimpl
+
+
+@hookimpl
+def piw_may_claim(run, host):
+    if not (isinstance(run.input, dict) and run.input.get("veto")):
+        return True
+    if (Path(run.input["project"]) / "slow").exists():
+        time.sleep(0.001)
+    with open(os.environ["PIW_TEST_ASKED"], "a") as handle:
+        handle.write(run.run_id + "\\n")
+    return False
+"""
+
+
+def test_a_run_started_while_a_pass_walks_3000_vetoed_runs_is_claimed(harness: HostHarness):
+    """A pass over a long queue reads it a page per loop turn, each page from where the
+    last one stopped; a run that becomes claimable ahead of that place while the pass
+    goes on is taken by the pass that follows it, not left for the poll."""
+    asked = harness.root / "asked"
+    harness.add_plugin("slow_veto", SLOW_VETO)
+    # No poll pass during the test: only the passes after commits look for work.
+    harness.start_host(
+        PI_WORKFLOWS_MAX_WORKERS="1", PI_WORKFLOWS_POLL_S="60", PIW_TEST_ASKED=str(asked)
+    )
+    (harness.project / "slow").touch()  # over 3 s for a pass that asks all 3,000
+    vetoed = start_payload(
+        "hello", harness.project, {"veto": True, "project": str(harness.project)}
+    )
+    urgent = dict(start_payload("hello", harness.project, {"name": "Ada"}), priority=1)
+
+    def times_asked() -> int:
+        return len(asked.read_text().split()) if asked.exists() else 0
+
+    client = harness.client()
+    try:
+        for _ in range(3):  # one commit each, and a claim pass after it
+            client.start_runs([vetoed] * 1000)
+        wait_until(lambda: times_asked() > 2000, what="the pass to walk the last runs")
+        # First in claim order, ahead of where the pass stands.
+        urgent_id = client.start_run(urgent)["runId"]
+        assert times_asked() < 3000, "the pass ended before the run was started"
+    finally:
+        client.close()
+
+    assert harness.wait_for_run(urgent_id)["status"] == "completed"
+    (harness.project / "slow").unlink()
+    queued = "SELECT COUNT(*) FROM run_queue WHERE status = 'queued'"
+    assert harness.query(queued) == [(3000,)]
+    assert harness.query("SELECT COUNT(*) FROM run_workers") == [(1,)]
