@@ -272,20 +272,15 @@ class WorkerSlots:
                 page = run_claims.candidate_revisions(excluded, size, after=place)
                 read += len(page)
                 fresh = [c for c in page if not self.is_vetoed(c.run_id, c.revision)]
-                fresh = fresh[:ASK_PER_TURN]
+                fresh = fresh[:ASK_PER_TURN]  # of a larger page, read past remembered vetoes
                 chosen: set[str] = set()
                 if fresh:
                     if failures is None:
                         failures = {}
                     chosen = self._ask_windows(fresh, excluded, failures)
-                # The pass goes on behind the runs decided: vetoed or chosen (a run left
-                # undecided, in a window the hooks were not asked about, is read again).
-                for candidate in page:
-                    if candidate.run_id not in chosen and not self.is_vetoed(
-                        candidate.run_id, candidate.revision
-                    ):
-                        break
-                    place = candidate.place
+                    place = self._decided_place(page, chosen, place)
+                elif page:
+                    place = page[-1].place  # remembered vetoes only
                 if len(page) < size and (not page or place == page[-1].place):
                     place = None  # every candidate was seen: the pass is over
                     break
@@ -301,6 +296,23 @@ class WorkerSlots:
         if failures is not None:
             self._note_failures(failures)
         self._end_turn(place)
+
+    def _decided_place(
+        self,
+        page: list[run_claims.Candidate],
+        chosen: set[str],
+        place: run_claims.ClaimPlace | None,
+    ) -> run_claims.ClaimPlace | None:
+        """Where the pass goes on after asking about a page: behind its leading runs that
+        are decided, vetoed or chosen (a run left undecided, in a window the hooks were
+        not asked about, is read again)."""
+        for candidate in page:
+            if candidate.run_id not in chosen and not self.is_vetoed(
+                candidate.run_id, candidate.revision
+            ):
+                break
+            place = candidate.place
+        return place
 
     def _end_turn(self, place: run_claims.ClaimPlace | None) -> None:
         """The pass goes on from `place` in the next turn, or it is over (None, or no
