@@ -80,6 +80,7 @@ def retake_lease(host: Host) -> bool:
     host.slots.pending_claims.clear()  # their activations find them gone and launch nothing
     store, key = host.store, home_key(host.home)
     fence, store.fence = store.fence, None  # the old lease cannot pass its own fence
+    acquiring = host.lease_clock.renewal_starts()
     try:
         with store.transaction():
             current = epoch_lease.previous_host(key)
@@ -100,6 +101,7 @@ def retake_lease(host: Host) -> bool:
     finally:
         store.fence = fence
     host.epoch_lease = lease
+    host.lease_clock.renewed(acquiring)
     # The workers it records and claims it takes from now on are this epoch's.
     host.slots.epoch = host.workers.epoch = lease.epoch
     if not store.is_sqlite:

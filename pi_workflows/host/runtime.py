@@ -51,6 +51,7 @@ from .services import HostServices
 from .sessions import Sessions
 from .slots import WorkerSlots
 from .terminal_messages import TerminalMessages
+from .worker_fence import LeaseClock
 from .worker_lives import WorkerLives
 
 log = logging.getLogger("pi_workflows.host")
@@ -148,12 +149,14 @@ class Host:
         services = HostServices(self.slots, self)
         self.features = HostFeatures([feature(services) for feature in FEATURES])
         self.features.register_operations(self.operations.table)
+        self.lease_clock = LeaseClock(self.timings.host_lease_ms, self.timings.run_lease_ms)
         self.workers = WorkerLives(
             self.slots,
             home=home,
             database_url=database_url,
             features=self.features,
             fork_server=self.fork_server,
+            lease_clock=self.lease_clock,
             worker_startup_s=self.timings.worker_startup_s,
             max_node_crashes=self.max_node_crashes,
             spawn=self.spawn,
@@ -179,6 +182,7 @@ class Host:
                 reaped = reap_orphan_workers(None if self.store.is_sqlite else previous.epoch)
                 if reaped:
                     log.info("reaped %d orphan worker process group(s)", reaped)
+            acquiring = self.lease_clock.renewal_starts()
             with self.store.transaction():
                 previous = epoch_lease.previous_host(key)
                 previous_host_id = previous.host_id if previous else None
@@ -200,6 +204,7 @@ class Host:
                     holder_is_dead=holder_is_dead,
                 )
                 epoch_lease.recover_previous_host(previous_host_id)
+            self.lease_clock.renewed(acquiring)
             self.workers.open(self.store, self.worker_commits, self.epoch_lease.epoch)
             self.slots.open(self.store, self.epoch_lease.epoch, self.workers)
             if not self.store.is_sqlite:
@@ -327,6 +332,7 @@ class Host:
             for active in self.slots.active_runs.values()
             if not (active.control or active.exiting or active.released)
         ]
+        renewing_at = self.lease_clock.renewal_starts()
         try:
             with self.store.transaction():
                 epoch_lease.renew_epoch(self.epoch_lease, self.timings.host_lease_ms)
@@ -342,9 +348,13 @@ class Host:
         except PiWorkflowsError as error:
             self._lease_lost(error)
             return
+        self.lease_clock.renewed(renewing_at)
         for active in lost:
             active.claim_lost = True
             active.stop("claimLost")
+        for active in renewing:
+            if active.supervisor is not None and not active.claim_lost:
+                active.supervisor.tell_lease()
 
     def _poll(self) -> None:
         if not self.store.is_sqlite:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES, FrameError, decode_frame, encode_frame
-from ..protocol.worker_messages import worker_response
+from ..protocol.worker_messages import LEASE_MESSAGE_ID, LEASE_OUTCOME, worker_response
 from ..records import WorkerProcessSpec
 from .forkserver import ForkedWorker, ForkServer
 
@@ -46,10 +46,14 @@ class WorkerSupervisor:
         handler: MessageHandler,
         *,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        fence_at: Callable[[], int] | None = None,
     ) -> None:
         self.spec = spec
         self.handler = handler
         self.startup_timeout_s = startup_timeout_s
+        # The host's fence time for its workers (host/worker_fence.py); None for a worker
+        # process that does not read `host.lease` frames (a plugin's own).
+        self.fence_at = fence_at
         self.process: asyncio.subprocess.Process | ForkedWorker | None = None
         self.ready = asyncio.Event()
         self.saw_exiting = False
@@ -83,8 +87,11 @@ class WorkerSupervisor:
 
         if fork_server is not None:
             self.process = await fork_server.launch(self.spec, frame)
-            if self.process is not None or self._requested_outcome is not None:
-                return  # forked, or stopped while the fork was pending: start nothing
+            if self.process is not None:
+                self.tell_lease()
+                return
+            if self._requested_outcome is not None:
+                return  # stopped while the fork was pending: start nothing
         env = {**os.environ, **self.spec.env}
         self.process = await asyncio.create_subprocess_exec(
             *self.spec.argv,
@@ -99,6 +106,23 @@ class WorkerSupervisor:
         if frame():
             assert self.process.stdin is not None  # stdin=PIPE above
             self.process.stdin.write(frame())
+        self.tell_lease()
+
+    def tell_lease(self) -> None:
+        """Send the worker its fence time (after the launch and each lease renewal).
+
+        Written ahead of any reply still to come, so the worker knows it before it
+        runs any node code; it is not drained: the worker reads these frames on a
+        thread of their own, whatever its engine does.
+        """
+        process = self.process
+        if self.fence_at is None or process is None or process.returncode is not None:
+            return
+        frame = worker_response(
+            LEASE_MESSAGE_ID, LEASE_OUTCOME, result={"fenceAtMs": self.fence_at()}
+        )
+        with contextlib.suppress(ConnectionError, BrokenPipeError):
+            process.stdin.write(_frame_for_worker(frame))
 
     async def run(self) -> WorkerExit:
         """Pump frames until the worker exits; returns how it ended."""

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .commit_group import CommitGroup
     from .features import HostFeatures
     from .forkserver import ForkServer
+    from .worker_fence import LeaseClock
 
 log = logging.getLogger("pi_workflows.host")
 
@@ -54,6 +55,7 @@ class WorkerLives:
         database_url: str | None,
         features: HostFeatures,
         fork_server: ForkServer | None,
+        lease_clock: LeaseClock,
         worker_startup_s: float,
         max_node_crashes: int,
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task],
@@ -64,6 +66,7 @@ class WorkerLives:
         self.database_url = database_url
         self.features = features
         self.fork_server = fork_server
+        self.lease_clock = lease_clock
         self.worker_startup_s = worker_startup_s
         self.max_node_crashes = max_node_crashes
         self.spawn = spawn
@@ -191,13 +194,21 @@ class WorkerLives:
             features=self.features,
             state_directory=self.home.host_dir,
         )
-        supervisor = WorkerSupervisor(spec, gateway.handle, startup_timeout_s=self.worker_startup_s)
+        # Only this package's worker reads what the host sends unasked (worker.ready's
+        # answer with the launch, its fence times); a worker process of a plugin's own
+        # keeps the round trip and is fenced by its claim alone.
+        ours = is_worker_command(spec.argv)
+        supervisor = WorkerSupervisor(
+            spec,
+            gateway.handle,
+            startup_timeout_s=self.worker_startup_s,
+            fence_at=self.lease_clock.fence_at if ours else None,
+        )
         active.supervisor = supervisor
         # The pid is recorded with worker.ready (WorkerGateway), not in a commit of its own.
         # A run that never ran gets worker.ready's answer with the launch: it waits in the
-        # pipe when the worker reads. Only this package's worker expects it; a worker
-        # process of a plugin's own keeps the round trip.
-        prepared = gateway.prepare_ready if is_worker_command(spec.argv) else None
+        # pipe when the worker reads.
+        prepared = gateway.prepare_ready if ours else None
         await supervisor.start(self.fork_server, first_frame=prepared)
         if active.control:  # cancelled or paused while spawning
             supervisor.stop("cancelled")

@@ -43,6 +43,12 @@ MAX_BATCH_STEPS = 16
 # to its next message.
 PREPARED_OUTCOME = "prepared"
 PREPARED_MESSAGE_ID = "worker.ready"
+# The host's word that it still holds the worker's run: sent unasked after
+# the launch and after every renewal of its lease, with `result: {"fenceAtMs": T}`, the
+# wall-clock time (epoch ms) by which the worker must have stopped its node's processes
+# unless a newer one came (see host/worker_fence.py, worker/lease_fence.py).
+LEASE_OUTCOME = "lease"
+LEASE_MESSAGE_ID = "host.lease"
 OPERATIONS = CONTROL_OPERATIONS | STORE_OPERATIONS | PROCESS_OPERATIONS | {BATCH_OPERATION}
 
 

@@ -1,4 +1,4 @@
-"""How the worker process of this pi_workflows is started: its argv and environment.
+"""How the worker process of this pi_workflows is started: argv, environment, exit codes.
 
 The core needs these without any plugin: the worker reads its envelope from
 :data:`LAUNCH_ENV`, and the host's fork server recognises a launch of exactly this
@@ -11,6 +11,10 @@ import os
 import sys
 
 LAUNCH_ENV = "PI_WORKFLOWS_WORKER_LAUNCH"
+EXIT_OK = 0
+EXIT_FAILED = 1
+# The run's claim was lost, or the host let its lease lapse (`worker.lease_fence`).
+EXIT_CLAIM_LOST = 3
 
 
 def worker_argv(python: str | None = None) -> list[str]:

@@ -130,10 +130,17 @@ class HostRunBackend:
 
     def register_process(self, group: dict[str, Any]) -> dict[str, Any]:
         self.flush()
-        return self.pipe.call("process.register", group, control=True)
+        # Known to the fence from now on: the group waits at its gate until this returns.
+        self.pipe.fence.add_group(group["processGroup"])
+        try:
+            return self.pipe.call("process.register", group, control=True)
+        except BaseException:
+            self.pipe.fence.discard_group(group["processGroup"])  # it never runs
+            raise
 
     def unregister_process(self, group: dict[str, Any]) -> dict[str, Any]:
         self.flush()
+        self.pipe.fence.discard_group(group["processGroup"])
         return self.pipe.call("process.unregister", group, control=True)
 
     def record_transcript(self, transcript: dict[str, Any]) -> dict[str, Any]:

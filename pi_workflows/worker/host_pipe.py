@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import queue
 import secrets
+import threading
 from typing import IO, Any
 
 from ..canonical import canonical_json
 from ..errors import ClaimLostError, PiWorkflowsError, RevisionConflictError
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES
-from ..protocol.worker_messages import LAUNCH_SCHEMA, MESSAGE_SCHEMA, PREPARED_OUTCOME
+from ..protocol.worker_messages import (
+    LAUNCH_SCHEMA,
+    LEASE_OUTCOME,
+    MESSAGE_SCHEMA,
+    PREPARED_OUTCOME,
+)
+from .lease_fence import LeaseFence
 
 # A descriptive kind per operation (the host dispatches on the operation).
 KIND_FOR_OPERATION = {
@@ -32,6 +40,10 @@ class HostPipe:
     One exception: when worker.ready's answer came with the launch (the host's first
     frame, outcome `prepared`), the reply to worker.ready is read just before the reply
     to the next message, so the worker reaches its first write without waiting for it.
+
+    A thread reads every frame as it comes: the host's fence times (outcome `lease`,
+    sent unasked) go straight to `fence`, whatever the engine is doing; replies wait in
+    a queue for the call that reads them.
     """
 
     def __init__(self, envelope: dict[str, Any], reader: IO[bytes], writer: IO[bytes]) -> None:
@@ -39,8 +51,14 @@ class HostPipe:
         self.reader = reader
         self.writer = writer
         self.revision = 0
+        self.fence = LeaseFence()
         # worker.ready was sent and answered at launch; its own reply is still unread.
         self._ready_reply_unread = False
+        # Replies in order; then None at end-of-file, or what made reading fail.
+        self._replies: queue.SimpleQueue[dict[str, Any] | Exception | None] = queue.SimpleQueue()
+        threading.Thread(
+            target=self._read_frames, name="pi-workflows-host-pipe", daemon=True
+        ).start()
 
     def ready(self) -> dict[str, Any]:
         """Say worker.ready; its answer: the one sent with the launch, else the reply."""
@@ -98,12 +116,27 @@ class HostPipe:
         """The next reply; an answer sent with the launch is skipped unless `prepared`
         (a worker that fails to load says worker.exiting instead of worker.ready)."""
         while True:
-            line = self.reader.readline(MAX_WORKER_FRAME_BYTES + 1)
-            if not line:
-                raise ClaimLostError("The workflow host closed the worker channel.")
-            reply = json.loads(line)
+            reply = self._replies.get()
+            if not isinstance(reply, dict):
+                self._replies.put(reply)  # every later read ends the same way
+                if reply is None:
+                    raise ClaimLostError("The workflow host closed the worker channel.")
+                raise reply
             if prepared or reply.get("outcome") != PREPARED_OUTCOME:
                 return reply
+
+    def _read_frames(self) -> None:
+        try:
+            while line := self.reader.readline(MAX_WORKER_FRAME_BYTES + 1):
+                frame = json.loads(line)
+                if frame.get("outcome") == LEASE_OUTCOME:
+                    self.fence.extend(frame["result"]["fenceAtMs"])
+                else:
+                    self._replies.put(frame)
+        except Exception as error:  # a broken frame fails the call that waits for it
+            self._replies.put(error)
+            return
+        self._replies.put(None)
 
     def _accept(self, reply: dict[str, Any], operation: str) -> Any:
         if isinstance(reply.get("revision"), int):

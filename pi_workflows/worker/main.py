@@ -14,13 +14,9 @@ from typing import IO, Any
 
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
-from .command import LAUNCH_ENV
+from .command import EXIT_CLAIM_LOST, EXIT_FAILED, EXIT_OK, LAUNCH_ENV
 from .host_backend import HostRunBackend
 from .host_pipe import HostPipe
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_CLAIM_LOST = 3
 
 
 def _claim_protocol_streams() -> tuple[IO[bytes], IO[bytes]]:

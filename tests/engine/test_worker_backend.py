@@ -109,10 +109,10 @@ def test_an_answer_sent_with_the_launch_stops_the_worker_when_worker_ready_is_re
         write = json.loads(sent.readline())
         assert (write["operation"], write["expectedRevision"]) == ("store.writeSnapshot", 2)
     finally:
+        os.close(to_worker)  # first: the pipe's reading thread ends at end-of-file
         pipe.reader.close()
         pipe.writer.close()
         sent.close()
-        os.close(to_worker)
 
 
 def test_a_worker_that_fails_to_load_skips_the_answer_sent_with_the_launch():

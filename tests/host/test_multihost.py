@@ -228,9 +228,10 @@ def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     )
     assert new_generation > generation_before
     assert time.time() * 1000 >= lease_ends_at  # not before the stalled host's lease ran out
-    # The stalled host's worker finishes its node b while its host is stopped; its
-    # result waits in the pipe. The taker's own worker runs b as well.
+    # The taker's own worker runs b again; the stalled host's worker stopped itself
+    # before that, when the fence time its host last sent passed.
     stalled.wait_for_pid("b.pid", previous=first_worker)
+    assert process_gone(first_worker)
     (stalled.project / "release-b").touch()
     resumed_at = time.time() * 1000
 
