@@ -22,7 +22,7 @@ from tests.polling import process_gone, wait_until
 
 from .conftest import HostHarness
 from .test_state_view import recipe
-from .workflows import BLOCKER, LOAD, STEPS
+from .workflows import BLOCKER, GATED_SHELLS, LOAD, STEPS
 
 HOST_LEASE_MS = 6000  # long enough for a heartbeat on a loaded 2-core machine
 POLL_S = 0.5
@@ -277,6 +277,48 @@ def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     assert sorted(h["hostId"] for h in hosts_left) == sorted([taker_id, stalled_id])
     verified = taker.cli("state", "verify", "--json")
     assert json.loads(verified.stdout) == {"ok": True, "problems": []}
+
+
+def _lines(path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.mark.integration
+@pytest.mark.scenario("2.18")
+def test_a_stalled_hosts_worker_stops_its_command_before_another_host_runs_it(
+    hosts: list[HostHarness],
+):
+    # Issue 30 item 5: a worker of a stalled host fences itself, so a shell node's side
+    # effect (a line appended to a file) happens once though two hosts ran the node.
+    stalled, taker = hosts[0], hosts[1]
+    stalled.write_workflow("gated", GATED_SHELLS)
+    stalled.start_host()
+    run_id = stalled.start_run("gated")
+    pids = stalled.project / "b.pids"
+    first = wait_until(lambda: _lines(pids), what="node b's command to start")[0]
+    [(worker,)] = stalled.query("SELECT pid FROM run_workers WHERE run_id = ?", run_id)
+    taker.start_host()
+
+    stalled.host_process.send_signal(signal.SIGSTOP)
+    # The taker runs node b again once the stalled host's lease has run out; by then the
+    # stalled host's worker has stopped its own command of b.
+    second = wait_until(lambda: _lines(pids)[1:], timeout=60, what="the taker to run node b")[0]
+    assert process_gone(int(first)), "the stalled host's command of b still runs beside the taker's"
+    assert process_gone(worker), "the stalled host's worker still runs beside the taker's"
+    assert int(second) != int(first)
+
+    (stalled.project / "release-b").touch()
+    final = taker.wait_for_status(run_id, "completed", timeout=60)
+    assert final["status"] == "completed"
+
+    stalled.host_process.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: "took the host lease again" in stalled.host_log(),
+        timeout=30,
+        what="the stalled host to take its lease again",
+    )
+    assert stalled.host_process.poll() is None
+    assert Counter(_lines(stalled.project / "effects")) == {"a": 1, "b": 1, "c": 1}
 
 
 @pytest.mark.integration

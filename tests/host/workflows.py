@@ -324,3 +324,31 @@ WORKFLOW = workflow(
     edges=[edge("a", "b"), edge("b", "c")],
 )
 """
+
+
+# a → b → c, each a shell command that appends its node's name to <project>/effects when
+# it is done; b first appends its shell's pid to <project>/b.pids and waits for
+# <project>/release-b.
+GATED_SHELLS = '''
+from pi_workflows import edge, idempotent_effect, shell, workflow
+
+GATE = """
+echo $$ >> b.pids
+while [ ! -e release-b ]; do sleep 0.05; done
+"""
+
+
+def step(node, gated=False):
+    script = (GATE if gated else "") + f"echo {node} >> effects\\n"
+    return shell(
+        exec=lambda ctx: {"command": script, "shell": True}, effect=idempotent_effect(node)
+    )
+
+
+WORKFLOW = workflow(
+    name="gated",
+    start_at="a",
+    nodes={"a": step("a"), "b": step("b", gated=True), "c": step("c")},
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+'''
