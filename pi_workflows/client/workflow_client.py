@@ -228,12 +228,14 @@ class WorkflowClient:
         return status
 
     def run_graph(self, run_id: str) -> dict[str, Any]:
-        """The run's graph for a viewer: `{runId, workflowName, status, definitionDigest,
-        definition, steps, current}` — the definition snapshot it was started with (None
-        if its client sent none), its finished steps in order and the attempt running now."""
+        """The run's graph for a viewer: `{runId, definitionDigest, definition, steps,
+        current, run}` — the definition snapshot it was started with (None if its client
+        sent none), its finished steps in order, the attempt running now and the run's
+        `run.status` object."""
         graph = self.call("run.graph", {}, run_id=run_id)
         if not isinstance(graph, dict) or not isinstance(graph.get("steps"), list):
             raise HostProtocolError(f"The workflow host sent an invalid run graph for {run_id}.")
+        checked_run_view(graph.get("run"), run_id)
         return graph
 
     def why_run(self, run_id: str) -> dict[str, Any]:

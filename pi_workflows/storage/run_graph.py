@@ -16,6 +16,7 @@ from ..canonical import digest
 from ..errors import InvalidInputError, NotFoundError
 from .blobs import put_json, read_json
 from .models import Blob, Run
+from .runs import run_status
 
 # What a viewer is given of each step (the rest of a step is the engine's bookkeeping).
 STEP_FIELDS = (
@@ -51,15 +52,12 @@ def store_definition(snapshot: Any, definition_digest: str) -> None:
 
 
 def run_graph(run_id: str) -> dict[str, Any]:
-    """`run.graph`: `{runId, workflowName, status, definitionDigest, definition, steps,
-    current}`; `definition` is None for a run started without its snapshot (by a client
-    that did not send one), `current` is `{attemptId, nodeId, nodeType, startedAt}` of
-    the attempt running now, or None."""
-    row = (
-        Run.select(Run.workflow_name, Run.status, Run.definition_digest, Run.state_hash)
-        .where(Run.run_id == run_id)
-        .first()
-    )
+    """`run.graph`: `{runId, definitionDigest, definition, steps, current, run}`;
+    `definition` is None for a run started without its snapshot (by a client that did
+    not send one), `current` is `{attemptId, nodeId, nodeType, startedAt}` of the attempt
+    running now, or None, and `run` is the run's `run.status` object (one request gives a
+    viewer all it draws)."""
+    row = Run.select(Run.definition_digest, Run.state_hash).where(Run.run_id == run_id).first()
     if row is None:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
     recorded = Blob.select(Blob.blob_hash).where(Blob.blob_hash == row.definition_digest).exists()
@@ -74,8 +72,6 @@ def run_graph(run_id: str) -> dict[str, Any]:
         }
     return {
         "runId": run_id,
-        "workflowName": row.workflow_name,
-        "status": row.status,
         "definitionDigest": row.definition_digest,
         "definition": read_json(row.definition_digest) if recorded else None,
         "steps": [
@@ -83,4 +79,5 @@ def run_graph(run_id: str) -> dict[str, Any]:
             for step in state.get("steps", [])
         ],
         "current": current,
+        "run": run_status(run_id),
     }

@@ -98,6 +98,8 @@ class AnswerDialog(ModalScreen[None]):
     async def _submit(self, answer: dict[str, Any]) -> None:
         self._error("sending…")
         refusal = await asyncio.to_thread(self.send, answer)
+        if not self.is_attached:  # closed while the host answered
+            return
         if refusal is None:
             self.dismiss(None)
         else:

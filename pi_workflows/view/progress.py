@@ -15,6 +15,16 @@ from typing import Any
 from .graph import NodeProgress, RunProgress, WorkflowGraph
 
 FAILED_OUTCOMES = ("failed", "timed_out", "cancelled")
+# What a pushed `nodeEnded` entry tells of a step.
+PUSHED_STEP_FIELDS = (
+    "attemptId",
+    "nodeId",
+    "outcome",
+    "startedAt",
+    "finishedAt",
+    "durationMs",
+    "error",
+)
 
 
 def watch_entries(payloads: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -46,6 +56,35 @@ def step_entries(
             }
         )
     return entries
+
+
+def with_entries(answer: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A `run.graph` answer moved on by progress entries a watch pushed after it: attempts
+    it does not have yet become steps (without their values) or the running attempt, so
+    a view draws a node's change the moment it is pushed; the next `run.graph` brings the
+    values."""
+    steps = list(answer["steps"])
+    current = answer["current"]
+    seen = {step["attemptId"] for step in steps}
+    for entry in entries:
+        attempt_id = entry.get("attemptId")
+        if attempt_id is None or attempt_id in seen:
+            continue
+        if entry["kind"] == "nodeStarted":
+            current = {
+                "attemptId": attempt_id,
+                "nodeId": entry["nodeId"],
+                "nodeType": entry.get("nodeType"),
+                "startedAt": entry["at"],
+            }
+        elif entry["kind"] == "nodeEnded":
+            steps.append(
+                {key: entry[key] for key in PUSHED_STEP_FIELDS if entry.get(key) is not None}
+            )
+            seen.add(attempt_id)
+            if current is not None and current["attemptId"] == attempt_id:
+                current = None
+    return {**answer, "steps": steps, "current": current}
 
 
 def entries_until_step(entries: list[dict[str, Any]], step: int) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -30,7 +31,7 @@ from ..errors import PiWorkflowsError
 from .dialogs import AnswerDialog, ConfirmDialog
 from .feed import HostFeed
 from .graph import GLYPHS, WorkflowGraph, render
-from .progress import entries_until_step, run_progress, step_entries
+from .progress import entries_until_step, run_progress, step_entries, with_entries
 from .text import pretty, run_glyph, run_reason, step_line, transcript_line
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ STATUS_STYLES = {
 }
 TICK_S = 1.0  # a running node's elapsed time is redrawn this often
 PANES = ("step", "transcript", "waiting", "effects")
+EFFECT_IN_DOUBT = "effectAmbiguous"  # the `run why` code of a run held by an effect
 
 
 @dataclass
@@ -94,6 +96,8 @@ class RunScreen(Screen[None]):
         self.run_id = run_id
         self.data: RunData | None = None
         self.why = ""
+        self.why_code: str | None = None
+        self.shown_pane = "step"  # effects and transcripts are read while their pane shows
         self.selected = -1  # index into data.items; -1: none yet
         self.live = True  # the last item stays selected as the run moves on
         self.feed: HostFeed | None = None
@@ -143,7 +147,14 @@ class RunScreen(Screen[None]):
         """A push: the run moved; `why` says what holds it now."""
         if payload.get("runId") != self.run_id:
             return  # from the run this view followed before its continuation
-        self.why = (payload.get("why") or {}).get("reason") or ""
+        why = payload.get("why") or {}
+        self.why, self.why_code = why.get("reason") or "", why.get("code")
+        known = self.data
+        if known is not None and known.graph["runId"] == self.run_id and payload["entries"]:
+            # Drawn at once from what was pushed; the read below fills in the values.
+            graph = with_entries(known.graph, payload["entries"])
+            status = {**known.status, **payload["status"]}
+            self._show(RunData(graph, status, known.decision, known.effects))
         self.call_later(self.refresh_run)
 
     async def refresh_run(self) -> None:
@@ -160,6 +171,8 @@ class RunScreen(Screen[None]):
                 except PiWorkflowsError as error:
                     self.show_message(str(error))
                     return
+                if not self.is_attached:  # closed while the host answered
+                    return
                 carried = data.status.get("continuation")
                 if carried and carried["latestRunId"] != self.run_id:
                     self.show_message(f"{self.run_id} {run_reason(data.status)}; following it")
@@ -173,13 +186,26 @@ class RunScreen(Screen[None]):
             self._refreshing = False
 
     def _read(self, run_id: str) -> RunData:
+        """One request while the run just moves on; its decision while it waits, and its
+        effects on the first read, while one is in doubt or the effects pane shows them."""
         client = self.app.client
         graph = client.run_graph(run_id)
-        status = client.known_run_status(run_id)
+        status = graph["run"]
         decision = None
         if status["status"] == "waiting" and status.get("continuation") is None:
             decision = next((d for d in client.list_decisions() if d["runId"] == run_id), None)
-        return RunData(graph, status, decision, client.list_effects(run_id=run_id))
+        known = self.data
+        if (
+            known is None
+            or known.graph["runId"] != run_id
+            or self.why_code == EFFECT_IN_DOUBT
+            or known.in_doubt is not None  # until it is settled
+            or self.shown_pane == "effects"
+        ):
+            effects = client.list_effects(run_id=run_id)
+        else:
+            effects = known.effects
+        return RunData(graph, status, decision, effects)
 
     def _show(self, data: RunData) -> None:
         before = len(self.data.items) if self.data is not None else 0
@@ -277,7 +303,8 @@ class RunScreen(Screen[None]):
             if item.get(key) is not None:
                 lines += [f"— {key} —", pretty(item[key])]
         pane.update(Text("\n".join(lines)))
-        self._show_transcript(item)
+        if self.shown_pane == "transcript":
+            self._show_transcript(item)
 
     def _show_transcript(self, item: dict[str, Any]) -> None:
         pane = self.query_one("#transcript-text", Static)
@@ -286,10 +313,9 @@ class RunScreen(Screen[None]):
             pane.update(Text(cached))
             return
         pane.update("…")
-        self.run_worker(
-            self._read_transcript(self.run_id, item), exclusive=True, group="transcript"
-        )
+        self._read_transcript(self.run_id, item)
 
+    @work(exclusive=True, group="transcript")  # the latest selection's read wins
     async def _read_transcript(self, run_id: str, item: dict[str, Any]) -> None:
         try:
             found = await asyncio.to_thread(self.app.client.run_transcript, run_id, item["nodeId"])
@@ -303,7 +329,8 @@ class RunScreen(Screen[None]):
             text = "\n".join(transcript_line(entry) for entry in mine[0]["entries"])
         if item.get("outcome") is not None:  # a running attempt's grows yet
             self._transcripts[item["attemptId"]] = text
-        if self._selected_item() is item:
+        selected = self._selected_item()
+        if selected is not None and selected["attemptId"] == item["attemptId"]:
             self.query_one("#transcript-text", Static).update(Text(text))
 
     def _draw_waiting(self) -> None:
@@ -342,7 +369,8 @@ class RunScreen(Screen[None]):
             self._draw_graph()
 
     def show_message(self, text: str) -> None:
-        self.query_one("#message", Static).update(Text(text))
+        if self.is_attached:  # a reply may come after the view closed
+            self.query_one("#message", Static).update(Text(text))
 
     # --- scrubbing ----------------------------------------------------------------------
 
@@ -362,6 +390,14 @@ class RunScreen(Screen[None]):
 
     def action_pane(self, pane: str) -> None:
         self.query_one(TabbedContent).active = pane
+
+    async def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        self.shown_pane = event.pane.id or "step"
+        item = self._selected_item()
+        if self.shown_pane == "transcript" and item is not None:
+            self._show_transcript(item)
+        elif self.shown_pane == "effects":
+            await self.refresh_run()
 
     # --- acting -------------------------------------------------------------------------
 

@@ -105,8 +105,10 @@ class RunsScreen(Screen[None]):
             self.redraw()
 
     async def _page(self, before: str | None) -> list[dict[str, Any]] | None:
+        """A page of runs; None when it failed (said on the message line) or the list
+        closed while the host answered."""
         try:
-            return await asyncio.to_thread(
+            page = await asyncio.to_thread(
                 self.app.client.list_runs,
                 PAGE_SIZE,
                 before=before,
@@ -114,22 +116,35 @@ class RunsScreen(Screen[None]):
                 workflow=self.workflow,
             )
         except PiWorkflowsError as error:
-            self.show_message(str(error))
+            if self.is_attached:
+                self.show_message(str(error))
             return None
+        return page if self.is_attached else None
 
     def runs_changed(self, changed: list[dict[str, Any]]) -> None:
         """Merge what the host pushed: changed rows in place, new runs at the top."""
         by_id = {run["runId"]: run for run in self.runs}
         new = []
+        moved = []
         for run in changed:
-            if run["runId"] in by_id:
-                by_id[run["runId"]].update(run)
+            known = by_id.get(run["runId"])
+            if known is not None:
+                if any(known.get(key) != value for key, value in run.items()):
+                    known.update(run)
+                    moved.append(known)
             elif self._passes(run) and self._newer_than_oldest(run):
                 new.append(run)
-        self.runs = sorted(
-            [*new, *self.runs], key=lambda r: (r["createdAt"], r["runId"]), reverse=True
-        )
-        self.redraw()
+        if new:
+            self.runs = sorted(
+                [*new, *self.runs], key=lambda r: (r["createdAt"], r["runId"]), reverse=True
+            )
+            self.redraw()
+            return
+        # A watch's first push repeats the page just read: nothing to draw then.
+        table = self.query_one(DataTable)
+        for run in moved:
+            table.update_cell(run["runId"], "glyph", run_glyph(run))
+            table.update_cell(run["runId"], "why", run_reason(run))
 
     def _passes(self, run: dict[str, Any]) -> bool:
         return (self.status is None or run["status"] == self.status) and (

@@ -195,3 +195,46 @@ def test_nested_loops_cross_in_the_gutter_and_unreached_nodes_go_last() -> None:
     text = render_text(nested, progress)
     assert "┿" in text  # the taken outer loop crosses the inner one's line
     assert_snapshot("nested", text)
+
+
+def test_pushed_entries_move_a_run_graph_answer_on_without_repeating_a_step() -> None:
+    from pi_workflows.view.progress import with_entries
+
+    answer = {
+        "runId": "r",
+        "steps": [{"attemptId": "a1", "nodeId": "plan", "outcome": "ok", "output": {"x": 1}}],
+        "current": {"attemptId": "a2", "nodeId": "fix", "startedAt": 5},
+    }
+    pushed = [
+        {"kind": "nodeStarted", "at": 1, "nodeId": "plan", "attemptId": "a1"},  # known
+        {"kind": "nodeEnded", "at": 2, "nodeId": "plan", "attemptId": "a1", "outcome": "ok"},
+        {
+            "kind": "nodeEnded",
+            "at": 9,
+            "nodeId": "fix",
+            "attemptId": "a2",
+            "outcome": "failed",
+            "error": "boom",
+            "durationMs": 4,
+        },
+        {"kind": "nodeStarted", "at": 10, "nodeId": "test", "attemptId": "a3"},
+    ]
+
+    moved = with_entries(answer, pushed)
+
+    assert [s["attemptId"] for s in moved["steps"]] == ["a1", "a2"]
+    assert moved["steps"][0]["output"] == {"x": 1}  # the read one is kept whole
+    assert moved["steps"][1] == {
+        "attemptId": "a2",
+        "nodeId": "fix",
+        "outcome": "failed",
+        "error": "boom",
+        "durationMs": 4,
+    }
+    assert moved["current"] == {
+        "attemptId": "a3",
+        "nodeId": "test",
+        "nodeType": None,
+        "startedAt": 10,
+    }
+    assert answer["current"]["attemptId"] == "a2"  # the answer itself is left as it was

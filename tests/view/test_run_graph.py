@@ -32,7 +32,7 @@ def test_run_graph_answers_the_started_definition_and_the_steps(workflow_host) -
         client.close()
 
     assert graph["definition"] == _branch_snapshot(workflow_host)
-    assert graph["status"] == "waiting"
+    assert graph["run"]["status"] == "waiting" and graph["run"]["runId"] == run_id
     assert [(s["nodeId"], s["outcome"]) for s in graph["steps"]] == [
         ("classify", "ok"),
         ("checkpoint_lane", "ok"),

@@ -24,8 +24,9 @@ DEADLINE_S = 60.0
 
 
 def shown(app: ViewerApp, selector: str) -> str:
-    """The text a Static of the current screen shows."""
-    return str(app.screen.query_one(selector, Static).content)
+    """The text a Static of the current screen shows ("" while a dialog covers it)."""
+    found = app.screen.query(selector)
+    return str(found.first(Static).content) if found else ""
 
 
 async def until(pilot: Pilot, what: str, predicate: Callable[[], bool]) -> None:
@@ -100,6 +101,12 @@ def test_a_finished_run_is_scrubbed_step_by_step_and_refuses_a_pause(in_process_
         assert "└─ continue ─▶ continue_lane" in graph and "· continue_lane" in graph
         assert "steps (step 1 of 2)" in shown(app, "#steps")
         assert '"route": "continue"' in shown(app, "#step-text")
+        await pilot.press("2")  # the transcript pane (the scripted agent keeps none)
+        await until(
+            pilot,
+            "the transcript pane",
+            lambda: shown(app, "#transcript-text") == "No agent transcript for this step.",
+        )
         await pilot.press("end")
         assert "✓ continue_lane" in shown(app, "#graph")
         await pilot.press("p")  # the host's refusal, as `run pause` shows it
