@@ -321,142 +321,6 @@ def test_a_definition_snapshot_stays_while_a_run_names_it(store, make_run):
     assert state_verify(store) == []
 
 
-# --- a writer reusing a blob while the pruner deletes it (PostgreSQL) -------------------------
-# SQLite has one writer at a time (`BEGIN IMMEDIATE`), so a prune step and a write never
-# overlap there; on PostgreSQL they do, each on its connection (peewee's per thread).
-
-
-@pytest.fixture
-def postgres_store(home_env, postgres_server):
-    from pi_workflows.storage import open_state
-
-    url = postgres_server.create_database(from_template=True)
-    opened = open_state(home_env.home, url)
-    try:
-        yield opened
-    finally:
-        opened.close()
-        postgres_server.drop_database(url)
-
-
-SHARED = {"shared": "input both runs carry"}
-
-
-def _old_run_holding_the_shared_blob(store, make_run) -> str:
-    with store.transaction():
-        _finished_run(make_run, "gone", input=SHARED)
-    return Run.get_by_id("gone").input_hash
-
-
-def _on_own_connection(store, work):
-    """`work()` on this thread's own connection, closed afterwards."""
-
-    def run():
-        store.db.connect(reuse_if_open=True)
-        try:
-            return work()
-        finally:
-            store.db.close()
-
-    return run
-
-
-def _waiting_on_a_lock(store) -> bool:
-    """Another connection of this database waits for a lock (as a blocked writer does)."""
-    query = (
-        "SELECT count(*) FROM pg_stat_activity "
-        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    )
-    return store.db.execute_sql(query).fetchone()[0] > 0
-
-
-def _the_new_run_reads_back_its_input(store, shared_hash) -> None:
-    from pi_workflows.storage import read_json
-
-    assert not _exists("gone")
-    assert Blob.get_or_none(Blob.blob_hash == shared_hash) is not None
-    assert read_json(Run.get_by_id("new").input_hash) == SHARED
-    assert state_verify(store) == []
-
-
-def test_a_blob_a_writer_reuses_in_an_open_transaction_survives_a_prune(postgres_store, make_run):
-    from concurrent.futures import ThreadPoolExecutor
-
-    store = postgres_store
-    shared_hash = _old_run_holding_the_shared_blob(store, make_run)
-    reused, release = threading.Event(), threading.Event()
-
-    def write():
-        with store.transaction():
-            make_run("new", input=SHARED)  # stores the input: finds the blob stored already
-            reused.set()
-            assert release.wait(60)
-
-    with ThreadPoolExecutor(2) as pool:
-        try:
-            writing = pool.submit(_on_own_connection(store, write))
-            wait_until(
-                lambda: reused.is_set() or writing.done(), what="the writer to reuse the blob"
-            )
-            assert reused.is_set(), writing.result()
-            pruning = pool.submit(
-                _on_own_connection(store, lambda: prune(store, CUTOFF, apply=True))
-            )
-            # The prune runs to its end or waits for the writer; either way, then it commits.
-            wait_until(lambda: pruning.done() or _waiting_on_a_lock(store), what="the prune")
-        finally:
-            release.set()
-        writing.result(timeout=60)
-        assert pruning.result(timeout=60).runs == 1
-
-    _the_new_run_reads_back_its_input(store, shared_hash)
-
-
-def test_a_blob_a_writer_reuses_after_the_prune_checked_it_survives(
-    postgres_store, make_run, monkeypatch
-):
-    from concurrent.futures import ThreadPoolExecutor
-
-    from pi_workflows.storage import retention
-
-    store = postgres_store
-    shared_hash = _old_run_holding_the_shared_blob(store, make_run)
-    checked, release = threading.Event(), threading.Event()
-    still_referenced = retention._still_referenced
-
-    def check_then_hold(candidates):
-        referenced = still_referenced(candidates)
-        if shared_hash in candidates:  # nothing references it yet: about to be deleted
-            checked.set()
-            assert release.wait(60)
-        return referenced
-
-    monkeypatch.setattr(retention, "_still_referenced", check_then_hold)
-
-    def write():
-        with store.transaction():
-            make_run("new", input=SHARED)
-
-    with ThreadPoolExecutor(2) as pool:
-        try:
-            pruning = pool.submit(
-                _on_own_connection(store, lambda: prune(store, CUTOFF, apply=True))
-            )
-            wait_until(
-                lambda: checked.is_set() or pruning.done(), what="the prune to check the blob"
-            )
-            assert checked.is_set(), pruning.result()
-            writing = pool.submit(_on_own_connection(store, write))
-            # The writer commits its reference or waits for the prune's lock on the blob.
-            wait_until(lambda: writing.done() or _waiting_on_a_lock(store), what="the writer")
-        finally:
-            release.set()
-        assert pruning.result(timeout=60).runs == 1
-        writing.result(timeout=60)
-
-    _the_new_run_reads_back_its_input(store, shared_hash)
-
-
 # --- a prune step reads through indexes ---------------------------------------------------------
 
 # Scans a prune step may make: of the indexes that hold only the values nesting other blobs.
@@ -530,3 +394,202 @@ def test_a_prune_step_reads_no_table_whole(store, make_run, backend, monkeypatch
         store.db.execute_sql("SET enable_seqscan = off")
     scans = {sql: _full_scans(store, sql, params) for sql, params in recorded}
     assert {sql: found for sql, found in scans.items() if found} == {}
+
+
+# --- writers alongside a prune (PostgreSQL) ------------------------------------------------
+# SQLite has one writer at a time (`BEGIN IMMEDIATE`), so a prune step and a write never
+# overlap there; on PostgreSQL they do, each on its connection (peewee's per thread).
+
+
+@pytest.fixture
+def postgres_store(home_env, postgres_server):
+    from pi_workflows.storage import open_state
+
+    url = postgres_server.create_database(from_template=True)
+    opened = open_state(home_env.home, url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        postgres_server.drop_database(url)
+
+
+def _on_own_connection(store, work):
+    """`work()` on this thread's own connection, closed afterwards."""
+
+    def run():
+        store.db.connect(reuse_if_open=True)
+        try:
+            return work()
+        finally:
+            store.db.close()
+
+    return run
+
+
+def _waiting_on_a_lock(store) -> bool:
+    """Another connection of this database waits for a lock (as a blocked writer does)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    return store.db.execute_sql(query).fetchone()[0] > 0
+
+
+class _Pause:
+    """Where the first of two transactions stops until the second has gone as far as it can."""
+
+    def __init__(self) -> None:
+        self.reached, self.released = threading.Event(), threading.Event()
+
+    def hold(self) -> None:
+        self.reached.set()
+        assert self.released.wait(60)
+
+
+def _interleaved(store, pause: _Pause, first, second):
+    """Run `first` until it reaches `pause`, then `second` until it finishes or waits for a
+    lock `first` holds, then let `first` go on. Returns both futures, done."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(2) as pool:
+        try:
+            one = pool.submit(_on_own_connection(store, first))
+            wait_until(lambda: pause.reached.is_set() or one.done(), what="the first to pause")
+            assert pause.reached.is_set(), one.result()
+            two = pool.submit(_on_own_connection(store, second))
+            wait_until(lambda: two.done() or _waiting_on_a_lock(store), what="the second")
+        finally:
+            pause.released.set()
+        wait([one, two], timeout=60)
+    return one, two
+
+
+def _hold_after(monkeypatch, name: str, pause: _Pause, when=lambda argument: True) -> None:
+    """The prune's step `name` (a function of storage.retention) holds at `pause` after it
+    ran, when `when(its argument)`."""
+    from pi_workflows.storage import retention
+
+    step = getattr(retention, name)
+
+    def step_then_hold(argument):
+        result = step(argument)
+        if when(argument):
+            pause.hold()
+        return result
+
+    monkeypatch.setattr(retention, name, step_then_hold)
+
+
+def _prune_all(store):
+    return lambda: prune(store, CUTOFF, apply=True)
+
+
+SHARED = {"shared": "input both runs carry"}
+
+
+def _old_run_holding_the_shared_blob(store, make_run) -> str:
+    with store.transaction():
+        _finished_run(make_run, "gone", input=SHARED)
+    return Run.get_by_id("gone").input_hash
+
+
+def _the_new_run_reads_back_its_input(store, shared_hash) -> None:
+    from pi_workflows.storage import read_json
+
+    assert not _exists("gone")
+    assert Blob.get_or_none(Blob.blob_hash == shared_hash) is not None
+    assert read_json(Run.get_by_id("new").input_hash) == SHARED
+    assert state_verify(store) == []
+
+
+def test_a_blob_a_writer_reuses_in_an_open_transaction_survives_a_prune(postgres_store, make_run):
+    store, pause = postgres_store, _Pause()
+    shared_hash = _old_run_holding_the_shared_blob(store, make_run)
+
+    def write():
+        with store.transaction():
+            make_run("new", input=SHARED)  # stores the input: finds the blob stored already
+            pause.hold()
+
+    # The prune runs to its end or waits for the writer; either way, then it commits.
+    writing, pruning = _interleaved(store, pause, write, _prune_all(store))
+
+    writing.result()
+    assert pruning.result().runs == 1
+    _the_new_run_reads_back_its_input(store, shared_hash)
+
+
+def test_a_blob_a_writer_reuses_after_the_prune_checked_it_survives(
+    postgres_store, make_run, monkeypatch
+):
+    store, pause = postgres_store, _Pause()
+    shared_hash = _old_run_holding_the_shared_blob(store, make_run)
+    # Nothing references the blob yet: it is about to be deleted.
+    _hold_after(monkeypatch, "_still_referenced", pause, lambda hashes: shared_hash in hashes)
+
+    def write():
+        with store.transaction():
+            make_run("new", input=SHARED)
+
+    # The writer commits its reference or waits for the prune's lock on the blob.
+    pruning, writing = _interleaved(store, pause, _prune_all(store), write)
+
+    assert pruning.result().runs == 1
+    writing.result()
+    _the_new_run_reads_back_its_input(store, shared_hash)
+
+
+def _old_lineage(store, make_run) -> object:
+    with store.transaction():
+        _finished_run(make_run, "root")
+    return Run.get_by_id("root")
+
+
+def _restart_of(parent) -> None:
+    from pi_workflows.storage.runs import create_derived_run
+
+    create_derived_run(
+        parent, run_id="restart-1", lineage_kind="restart", input={"again": True}, actor="test"
+    )
+
+
+def test_a_restart_written_while_a_prune_runs_keeps_its_lineage(postgres_store, make_run):
+    store, pause = postgres_store, _Pause()
+    parent = _old_lineage(store, make_run)
+
+    def restart():
+        with store.transaction():
+            _restart_of(parent)
+            pause.hold()
+
+    restarting, pruning = _interleaved(store, pause, restart, _prune_all(store))
+
+    restarting.result()
+    assert pruning.result().runs == 0
+    assert _exists("root") and _exists("restart-1")
+    assert state_verify(store) == []
+
+
+def test_a_restart_of_a_run_the_prune_is_deleting_fails_and_leaves_nothing_behind(
+    postgres_store, make_run, monkeypatch
+):
+    from pi_workflows.errors import NotFoundError
+
+    store, pause = postgres_store, _Pause()
+    parent = _old_lineage(store, make_run)
+    # The lineage is finished and nothing protects it: it is about to be deleted.
+    _hold_after(monkeypatch, "_protected_runs", pause)
+
+    def restart():
+        with store.transaction():
+            _restart_of(parent)
+
+    # The restart commits or waits for the prune's lock on the run it restarts.
+    pruning, restarting = _interleaved(store, pause, _prune_all(store), restart)
+
+    assert pruning.result().runs == 1
+    with pytest.raises(NotFoundError):
+        restarting.result()
+    assert not _exists("root") and not _exists("restart-1")
+    assert state_verify(store) == []

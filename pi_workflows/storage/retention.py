@@ -5,8 +5,9 @@ share `root_run_id`), and only once every run of it has finished before the cut-
 lineage is protected while any of its runs is unfinished, or has a pending decision, an
 unsettled effect, an undelivered terminal message or a live worker. Deletion happens in
 bounded transactions of a few lineages each, so a host writing alongside waits at most one
-batch; each batch checks the lineages again under its write lock, so a restart created
-since the plan keeps its lineage. A dry run does the same work and rolls each batch back.
+batch; each batch locks its lineages' runs and checks them again, so a restart created
+since the plan keeps its lineage (on PostgreSQL too, where other writers do not wait for
+the batch: see `_prune_batch`). A dry run does the same work and rolls each batch back.
 
 A blob (content-addressed, shared by any row that stores the same bytes) is deleted only
 when no remaining row references it, directly in a `*_hash` column or nested: the parts of
@@ -188,7 +189,14 @@ def _protected_runs(run_ids: list[str]) -> set[str]:
 
 
 def _prune_batch(batch: list[str], report: PruneReport) -> None:
-    """Delete the lineages of `batch` that are still prunable (inside a transaction)."""
+    """Delete the lineages of `batch` that are still prunable (inside a transaction).
+
+    Their runs are locked first (PostgreSQL; on SQLite the write lock is enough): a run
+    derived from one of them meanwhile holds its parent's row until it commits
+    (`statements.hold_run`), so this waits for it and the check below sees it; one derived
+    later waits for this transaction and finds its parent gone.
+    """
+    _lock_lineages(batch)
     roots = _finished_roots(report.before, batch)
     runs = list(Run.select(Run.run_id, Run.root_run_id).where(Run.root_run_id.in_(roots)))
     protected = _protected_runs([r.run_id for r in runs])
@@ -206,6 +214,12 @@ def _prune_batch(batch: list[str], report: PruneReport) -> None:
     candidates |= _nested(candidates, _transcripts_of(run_ids))
     _delete_rows(run_ids)
     _delete_unreferenced(candidates, report)
+
+
+def _lock_lineages(roots: list[str]) -> None:
+    if Run._meta.database.for_update:
+        query = Run.select(Run.run_id).where(Run.root_run_id.in_(roots)).order_by(Run.run_id)
+        list(tuple_rows(query.for_update()))  # in run id order: two prunes cannot deadlock
 
 
 def _delete_unreferenced(candidates: set[str], report: PruneReport) -> None:

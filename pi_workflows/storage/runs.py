@@ -105,6 +105,8 @@ def create_derived_run(
     A retry with the same id adopts the existing run; one that differs is a conflict.
     Returns the run and whether it was created now.
     """
+    if not statements.hold_run(parent.run_id):  # a prune deleted its lineage meanwhile
+        raise NotFoundError(f"Workflow run not found: {parent.run_id}")
     row = _RUN.first(run_id=run_id)
     if row is not None:
         existing = model_instance(Run, row)

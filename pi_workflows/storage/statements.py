@@ -125,6 +125,19 @@ def select_blob(blob_hash: str, *, reuse: bool = False) -> tuple[str, int, bytes
     return media_type, byte_length, bytes(content)
 
 
+# --- runs --------------------------------------------------------------------------------
+
+HOLD_RUN = "SELECT 1 FROM runs WHERE run_id = ?"
+
+
+def hold_run(run_id: str) -> bool:
+    """Whether the run exists, its row held until the transaction ends (PostgreSQL's
+    `FOR KEY SHARE`), so a prune cannot delete it while this transaction derives a run from
+    it; on SQLite the transaction's write lock shuts every other writer out already."""
+    locking = " FOR KEY SHARE" if database_proxy.obj.for_update else ""
+    return bool(rows(HOLD_RUN + locking, (run_id,)))
+
+
 # --- run revisions ---------------------------------------------------------------------
 
 INSERT_EVENT = (
