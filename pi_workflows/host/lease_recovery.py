@@ -31,6 +31,8 @@ log = logging.getLogger("pi_workflows.host")
 # How often a worker message waiting for the database looks whether it is back (the
 # connection guard's own backoff decides how often a reconnect is really tried).
 DATABASE_WAIT_POLL_S = 0.2
+# How often a write that met a full disk is tried again.
+DISK_FULL_RETRY_S = 0.5
 
 
 def watch_connection(store: StateStore, heartbeat: Callable[[], None]) -> None:
@@ -63,6 +65,13 @@ async def wait_for_database(
         await asyncio.sleep(DATABASE_WAIT_POLL_S)
         with contextlib.suppress(DatabaseUnavailableError):
             guard.ensure_connected()
+    return not is_stopping()
+
+
+async def wait_for_room(is_stopping: Callable[[], bool]) -> bool:
+    """A write failed for lack of disk space (the store says so in the log): wait a
+    pause before it is tried again; False if the host stops meanwhile."""
+    await asyncio.sleep(DISK_FULL_RETRY_S)
     return not is_stopping()
 
 

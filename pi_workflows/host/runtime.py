@@ -31,6 +31,7 @@ from ..storage import (
     open_state,
     run_claims,
 )
+from ..storage.database import is_disk_full
 from ..storage.models import RunWorker
 from . import epoch_lease, forwarded_commands, hard_stop, lease_recovery, process_groups
 from .commit_group import CommitGroup
@@ -321,8 +322,9 @@ class Host:
                 action()
             except DatabaseUnavailableError:
                 pass  # said once when the connection was lost; the next tick tries again
-            except Exception:
-                log.exception("timer action failed")
+            except Exception as error:
+                if not is_disk_full(error):  # a full disk was said once by the store
+                    log.exception("timer action failed")
 
     def _heartbeat(self) -> None:
         """Renew the host's lease and the claims of its live workers, in one commit."""

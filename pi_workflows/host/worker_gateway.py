@@ -42,6 +42,7 @@ from ..storage import (
     run_workers,
     statements,
 )
+from ..storage.database import is_disk_full
 from ..storage.runs import current_revision, current_status, get_run, run_record
 from . import lease_recovery
 from .active_run import ActiveRun
@@ -94,6 +95,12 @@ class WorkerGateway:
                 return await self._handle(message)
             except DatabaseUnavailableError:
                 if not await lease_recovery.wait_for_database(self.store, self._stopping):
+                    return self._claim_lost(message["messageId"])
+            except Exception as error:
+                if not is_disk_full(error):
+                    raise
+                # Nothing was written: the worker waits until the write fits.
+                if not await lease_recovery.wait_for_room(self._stopping):
                     return self._claim_lost(message["messageId"])
 
     def _stopping(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import logging
 import os
 import sqlite3
 import stat
@@ -61,6 +62,8 @@ SCHEMA_NAME = "pi-workflows-state"
 # schema_upgrade.UPGRADES has a step for are upgraded on open.
 SCHEMA_VERSION = 3
 
+log = logging.getLogger("pi_workflows.storage")
+
 
 class _TransactionState(threading.local):
     depth = 0
@@ -99,6 +102,8 @@ class StateStore:
         self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
         # A SQLite file deleted or replaced under the store (set by open_state).
         self.file_watch: file_watch.SqliteFileWatch | None = None
+        # When a write last failed for lack of disk space (epoch ms; 0: it has room).
+        self.disk_full_since = 0
 
     @property
     def is_sqlite(self) -> bool:
@@ -149,18 +154,15 @@ class StateStore:
         run_transitions.forget()
         blobs.transaction_began()
         committed = False
+        deferred: list[Callable[[], None]] = []
         try:
             with begin:
                 if self.fence is not None:
                     self.fence()
                 deferred, self._deferred = self._deferred, []
-                try:
-                    for write in deferred:
-                        write()
-                    yield
-                except BaseException:
-                    self._deferred[:0] = deferred  # rolled back: they wait for the next one
-                    raise
+                for write in deferred:
+                    write()
+                yield
                 if tx.doomed:
                     raise TransactionAborted(
                         "An inner step of this change failed, so nothing was written; "
@@ -174,9 +176,23 @@ class StateStore:
                     run_transitions.collect(now_ms()), run_transitions.collect_attempts()
                 )
             committed = True
+            if self.disk_full_since:
+                log.warning(
+                    "writes to %s go on: the disk has room again after %.1f s",
+                    self.location,
+                    (now_ms() - self.disk_full_since) / 1000,
+                )
+                self.disk_full_since = 0
             if self.kill_point is not None:
                 self.kill_point.committed()
         except BaseException as error:
+            if not committed:
+                # Rolled back, or the commit itself failed (a full disk): the deferred
+                # writes wait for the next transaction.
+                self._deferred[:0] = deferred
+            if not self.disk_full_since and is_disk_full(error):
+                self.disk_full_since = now_ms()
+                log.warning("the disk under %s is full: nothing more is written", self.location)
             tx.after_commit = []
             run_transitions.forget()
             if guard is not None and not isinstance(error, DatabaseUnavailableError):

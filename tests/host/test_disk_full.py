@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows.testing import installed_entry_points, short_temp_dir
+from pi_workflows.testing import installed_entry_points, short_temp_dir, wait_until
 
 from .conftest import HostHarness
+from .workflows import STEPS
 
 
 @pytest.fixture
@@ -70,3 +71,33 @@ def test_a_full_disk_is_reported_as_such_and_the_host_survives(small_disk_harnes
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {
         "greeting": "Hello, after!"
     }
+
+
+@pytest.mark.integration
+def test_a_run_that_meets_a_full_disk_mid_node_goes_on_when_space_returns(
+    small_disk_harness: HostHarness,
+):
+    harness = small_disk_harness
+    harness.write_workflow("steps", STEPS)
+    harness.start_host()
+    run_id = harness.start_run("steps")
+    harness.wait_for_pid("b.pid")
+    filler = harness.root / "filler"
+    try:
+        _fill(filler)
+        (harness.project / "release-b").touch()  # an inode, no blocks: tmpfs has room
+        # Node b's result meets the full disk: the worker waits, nothing is written.
+        wait_until(
+            lambda: "is full: nothing more is written" in harness.host_log(),
+            what="the host to meet the full disk",
+        )
+        assert harness.host_process is not None and harness.host_process.poll() is None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(filler)
+    final = harness.wait_for_status(run_id, "completed", timeout=60)
+    assert final["finalOutput"] == {"sum": 3}
+    # The same worker went on once there was room: b ran once, its result was kept.
+    assert (harness.project / "trace").read_text().split() == ["a", "b", "c"]
+    assert len(harness.workers(run_id)) == 1
+    assert "the disk has room again" in harness.host_log()
