@@ -277,8 +277,11 @@ class RunScreen(Screen[None]):
         items = data.items
         where = "live" if self.live else f"step {self.selected + 1} of {len(items)}"
         text = Text(f"steps ({where})\n", style="bold")
+        # The step a run waits at finished (its output is the question): drawn waiting.
+        waits = data.status["status"] == "waiting" and data.status.get("continuation") is None
         for number, item in enumerate(items):
-            row = Text(step_line(number + 1, item) + "\n")
+            waiting = waits and number == len(items) - 1
+            row = Text(step_line(number + 1, item, waiting=waiting) + "\n")
             if number == self.selected:
                 row.stylize("reverse")
             text.append_text(row)

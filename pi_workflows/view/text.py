@@ -52,10 +52,13 @@ def run_reason(run: dict[str, Any]) -> str:
     return run.get("statusDetail") or ""
 
 
-def step_line(number: int, step: dict[str, Any]) -> str:
-    """`3 ✓ classify  1.2s` (a running step: its glyph and no duration)."""
+def step_line(number: int, step: dict[str, Any], *, waiting: bool = False) -> str:
+    """`3 ✓ classify  1s` (a running step: its glyph and no duration; the step a run
+    waits at, `waiting`: the waiting glyph)."""
     if step.get("outcome") is None:
         return f"{number} {GLYPHS['running']} {step['nodeId']}"
+    if waiting:
+        return f"{number} {GLYPHS['waiting']} {step['nodeId']}"
     glyph = STEP_GLYPHS.get(step["outcome"], GLYPHS["failed"])
     duration = step.get("durationMs")
     took = f"  {format_elapsed(duration)}" if duration is not None else ""

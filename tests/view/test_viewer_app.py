@@ -64,6 +64,7 @@ def test_a_human_decision_is_followed_and_answered_from_the_run_view(in_process_
     async def script(app: ViewerApp, pilot: Pilot) -> None:
         await until(pilot, "the decision waiting", lambda: "⏸ approve" in shown(app, "#graph"))
         assert "✓ proposal" in shown(app, "#graph")
+        assert "2 ⏸ approve" in shown(app, "#steps")
         assert "Approve the plan to ship it?" in shown(app, "#waiting-text")
         await pilot.press("a")
         await until(pilot, "the answer dialog", lambda: bool(app.screen.query("#choice-replan")))
