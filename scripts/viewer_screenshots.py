@@ -42,8 +42,10 @@ def shoot(host: InProcessHost, waiting: str, out: Path) -> None:
         async with app.run_test(size=size) as pilot:
             await _settle(
                 pilot,
-                lambda: isinstance(app.screen, RunScreen)
-                and "⏸ approve" in str(app.screen.query_one("#graph").content),
+                lambda: (
+                    isinstance(app.screen, RunScreen)
+                    and "⏸ approve" in str(app.screen.query_one("#graph").content)
+                ),
             )
             await pilot.press("3")  # the waiting pane: the decision and its choices
             await pilot.pause(0.2)
