@@ -24,7 +24,11 @@ must be fast: slow work (network, agents) belongs in channel adapters and execut
 claim hooks run on a helper thread under a deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``,
 default 1000 ms): a plugin that hangs there costs the host one deadline, not its loop.
 Being on another thread, they do not share the host's database connection: they decide
-from their arguments (and state of their own).
+from their arguments (and state of their own). The notifications (``piw_run_claimed``,
+``piw_run_transition``, ``piw_node_attempt_started``/``_finished``) are delivered on a
+thread of each plugin's own, in order, under the same deadline: a plugin whose call is
+past it is named once in the log and misses what is announced until that call returns,
+and nothing else waits for it.
 The invariants — claim fencing, receipts, message ids, one winner per decision — are
 enforced by the core; hooks choose policy and presentation only.
 """
@@ -156,9 +160,10 @@ def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
 
     Called after the claim transaction committed, for every claim: claim passes, and
     resume claims (``run resume``, a submission to validate, an expired step deadline);
-    on a helper thread with the hook deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``). Return
-    values are ignored; an exception or a missed deadline is logged with the plugin's
-    name, never propagated. No built-in.
+    delivered like :func:`piw_run_transition` (the plugin's notification thread, in order
+    after the run's ``claimed`` transition, under the hook deadline). Return values are
+    ignored; an exception or a missed deadline is logged with the plugin's name, never
+    propagated. No built-in.
     """
 
 
@@ -495,14 +500,18 @@ def piw_run_transition(
     Delivery: once per change, whatever caused it (host, worker, session, operator), in
     the process that committed it — the host for everything its workers, sessions and
     the CLI's requests to it change; the CLI itself for what it changes with the host
-    stopped. Called right after the commit, outside any transaction, on the committing
-    thread, so what the plugin reads already shows the change. At most once: a process
-    killed between the commit and the call never makes it (the change is not announced
-    again). In order per run: a run's ``queued`` comes before its ``claimed``, and a
-    commit's changes are announced before anything that commit set off (the next claim
-    pass). Every implementation runs; an exception is logged with the plugin's name and
-    never reaches the caller. The call holds up the committing thread, so keep it fast
-    (hand slow work, such as exporting, to a thread of your own). ``workflow_name`` and
+    stopped (it delivers before it exits). Posted right after the commit, so what the
+    plugin reads already shows the change, and called on the plugin's own notification
+    thread, outside any transaction: each plugin gets its notifications (of every
+    notification hook) one at a time, in the order they were posted — a run's ``queued``
+    before its ``claimed``, a commit's changes before anything that commit set off. At
+    most once: a process killed between the commit and the call never makes it (the
+    change is not announced again), and a plugin misses what is announced while one of
+    its calls is past the hook deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000
+    ms; logged once, with the plugin and hook, no arguments) or while 10,000 of its
+    notifications wait. Every implementation runs; an exception is logged with the
+    plugin's name and never reaches the caller. Nothing waits for the call, but keep it
+    fast: a slow plugin falls behind. ``workflow_name`` and
     ``at`` are new in 0.2: an implementation that does not name them still works. No
     built-in.
     """
@@ -523,10 +532,9 @@ def piw_node_attempt_started(attempt: NodeAttemptRecord) -> None:
     the call never makes it). Per run, in the order the attempts started, after the
     run's ``running`` transition and before the attempt's
     :func:`piw_node_attempt_finished`. Every implementation runs; an exception is
-    logged with the plugin's name and never reaches the caller. The call runs on the
-    committing thread, not under the hook deadline, and holds up the host's worker
-    traffic: keep it fast and hand slow work (exporting) to a thread of your own. No
-    built-in.
+    logged with the plugin's name and never reaches the caller. Delivered like
+    :func:`piw_run_transition`: on the plugin's notification thread, in order with its
+    other notifications, under the hook deadline. No built-in.
     """
 
 
@@ -551,7 +559,6 @@ def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
     starts and ends an attempt announces both, in that order). An interrupted attempt is
     announced when the host learns of it: when the run is cancelled, or when the resumed
     worker writes its first snapshot. Every implementation runs; an exception is logged
-    with the plugin's name and never reaches the caller. Like the started notification it
-    runs on the committing thread, not under the hook deadline: keep it fast. No
-    built-in.
+    with the plugin's name and never reaches the caller. Delivered like the started
+    notification. No built-in.
     """

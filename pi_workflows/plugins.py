@@ -28,6 +28,7 @@ from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from .errors import PiWorkflowsError, PluginError, PluginLoadError, UnansweredHookError
 from .hook_deadline import DeadlineRunner, HookCalls
+from .hook_delivery import EXIT_DRAIN_S, Notification, NotificationDelivery
 
 # `X as X`: re-exported, the rest of the code names these through the façade.
 from .plugin_set import DISABLE_ENV as DISABLE_ENV
@@ -316,6 +317,8 @@ def temporary_plugin(plugin: object, name: str | None = None) -> Iterator[str]:
     try:
         yield registered_name
     finally:
+        # The notifications of the block reach the plugin before it goes.
+        _delivery.drain(EXIT_DRAIN_S)
         manager.unregister(name=registered_name)
 
 
@@ -425,10 +428,31 @@ def _call_each(
     return answers, failures
 
 
-def _notify(hook_name: str, **kwargs: Any) -> None:
-    """Call a notification hook; failures are logged, never raised."""
-    for failure in _call_each(hook_name, lambda _plugin: kwargs)[1]:
-        log.warning("%s", failure)
+# The hook deadline of notification hooks; the host sets it from its settings.
+_delivery = NotificationDelivery(timeout_s=1.0)
+
+
+def set_notification_deadline(timeout_s: float) -> None:
+    """How long a notification hook call may take before its plugin counts as hung."""
+    _delivery.timeout_s = timeout_s
+
+
+def drain_notifications(timeout_s: float = EXIT_DRAIN_S) -> bool:
+    """Wait until the notifications posted so far reached their plugins (a hung plugin
+    counts as reached), at most `timeout_s`; True when they all did."""
+    return _delivery.drain(timeout_s)
+
+
+def _post(hook_name: str, **kwargs: Any) -> None:
+    """Hand a notification to each implementation's delivery line (`hook_delivery`):
+    never blocks the caller; failures and hangs are logged there, never raised."""
+    assert hook_name in ONE_AT_A_TIME_HOOKS, f"{hook_name} must be listed there"
+    implementations = list(reversed(getattr(registry().manager.hook, hook_name).get_hookimpls()))
+    if registry().tracing:  # delivered past pluggy's monitor
+        _trace_call(hook_name, kwargs, [impl.plugin_name for impl in implementations])
+    for impl in implementations:
+        args = {name: kwargs[name] for name in impl.argnames}
+        _delivery.post(impl.plugin_name, Notification(hook_name, impl.function, args))
 
 
 def answered_by_builtin_alone(hook_name: str) -> bool:
@@ -610,32 +634,9 @@ class _ClaimJob:
         self.choice.failures.append(failure)
 
 
-def run_claimed(run: Any, claim: Any, runner: DeadlineRunner) -> None:
-    """Notify `piw_run_claimed`, each implementation under the runner's deadline (the
-    host calls it on its loop); failures and hangs are logged, never raised."""
-    implementations = list(reversed(registry().manager.hook.piw_run_claimed.get_hookimpls()))
-    if not implementations:
-        return
-
-    def job(calls: HookCalls) -> list[str]:
-        failures = []
-        for impl in implementations:
-            if not calls.is_usable(impl.plugin_name):
-                continue
-            try:
-                kwargs = {"run": run, "claim": claim}
-                args = {name: kwargs[name] for name in impl.argnames}
-                calls.call(impl.plugin_name, "piw_run_claimed", impl.function, args)
-            except Exception as exc:
-                failures.append(
-                    f"Plugin {impl.plugin_name!r} failed in hook piw_run_claimed: "
-                    f"{type(exc).__name__}: {exc}"
-                )
-        return failures
-
-    failures, timeouts = runner.run(job)
-    for failure in [*map(str, timeouts), *failures]:
-        log.warning("%s", failure)
+def run_claimed(run: Any, claim: Any) -> None:
+    """Notify `piw_run_claimed` (delivered in order with the other notifications)."""
+    _post("piw_run_claimed", run=run, claim=claim)
 
 
 def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -> Any:
@@ -744,7 +745,7 @@ def run_transition(
     workflow_name: str,
     at: int,
 ) -> None:
-    _notify(
+    _post(
         "piw_run_transition",
         run_id=run_id,
         old_status=old_status,
@@ -758,4 +759,4 @@ def run_transition(
 def node_attempt_changed(phase: str, attempt: NodeAttemptRecord) -> None:
     """Notify `piw_node_attempt_started` or `piw_node_attempt_finished` (`phase`)."""
     started = phase == "started"
-    _notify("piw_node_attempt_started" if started else "piw_node_attempt_finished", attempt=attempt)
+    _post("piw_node_attempt_started" if started else "piw_node_attempt_finished", attempt=attempt)

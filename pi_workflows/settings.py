@@ -143,7 +143,12 @@ SETTINGS: tuple[Setting, ...] = (
         "max_node_crashes", _positive_int, 3, "workers a node may kill in a row before parking"
     ),
     Setting("claim_window", _positive_int, 64, "queued runs one claim pass looks at"),
-    Setting("hook_timeout_ms", _positive_int, 1000, "how long the host waits for a claim hook"),
+    Setting(
+        "hook_timeout_ms",
+        _positive_int,
+        1000,
+        "how long one claim or notification hook call may take",
+    ),
     Setting("run_lease_ms", _positive_int, 30_000, "how long a run's claim lasts unrenewed"),
     Setting("host_lease_ms", _positive_int, 15_000, "how long a host's lease lasts unrenewed"),
     Setting("heartbeat_s", _positive_number, 5.0, "how often the host renews its leases"),

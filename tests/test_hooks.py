@@ -15,7 +15,6 @@ from pi_workflows.builtin.launch import LAUNCH_ENV
 from pi_workflows.builtin.terminal import DEFAULT_INSTRUCTIONS
 from pi_workflows.canonical import canonical_json
 from pi_workflows.errors import DatabaseUrlError, PluginError
-from pi_workflows.hook_deadline import DeadlineRunner
 from pi_workflows.records import (
     Claim,
     HostInfo,
@@ -120,7 +119,7 @@ def test_run_claimed_notifies_plugins(run_record):
 
     claim = Claim(run_id="run-1", owner_id="host-a", generation=3, expires_at=10)
     with plugins.temporary_plugin(Recorder()):
-        plugins.run_claimed(run_record(), claim, DeadlineRunner(1.0))
+        plugins.run_claimed(run_record(), claim)
 
     assert claims == [("run-1", 3)]
 

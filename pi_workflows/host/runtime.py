@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import settings
+from .. import plugins, settings
 from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, HostLeaseLostError, PiWorkflowsError
 from ..home import Home, home_key, machine_name, prepare_home
@@ -126,6 +126,7 @@ class Host:
             run_lease_ms=self.timings.run_lease_ms,
             hooks=DeadlineRunner(self.settings.integer("hook_timeout_ms") / 1000),
         )
+        plugins.set_notification_deadline(self.settings.integer("hook_timeout_ms") / 1000)
         # The oldest live host of a shared database runs the database-wide duties
         # (decision deadlines, channel effects); on SQLite the one host always does.
         self.is_duty_host = True

@@ -470,5 +470,5 @@ class WorkerSlots:
         """After the claim committed: announce it, and the worker starts."""
         assert self._launcher is not None
         self.pending_claims[run_id] = token
-        plugins.run_claimed(record or run_record(run_id), claim, self.hooks)
+        plugins.run_claimed(record or run_record(run_id), claim)
         self._launcher.launch(run_id, token, claim, worker)

@@ -1,8 +1,9 @@
 """`host stop` and SIGTERM end a host within a bounded time, whatever state it is in
 (issue 30, item 2).
 
-The host's event loop is blocked for real by a plugin whose `piw_run_transition` never
-returns (the host calls it on the loop), or the host is SIGSTOPped. Either way the
+The host's event loop is blocked for real by a plugin whose `piw_worker_process` never
+returns (the host calls it on the loop, right before it spawns a worker), or the host is
+SIGSTOPped. Either way the
 process must be gone within the bound, the lock given up, and `host stop` must tell the
 truth about the lock's holder."""
 
@@ -22,8 +23,8 @@ from tests.host.workflows import CHECKPOINTED
 
 pytestmark = pytest.mark.integration
 
-# While `<project>/hang` exists, the first run transition blocks the host's event loop for
-# good (the host announces transitions on its loop, after their commit).
+# While `<project>/hang` exists, the first worker launch blocks the host's event loop for
+# good (the host asks for the worker's process spec on its loop).
 HANGING_PLUGIN = """
 import time
 from pathlib import Path
@@ -32,7 +33,7 @@ from pi_workflows import hookimpl
 
 
 @hookimpl
-def piw_run_transition(run_id, old_status, new_status, detail):
+def piw_worker_process(envelope, settings):
     if (Path.cwd() / "hang").exists():
         (Path.cwd() / "hanging").touch()
         while True:
@@ -49,7 +50,7 @@ def harness() -> Iterator[HostHarness]:
     harness = HostHarness(short_temp_dir(), entry_points=installed_entry_points())
     harness.env["PI_WORKFLOWS_STOP_WAIT_S"] = str(STOP_WAIT_S)
     harness.write_workflow("checkpointed", CHECKPOINTED)
-    harness.add_plugin("hanging_transitions", HANGING_PLUGIN)
+    harness.add_plugin("hanging_launches", HANGING_PLUGIN)
     try:
         yield harness
     finally:
@@ -58,8 +59,8 @@ def harness() -> Iterator[HostHarness]:
 
 def _hang_the_loop(harness: HostHarness) -> None:
     (harness.project / "hang").touch()
-    # The run's first transition comes before the host answers the start: send it, wait
-    # for no answer.
+    # The run's worker is launched before the host answers the start: send it, wait for no
+    # answer.
     client = harness.client()
     try:
         client.connection.post("run.start", start_payload("checkpointed", harness.project, None))

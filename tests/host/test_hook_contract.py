@@ -176,29 +176,25 @@ def test_a_selection_plugin_reads_every_candidates_input(harness: HostHarness):
     assert claimed_order == ["Cy", "Bo", "Ann"]
 
 
-QUEUE_AT_COMPLETION = """
+TRANSITION_ORDER = """
 import json
 import os
 
 from pi_workflows import hookimpl
-from pi_workflows.storage.models import RunQueue
 
 
 @hookimpl
-def piw_run_transition(run_id, old_status, new_status, detail):
-    # Called right after the commit that ended the run: what did that commit leave?
-    if new_status == "completed":
-        queue = {row.run_id: row.status for row in RunQueue.select().where(RunQueue.run != run_id)}
-        with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
-            handle.write(json.dumps({"completed": run_id, "others": queue}) + "\\n")
+def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at):
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        handle.write(json.dumps({"run": run_id, "new": new_status, "at": at}) + "\\n")
 """
 
 
 def test_the_commit_that_frees_a_worker_slot_claims_the_run_waiting_for_it(
     harness: HostHarness,
 ):
-    record = harness.root / "queue.jsonl"
-    harness.add_plugin("queue_at_completion", QUEUE_AT_COMPLETION)
+    record = harness.root / "transitions.jsonl"
+    harness.add_plugin("transition_order", TRANSITION_ORDER)
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1", PIW_TEST_RECORD=str(record))
     blocker = harness.start_run("blocker")
@@ -211,9 +207,17 @@ def test_the_commit_that_frees_a_worker_slot_claims_the_run_waiting_for_it(
     harness.wait_for_status(waiting, "completed")
 
     # The blocker's last write released its claim and, in the same commit, claimed the
-    # waiting run: no commit of its own, no wait for the blocker's worker to exit.
-    at_completion = {entry["completed"]: entry["others"] for entry in read_jsonl(record)}
-    assert at_completion[blocker] == {waiting: "starting"}
+    # waiting run: no commit of its own, no wait for the blocker's worker to exit. One
+    # commit's changes are announced together (same time), the run that goes on before
+    # the run that ended; a claim committed after the end would come after it.
+    def changes() -> list[tuple[str, str]]:
+        return [(entry["run"], entry["new"]) for entry in read_jsonl(record)]
+
+    wait_until(lambda: (waiting, "completed") in changes(), what="the waiting run's end")
+    entries, order = read_jsonl(record), changes()
+    claimed, ended = order.index((waiting, "claimed")), order.index((blocker, "completed"))
+    assert claimed < ended
+    assert entries[claimed]["at"] == entries[ended]["at"]
 
 
 def test_run_start_priority_is_saved_and_shown(harness: HostHarness):

@@ -243,3 +243,83 @@ def test_cancelling_a_run_finishes_its_running_attempt_as_cancelled(harness: Hos
     last_attempt = max(i for i, e in enumerate(entries) if e.get("node") == "b")
     cancelled_at = max(i for i, e in enumerate(entries) if e.get("new") == "cancelled")
     assert last_attempt < cancelled_at  # the attempt ends before the run does
+
+
+# Hangs in a `running` transition while `$PIW_TEST_GATES/hang` exists, until
+# `$PIW_TEST_GATES/release` does; records every transition it gets.
+HANGING_OBSERVER = """
+import json
+import os
+import time
+from pathlib import Path
+
+from pi_workflows.plugin import hookimpl
+
+
+@hookimpl
+def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at):
+    with open(os.environ["PIW_TEST_HUNG_RECORD"], "a") as handle:
+        handle.write(json.dumps({"run": run_id, "new": new_status}) + "\\n")
+    gates = Path(os.environ["PIW_TEST_GATES"])
+    if new_status == "running" and (gates / "hang").exists():
+        (gates / "hang").unlink()
+        (gates / "hanging").touch()
+        while not (gates / "release").exists():
+            time.sleep(0.05)
+"""
+
+
+def test_a_hanging_observer_is_skipped_and_the_host_and_other_observers_go_on(
+    harness: HostHarness,
+):
+    record, hung_record = harness.root / "observed.jsonl", harness.root / "hung.jsonl"
+    harness.add_plugin("observer", OBSERVER)
+    harness.add_plugin("hanging_observer", HANGING_OBSERVER)
+    (harness.root / "hang").touch()
+    harness.start_host(
+        PIW_TEST_GATES=str(harness.root),
+        PIW_TEST_RECORD=str(record),
+        PIW_TEST_HUNG_RECORD=str(hung_record),
+        PI_WORKFLOWS_HOOK_TIMEOUT_MS="300",
+    )
+    try:
+        first = harness.start_run("hello")
+        wait_until(lambda: (harness.root / "hanging").exists(), what="the observer to hang")
+        # The host does not wait for it: runs go on, and so does the other observer.
+        later = [harness.start_run("hello") for _ in range(3)]
+        for run_id in [first, *later]:
+            harness.wait_for_status(run_id, "completed")
+        for run_id in later:
+            wait_until(
+                lambda run_id=run_id: (
+                    [e["new"] for e in read_jsonl(record) if e["run"] == run_id and "new" in e]
+                    == ["queued", "claimed", "running", "completed"]
+                ),
+                what=f"the other observer to see run {run_id} in order",
+            )
+        hung_lines = [
+            line
+            for line in harness.host_log().splitlines()
+            if "did not return from hook piw_run_transition" in line
+        ]
+        assert len(hung_lines) == 1, harness.host_log()
+        assert "'hanging_observer'" in hung_lines[0] and "300 ms" in hung_lines[0]
+        assert not any(run_id in hung_lines[0] for run_id in [first, *later])  # no run data
+        # Skipped, not queued: it missed what came while it hung.
+        assert {e["run"] for e in read_jsonl(hung_record)} == {first}
+    finally:
+        (harness.root / "release").touch()
+
+    wait_until(
+        lambda: "returned from hook piw_run_transition" in harness.host_log(),
+        what="the host to see the hung call return",
+    )
+    again = harness.start_run("hello")
+    harness.wait_for_status(again, "completed")
+    wait_until(
+        lambda: (
+            [e["new"] for e in read_jsonl(hung_record) if e["run"] == again]
+            == ["queued", "claimed", "running", "completed"]
+        ),
+        what="the released observer to get notifications again",
+    )

@@ -1,42 +1,96 @@
 """The hook implementations (the ``otel`` entry point): each hands its notification to
-the process's `Telemetry`, built on the first notification.
+the process's `Telemetry`.
 
-Built lazily because every pi-workflows process loads its plugins (the command line
-included) and most never announce anything; the one that does — the host, or a command
-that changed a run with the host stopped — exports what it announced.
+Every pi-workflows process loads its plugins (each command-line call included) and most
+never announce anything, so nothing of OpenTelemetry is imported until a process
+announces something with an export configured. Importing the SDK and building its
+exporters takes a second or more on a loaded machine, longer than a notification may take
+(the hook deadline), so that happens on a thread of its own: notifications that come
+meanwhile wait for it, in order, and are handed over when it is done. The thread is not a
+daemon, so a command that exits right after announcing still exports what it announced.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pi_workflows.plugin import Claim, NodeAttemptRecord, RunRecord, hookimpl
 
 from . import settings
-from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
+
+# Notifications held while the SDK is set up; past it the newest are dropped.
+MAX_PENDING = 10_000
 
 log = logging.getLogger("piw_otel")
 
+Action = Callable[["Telemetry"], None]
+
 _lock = threading.Lock()
-_built = False
+_state = "unset"  # unset | building | ready | off
 _telemetry: Telemetry | None = None
+_pending: list[Action] = []
 
 
-def telemetry() -> Telemetry | None:
-    """This process's telemetry, or None when the environment asks for no export."""
-    global _built, _telemetry
+def _deliver(action: Action) -> None:
+    """Run `action` on this process's telemetry, once it is built (in order)."""
+    global _state
     with _lock:
-        if not _built:
-            _built = True
-            try:
-                chosen = settings.from_environment()
-            except settings.SettingsError as error:
-                log.error("pi-workflows-otel exports nothing: %s", error)
-                return None
-            if not chosen.exports_nothing:
-                _telemetry = Telemetry(chosen)
-        return _telemetry
+        if _state == "unset":
+            _state = _first_state()
+            if _state == "building":
+                threading.Thread(target=_build, name="piw-otel-setup").start()
+        if _state == "off":
+            return
+        if _state == "building":
+            if len(_pending) < MAX_PENDING:
+                _pending.append(action)
+            return
+        telemetry = _telemetry
+    assert telemetry is not None
+    action(telemetry)
+
+
+def _first_state() -> str:
+    try:
+        chosen = settings.from_environment()
+    except settings.SettingsError as error:
+        log.error("pi-workflows-otel exports nothing: %s", error)
+        return "off"
+    return "off" if chosen.exports_nothing else "building"
+
+
+def _build() -> None:
+    global _state, _telemetry, _pending
+    try:
+        from .telemetry import Telemetry
+
+        built = Telemetry(settings.from_environment())
+    except Exception as error:  # the host runs on without telemetry
+        log.error("pi-workflows-otel exports nothing: %s: %s", type(error).__name__, error)
+        with _lock:
+            _state, _pending = "off", []
+        return
+    while True:  # hand over what came meanwhile, and what comes while handing it over
+        with _lock:
+            waiting, _pending = _pending, []
+            if not waiting:
+                _telemetry, _state = built, "ready"
+                return
+        for action in waiting:
+            _run(action, built)
+
+
+def _run(action: Action, telemetry: Telemetry) -> None:
+    try:
+        action(telemetry)
+    except Exception as error:
+        log.warning("pi-workflows-otel dropped a notification: %s: %s", type(error).__name__, error)
 
 
 @hookimpl
@@ -48,17 +102,18 @@ def piw_run_transition(
     workflow_name: str,
     at: int,
 ) -> None:
-    if (exporting := telemetry()) is not None:
-        exporting.run_transition(run_id, old_status, new_status, detail, workflow_name, at)
+    _deliver(
+        lambda telemetry: telemetry.run_transition(
+            run_id, old_status, new_status, detail, workflow_name, at
+        )
+    )
 
 
 @hookimpl
 def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
-    if (exporting := telemetry()) is not None:
-        exporting.run_claimed(run)
+    _deliver(lambda telemetry: telemetry.run_claimed(run))
 
 
 @hookimpl
 def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
-    if (exporting := telemetry()) is not None:
-        exporting.node_attempt_finished(attempt)
+    _deliver(lambda telemetry: telemetry.node_attempt_finished(attempt))

@@ -202,15 +202,21 @@ def _run_trace_id(run_id: str) -> str:
     return hashlib.sha256(run_id.encode()).digest()[:16].hex()
 
 
-def _spans_of(collector: Collector, run_id: str, count: int) -> list[dict[str, Any]]:
-    return wait_until(
-        lambda: (
-            len(spans := [s for s in collector.spans() if s["trace"] == _run_trace_id(run_id)])
-            >= count
-            and spans
-        ),
-        what=f"{count} spans of run {run_id} at the collector",
-    )
+def _spans_of(
+    host: WorkflowHost, collector: Collector, run_id: str, count: int
+) -> list[dict[str, Any]]:
+    trace_id = _run_trace_id(run_id)
+    try:
+        return wait_until(
+            lambda: (
+                len(spans := [s for s in collector.spans() if s["trace"] == trace_id]) >= count
+                and spans
+            ),
+            what=f"{count} spans of run {run_id} at the collector",
+        )
+    except AssertionError as error:
+        got = [(s["name"], s["trace"] == trace_id) for s in collector.spans()]
+        raise AssertionError(f"{error}; received {got}; host log:\n{host.host_log()}") from None
 
 
 def test_the_branch_example_is_one_trace_whose_spans_match_its_nodes(
@@ -221,7 +227,7 @@ def test_the_branch_example_is_one_trace_whose_spans_match_its_nodes(
     run_id = otel_host.start_run("branch", {"task": "Tidy up the README."})
     otel_host.wait_for_status(run_id, "completed")
 
-    spans = _spans_of(collector, run_id, 3)
+    spans = _spans_of(otel_host, collector, run_id, 3)
     (run,) = [s for s in spans if s["parent"] == ""]
     nodes = sorted((s for s in spans if s["parent"]), key=lambda s: s["start"])
     # The nodes the run went through, in order: the decision, then the lane it chose.
@@ -271,7 +277,7 @@ def test_a_failed_node_and_run_export_their_error_and_the_run_metrics(
     run_id = otel_host.start_run("failing")
     otel_host.wait_for_status(run_id, "failed")
 
-    spans = _spans_of(collector, run_id, 3)
+    spans = _spans_of(otel_host, collector, run_id, 3)
     by_name = {s["name"]: s for s in spans}
     broken = by_name["node broken"]
     assert broken["status"] == "STATUS_CODE_ERROR"
@@ -311,14 +317,14 @@ def test_a_run_waiting_for_a_human_decision_exports_its_wait_and_its_continuatio
 
     # The answered run stays `waiting`; its span ends when its continuation is created.
     (waiting, proposal, approve) = sorted(
-        _spans_of(collector, run_id, 3), key=lambda s: (s["parent"] != "", s["start"])
+        _spans_of(otel_host, collector, run_id, 3), key=lambda s: (s["parent"] != "", s["start"])
     )
     assert [proposal["name"], approve["name"]] == ["node proposal", "node approve"]
     assert waiting["name"] == "run human-decision"
     assert waiting["attributes"]["pi_workflows.run.status"] == "waiting"
     assert waiting["attributes"]["pi_workflows.run.continued_by"] == continuation
     assert waiting["events"] == ["queued", "claimed", "running", "waiting"]
-    continued = _spans_of(collector, continuation, 2)
+    continued = _spans_of(otel_host, collector, continuation, 2)
     (run,) = [s for s in continued if s["parent"] == ""]
     assert run["links"] == [waiting["id"]]
     assert run["attributes"]["pi_workflows.run.parent_id"] == run_id
