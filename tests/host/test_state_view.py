@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from .conftest import HostHarness
+from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
@@ -43,8 +43,10 @@ def piw_run_transition(run_id, new_status, workflow_name):
     looker = threading.Thread(target=_look, args=(run_id, found))  # a plugin's own thread
     looker.start()
     looker.join()
-    with open(os.environ["PIW_TEST_RECORD"], "w") as handle:
+    path = os.environ["PIW_TEST_RECORD"]
+    with open(path + ".part", "w") as handle:
         json.dump(found, handle)
+    os.replace(path + ".part", path)  # whole, for the test that waits for it
 """
 
 
@@ -72,6 +74,7 @@ def test_the_fair_share_recipe_runs_one_run_of_a_workflow_at_a_time(harness: Hos
     client = harness.client()
     assert client.run_status(second)["queueStatus"] == "queued"
     assert client.run_status(first)["status"] == "running"
+    wait_until(record.exists, what="the spy's look at the state")  # notified off the host's loop
     assert json.loads(record.read_text()) == {
         "running": [first],
         "running_blockers": 1,
