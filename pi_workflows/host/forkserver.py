@@ -31,6 +31,9 @@ from ..worker.command import LAUNCH_ENV, is_worker_command, worker_argv, worker_
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 FORK_REPLY_TIMEOUT_S = 10.0
 STARTING_WAIT_S = 5.0
+# While a launch waits for the fork server's reply, it looks this often whether the
+# fork server was stopped (SIGSTOP): one that is cannot answer and is replaced at once.
+STALL_CHECK_S = 0.1
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +171,9 @@ class ForkServer:
         """
         if not can_serve(spec):
             return None
+        if self._is_stopped():
+            self._replace("is stopped")
+            return None
         if not self._ready and self._starting is not None and not self._starting.done():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._starting), STARTING_WAIT_S)
@@ -196,9 +202,9 @@ class ForkServer:
                     os.close(fd)
         unwritten = _write_ahead(stdin_w, _built(first_frame))
         exit_future: asyncio.Future = loop.create_future()
-        try:
-            pid = await asyncio.wait_for(pid_future, FORK_REPLY_TIMEOUT_S)
-        except (TimeoutError, OSError):
+        pid = await self._fork_reply(pid_future)
+        if pid is None:
+            self._launches.pop(launch_id, None)
             for fd in (stdin_w, stdout_r, stderr_r):
                 os.close(fd)
             return None
@@ -216,6 +222,43 @@ class ForkServer:
         if unwritten:
             stdin.write(unwritten)
         return ForkedWorker(pid, stdin, stdout, stderr, exit_future)
+
+    async def _fork_reply(self, pid_future: asyncio.Future) -> int | None:
+        """The forked worker's pid; None when the fork server cannot answer (a stopped
+        or hung one is replaced: the launch goes on as a cold spawn meanwhile)."""
+        deadline = asyncio.get_running_loop().time() + FORK_REPLY_TIMEOUT_S
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(pid_future), STALL_CHECK_S)
+            except OSError:
+                return None  # it exited; its reader restarts it
+            except TimeoutError:
+                pass
+            if self._is_stopped():
+                self._replace("is stopped")
+                return None
+            if asyncio.get_running_loop().time() > deadline:
+                self._replace(f"did not answer a launch within {FORK_REPLY_TIMEOUT_S:.0f} s")
+                return None
+
+    def _is_stopped(self) -> bool:
+        process = self._process
+        if process is None or process.returncode is not None:
+            return False
+        try:
+            return psutil.Process(process.pid).status() == psutil.STATUS_STOPPED
+        except psutil.Error:
+            return False
+
+    def _replace(self, why: str) -> None:
+        """Kill the fork server (and its spare) so that its reader starts a new one."""
+        process = self._process
+        if process is None or process.returncode is not None or self._closed:
+            return
+        log.warning("worker fork server (PID %d) %s; replacing it", process.pid, why)
+        self._ready = False  # launches spawn cold until the new one is ready
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
 
     async def close(self) -> None:
         self._closed = True

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import sqlite3
 import struct
+import time
 
 import psutil
 import pytest
 
+from pi_workflows.host.forkserver import FORK_REPLY_TIMEOUT_S
 from tests.polling import process_gone
 
 from .conftest import HostHarness, request_frame, wait_until
@@ -285,3 +288,38 @@ def test_a_launch_while_the_fork_server_starts_waits_for_it_instead_of_a_cold_st
     assert worker.ppid() == zygote.pid
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+
+
+@pytest.mark.integration
+def test_a_stopped_fork_server_is_replaced_and_launches_do_not_wait_for_it(
+    harness: HostHarness,
+):
+    host = harness.start_host()
+    harness.wait_for_status(harness.start_run("hello", {"name": "one"}), "completed")
+    (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    zygote.suspend()  # SIGSTOP: alive, but it forks nothing
+    try:
+        asked_at = time.monotonic()
+        second = harness.start_run("hello", {"name": "two"})
+        status = harness.wait_for_status(second, "completed")
+        # Before: the launch waited for the fork server's reply as long as it allows.
+        assert time.monotonic() - asked_at < FORK_REPLY_TIMEOUT_S
+        assert status["finalOutput"] == {"greeting": "Hello, two!"}
+        wait_until(lambda: process_gone(zygote.pid), what="the stopped fork server to be killed")
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            zygote.resume()
+    assert "replacing it" in harness.host_log()
+    replacement = wait_until(
+        lambda: [
+            child
+            for child in psutil.Process(host.pid).children()
+            if "--zygote" in child.cmdline() and child.pid != zygote.pid
+        ],
+        what="a new fork server",
+    )
+    assert replacement
+    third = harness.start_run("hello", {"name": "three"})
+    assert harness.wait_for_status(third, "completed")["finalOutput"] == {
+        "greeting": "Hello, three!"
+    }
