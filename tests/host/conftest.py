@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,23 @@ def request_frame(
     return json.dumps(request).encode() + b"\n"
 
 
+def send_together(harness: HostHarness, frames: list[bytes]) -> tuple[list[dict], list[dict]]:
+    """Write the frames in one write on a new connection (the host reads them in one
+    burst); the responses to them, in the order they came, and the events sent meanwhile."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(60)
+        sock.connect(str(harness.home.socket_path))
+        reader = sock.makefile("rb")
+        assert json.loads(reader.readline())["type"] == "hello"
+        sock.sendall(b"".join(frames))
+        responses: list[dict] = []
+        events: list[dict] = []
+        while len(responses) < len(frames):
+            message = json.loads(reader.readline())
+            (responses if message["type"] == "response" else events).append(message)
+        return responses, events
+
+
 def _as_sqlite_returns(row: tuple) -> tuple:
     """PostgreSQL rows as SQLite returns them: bytes for blobs, ints for booleans."""
     return tuple(
@@ -163,5 +181,6 @@ __all__ = [
     "HostHarness",
     "InProcessHarness",
     "request_frame",
+    "send_together",
     "wait_until",
 ]

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 
 from pi_workflows.client import HostConnection
 from pi_workflows.client.start_request import start_payload
 
-from .conftest import HostHarness, request_frame, wait_until
+from .conftest import HostHarness, request_frame, send_together, wait_until
 from .workflows import STEPS
 
 
@@ -17,22 +15,11 @@ def _frame(request_id: str, payload: dict) -> bytes:
     return request_frame(request_id, "run.start", payload, client_id="burst-client")
 
 
-def _send_together(harness: HostHarness, frames: list[bytes]) -> list[dict]:
-    """Write the frames in one write (the host reads them in one burst); the answers."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(30)
-        sock.connect(str(harness.home.socket_path))
-        reader = sock.makefile("rb")
-        assert json.loads(reader.readline())["type"] == "hello"
-        sock.sendall(b"".join(frames))
-        return [json.loads(reader.readline()) for _ in frames]
-
-
 def test_a_refused_start_among_starts_sent_together_is_refused_alone(harness: HostHarness):
     harness.start_host()
     good = start_payload("hello", harness.project, {"name": "Ada"})
     relative = {**good, "projectPath": "relative/project"}
-    answers = _send_together(
+    answers, _ = send_together(
         harness,
         [
             _frame("s-1", good),
@@ -62,7 +49,7 @@ def test_starts_sent_together_claim_no_more_runs_than_the_host_has_workers(
     harness.write_workflow("steps", STEPS)
     harness.start_host(PI_WORKFLOWS_MAX_WORKERS="2")
     payload = start_payload("steps", harness.project)
-    answers = _send_together(harness, [_frame(f"s-{i}", payload) for i in range(6)])
+    answers, _ = send_together(harness, [_frame(f"s-{i}", payload) for i in range(6)])
     assert {answer["outcome"] for answer in answers} == {"accepted"}
 
     # Both workers reach b and wait there; the four other runs wait for a slot.

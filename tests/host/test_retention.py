@@ -13,7 +13,7 @@ from pi_workflows.storage.models import Run, RunQueue
 from pi_workflows.storage.retention import DAY_MS
 from tests.conftest import create_test_run
 
-from .conftest import HostHarness, wait_until
+from .conftest import HostHarness, request_frame, send_together, wait_until
 
 OLD = now_ms() - 40 * DAY_MS
 
@@ -172,3 +172,31 @@ def test_the_cli_prunes_nothing_without_a_host_when_told_not_to_start_one(harnes
     assert result.returncode != 0
     assert "No workflow host is running" in result.stderr
     assert _run_ids(harness) == {"old-1"}
+
+
+def test_a_retry_of_a_prune_still_running_waits_for_it_and_adopts_its_receipt(
+    harness: HostHarness, monkeypatch
+):
+    from pi_workflows.host.retention import Retention
+
+    pruned = []
+    prune = Retention._prune
+
+    async def counted(self, *args, **kwargs):
+        pruned.append(args)
+        return await prune(self, *args, **kwargs)
+
+    monkeypatch.setattr(Retention, "_prune", counted)  # the in-process host's feature
+    harness.start_host(PI_WORKFLOWS_RETENTION="0")
+    _old_finished_runs(harness, *(f"old-{n}" for n in range(120)))  # three steps
+    frame = request_frame("prune-1", "state.prune", {"before": _iso(now_ms()), "apply": True})
+
+    # The client's retry after a lost connection: the same request, while the first runs.
+    (first, retry), events = send_together(harness, [frame, frame])
+
+    assert (first["outcome"], retry["outcome"]) == ("accepted", "adopted")
+    assert retry["receipt"] == first["receipt"] and first["receipt"]["runs"] == 120
+    assert len(pruned) == 1
+    assert {event["event"] for event in events} == {"prune_progress"}
+    assert {event["subscriptionId"] for event in events} == {"prune-1"}
+    assert _run_ids(harness) == set()
