@@ -14,6 +14,10 @@ class UnsafeHomeError(PiWorkflowsError):
     """The state home is owned by another user or writable by others."""
 
 
+class ReadOnlyHomeError(PiWorkflowsError):
+    """The home cannot be written: a read-only filesystem or its permissions."""
+
+
 class SchemaMismatchError(PiWorkflowsError):
     """The database belongs to another schema or schema version."""
 

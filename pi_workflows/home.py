@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import stat
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .canonical import sha256_hex
-from .errors import UnsafeHomeError
+from .errors import ReadOnlyHomeError, UnsafeHomeError
 
 APP_NAME = "pi-workflows"
 HOME_ENV = "PI_WORKFLOWS_HOME"
@@ -78,9 +79,35 @@ def resolve_home(explicit: str | os.PathLike[str] | None = None) -> Home:
 def ensure_private_dir(path: Path) -> None:
     """Create `path` with mode 0700 if missing, then refuse it if it is unsafe."""
     if not path.exists():
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            if error.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            raise _not_writable(path) from None
         os.chmod(path, 0o700)
     check_private_dir(path)
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a directory this process cannot write, in one line that says why."""
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _not_writable(path)
+
+
+def _not_writable(path: Path) -> ReadOnlyHomeError:
+    """`path` (or the nearest directory of it that exists) cannot be written."""
+    blocker = path
+    while not blocker.exists() and blocker != blocker.parent:
+        blocker = blocker.parent
+    if os.statvfs(blocker).f_flag & os.ST_RDONLY:
+        why = "is on a read-only filesystem; remount it read-write"
+    else:
+        why = f"is not writable by you (uid {os.getuid()}); check its permissions"
+    return ReadOnlyHomeError(
+        f"The pi-workflows home cannot be written: {blocker} {why}, or use another home "
+        f"with --home or {HOME_ENV}."
+    )
 
 
 def check_private_dir(path: Path) -> None:
@@ -103,4 +130,6 @@ def prepare_home(home: Home) -> Home:
     """Create the home and its host directory privately; refuse unsafe ones."""
     ensure_private_dir(home.root)
     ensure_private_dir(home.host_dir)
+    check_writable(home.root)
+    check_writable(home.host_dir)
     return home
