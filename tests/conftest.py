@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import pytest
 from pi_workflows import plugins
 from pi_workflows.home import Home
 from pi_workflows.storage import StateStore, open_state
-from pi_workflows.testing import WorkflowHome, installed_entry_points
+from pi_workflows.testing import WorkflowHome, installed_entry_points, short_temp_dir
 from pi_workflows.testing import run_record as kit_run_record
 
 # The test kit is also a pytest11 entry point; naming it here keeps a venv whose metadata
@@ -30,6 +31,22 @@ from pi_workflows.testing import run_record as kit_run_record
 pytest_plugins = ("pi_workflows.testing.pytest_plugin", "tests.scenario_coverage")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def mounted_tmpfs(size: str = "8m") -> Iterator[Path]:
+    """A private tmpfs of `size` on a short path (mounting needs root), unmounted after."""
+    point = short_temp_dir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)], check=True
+    )
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=True)
+        point.rmdir()
+
+
 AUDIT_PLUGIN_DIR = REPO_ROOT / "plugins" / "pi-workflows-audit"
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from pi_workflows.testing import WorkflowHome, short_temp_dir
+from pi_workflows.testing import WorkflowHome
+from tests.conftest import mounted_tmpfs
 
 pytestmark = [
     pytest.mark.integration,
@@ -25,15 +26,8 @@ pytestmark = [
 @pytest.fixture
 def mount_point() -> Iterator[Path]:
     """An 8 MiB tmpfs, writable until the test remounts it."""
-    point = short_temp_dir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(point)], check=True
-    )
-    try:
+    with mounted_tmpfs() as point:
         yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=True)
-        point.rmdir()
 
 
 def _one_line_error(result: subprocess.CompletedProcess[str]) -> str:

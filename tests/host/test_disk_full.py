@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pi_workflows.testing import installed_entry_points, short_temp_dir, wait_until
+from pi_workflows.testing import installed_entry_points, wait_until
+from tests.conftest import mounted_tmpfs
 
 from .conftest import HostHarness
 from .workflows import STEPS
@@ -20,20 +20,13 @@ from .workflows import STEPS
 @pytest.fixture
 def small_disk_harness() -> Iterator[HostHarness]:
     """A host whose whole root (home, project, log) lives on an 8 MiB tmpfs."""
-    mount_point = short_temp_dir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(mount_point)], check=True
-    )
-    try:
+    with mounted_tmpfs() as mount_point:
         (mount_point / "r").mkdir(mode=0o700)
         harness = HostHarness(mount_point / "r", entry_points=installed_entry_points())
         try:
             yield harness
         finally:
             harness.cleanup()
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
-        mount_point.rmdir()
 
 
 def _fill(path: Path) -> None:
