@@ -495,8 +495,10 @@ def test_claim_candidates_come_in_the_builtin_selections_order(store, make_run):
     with store.transaction():
         for index, priority in enumerate([0, 2, 0, 2, 1, 0]):
             make_run(f"order-{index}", priority=priority)
-        # Ties on priority broken by availability, then age, then id.
-        RunQueue.update(available_at=RunQueue.available_at - 50).where(
+        # Ties on priority broken by availability, then age, then id. Set, not shifted: the
+        # runs were made at whatever pace the machine allowed.
+        RunQueue.update(available_at=5_000).where(RunQueue.run.startswith("order-")).execute()
+        RunQueue.update(available_at=4_950).where(
             RunQueue.run.in_(["order-3", "order-5"])
         ).execute()
         RunQueue.update(available_at=1_000, created_at=2).where(
