@@ -76,6 +76,11 @@ class AnswerDialog(ModalScreen[None]):
                     yield Button("Answer", id="answer", variant="primary")
             yield Static("", id="error")
 
+    def on_mount(self) -> None:
+        # A decision's first choice takes enter; a checkpoint's answer is typed first.
+        first = self.query(Button).first() if self.decision is not None else self.query_one(Input)
+        first.focus()
+
     async def on_button_pressed(self, event: Button.Pressed) -> None:
         text = self.query_one("#text", Input).value if self.query("#text") else ""
         if self.decision is None:
