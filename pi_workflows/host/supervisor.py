@@ -116,7 +116,9 @@ class WorkerSupervisor:
         thread of their own, whatever its engine does.
         """
         process = self.process
-        if self.fence_at is None or process is None or process.returncode is not None:
+        if self.fence_at is None or process is None or process.stdin is None:
+            return
+        if process.returncode is not None:
             return
         frame = worker_response(
             LEASE_MESSAGE_ID, LEASE_OUTCOME, result={"fenceAtMs": self.fence_at()}
