@@ -208,7 +208,13 @@ def piw_worker_process(
     puts the worker in its own process group and speaks the worker protocol on its
     stdin/stdout, whatever the spec says. The built-in (``pi_workflows.builtin.launch``)
     returns ``[sys.executable, "-m", "pi_workflows.worker"]`` with the envelope in the
-    ``PI_WORKFLOWS_WORKER_LAUNCH`` environment variable and cwd = the project path.
+    ``PI_WORKFLOWS_WORKER_LAUNCH`` environment variable and cwd = the project path. To
+    run it with extra variables, a niceness or resource limits, wrap it
+    (``pi_workflows.plugin.default_worker_process``) and ``dataclasses.replace`` its
+    ``env``, ``nice`` or ``rlimits``: the worker is still forked from the pre-forked fork
+    server and applies them before the workflow's code runs. A spec with another
+    ``argv`` is spawned as given, the limits set on it right after it starts; a bad
+    ``nice`` or ``rlimits`` fails the launch with a sentence naming the plugin.
     """
 
 

@@ -201,10 +201,14 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class WorkerProcessSpec:
-    """How to start a worker process: argv, extra environment and working directory.
+    """How to start a worker process: argv, extra environment, working directory,
+    niceness and resource limits.
 
     `forkable` says the launch is the built-in worker command, so the host may fork it
     from its worker fork server (imports already done) instead of spawning a cold one.
+    Extra environment, `nice` and `rlimits` keep it forkable: the forked worker applies
+    them before the workflow's code runs (variables an interpreter reads at start-up,
+    ``PYTHON*`` and ``LD_*``, make it a cold start instead).
     """
 
     #: the command and its arguments.
@@ -215,6 +219,37 @@ class WorkerProcessSpec:
     cwd: str | None = None
     #: True only for the built-in worker command.
     forkable: bool = False
+    #: added to the host's niceness for the worker (0 to 19; lower needs root).
+    nice: int = 0
+    #: resource limits of the worker: ``{"RLIMIT_AS": (soft, hard)}``, names from
+    #: Python's :mod:`resource` module, ``-1`` for unlimited.
+    rlimits: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if type(self.nice) is not int or not 0 <= self.nice <= 19:
+            raise ValueError(
+                f"WorkerProcessSpec.nice must be an integer from 0 to 19, got {self.nice!r}."
+            )
+        import resource  # Unix only, like the host
+
+        for name, limits in self.rlimits.items():
+            if not (isinstance(name, str) and name.startswith("RLIMIT_")) or not hasattr(
+                resource, name
+            ):
+                raise ValueError(
+                    f"WorkerProcessSpec.rlimits: {name!r} is not a resource limit here; use "
+                    "a name of Python's resource module, such as 'RLIMIT_AS'."
+                )
+            if not (
+                isinstance(limits, tuple)
+                and len(limits) == 2
+                and all(type(value) is int and value >= -1 for value in limits)
+                and (limits[1] == -1 or 0 <= limits[0] <= limits[1])
+            ):
+                raise ValueError(
+                    f"WorkerProcessSpec.rlimits[{name!r}] must be (soft, hard), integers "
+                    f"with soft <= hard and -1 for unlimited, got {limits!r}."
+                )
 
 
 @dataclass(frozen=True)

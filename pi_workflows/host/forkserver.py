@@ -39,14 +39,25 @@ log = logging.getLogger(__name__)
 
 
 def can_serve(spec: WorkerProcessSpec) -> bool:
-    """True when a forked worker behaves exactly like a cold launch of `spec`."""
+    """True when a forked worker behaves exactly like a cold launch of `spec`: its extra
+    variables are set before the worker runs, but those an interpreter reads when it
+    starts (``PYTHON*``, ``LD_*``) would come too late."""
     return (
         spec.forkable
         and is_worker_command(spec.argv)
         and LAUNCH_ENV in spec.env
-        and set(spec.env) <= {LAUNCH_ENV, "PYTHONPATH"}
+        and not any(name.startswith(STARTUP_PREFIXES) for name in _extra_env(spec))
         and spec.env.get("PYTHONPATH", worker_pythonpath()) == worker_pythonpath()
     )
+
+
+# Variables read at interpreter start-up: a forked worker cannot honour them.
+STARTUP_PREFIXES = ("PYTHON", "LD_")
+
+
+def _extra_env(spec: WorkerProcessSpec) -> dict[str, str]:
+    """The spec's variables beyond the launch envelope and the worker's PYTHONPATH."""
+    return {k: v for k, v in spec.env.items() if k not in (LAUNCH_ENV, "PYTHONPATH")}
 
 
 class ForkedWorker:
@@ -187,7 +198,12 @@ class ForkServer:
         pid_future: asyncio.Future = loop.create_future()
         self._launches[launch_id] = pid_future
         packet = json.dumps(
-            {"launchId": launch_id, "envelope": spec.env[LAUNCH_ENV], "cwd": spec.cwd or "/"}
+            {
+                "launchId": launch_id,
+                "envelope": spec.env[LAUNCH_ENV],
+                "cwd": spec.cwd or "/",
+                "env": _extra_env(spec),
+            }
         ).encode("utf-8")
         try:
             socket.send_fds(self._socket, [packet], [stdin_r, stdout_w, stderr_w])

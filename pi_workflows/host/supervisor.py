@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -14,6 +15,8 @@ from typing import Any
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES, FrameError, decode_frame, encode_frame
 from ..protocol.worker_messages import LEASE_MESSAGE_ID, LEASE_OUTCOME, worker_response
 from ..records import WorkerProcessSpec
+from ..worker import process_limits
+from ..worker.command import is_worker_command
 from .forkserver import ForkedWorker, ForkServer
 
 STARTUP_TIMEOUT_S = 15.0
@@ -85,24 +88,30 @@ class WorkerSupervisor:
                 built.append(b"" if message is None else encode_frame(message, limit))
             return built[0]
 
+        spec, limits = self.spec, process_limits.encoded(self.spec.nice, self.spec.rlimits)
+        if limits is not None:
+            spec = dataclasses.replace(spec, env={**spec.env, process_limits.LIMITS_ENV: limits})
         if fork_server is not None:
-            self.process = await fork_server.launch(self.spec, frame)
+            self.process = await fork_server.launch(spec, frame)
             if self.process is not None:
                 self.tell_lease()
                 return
             if self._requested_outcome is not None:
                 return  # stopped while the fork was pending: start nothing
-        env = {**os.environ, **self.spec.env}
+        env = {**os.environ, **spec.env}
         self.process = await asyncio.create_subprocess_exec(
-            *self.spec.argv,
+            *spec.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            cwd=self.spec.cwd,
+            cwd=spec.cwd,
             env=env,
             start_new_session=True,  # own process group: stop() signals the whole tree
             limit=MAX_WORKER_FRAME_BYTES + 1,
         )
+        if limits is not None and not is_worker_command(spec.argv):
+            # A command of the plugin's own does not read the variable: set them on it.
+            process_limits.apply_to(self.process.pid, limits)
         if frame():
             assert self.process.stdin is not None  # stdin=PIPE above
             self.process.stdin.write(frame())

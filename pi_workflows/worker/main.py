@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
+from . import process_limits
 from .command import EXIT_CLAIM_LOST, EXIT_FAILED, EXIT_OK, LAUNCH_ENV
 from .host_backend import HostRunBackend
 from .host_pipe import HostPipe
@@ -49,6 +50,7 @@ def parse_envelope(raw: str | None) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    process_limits.apply_own()  # before any workflow code runs
     envelope = parse_envelope(os.environ.get(LAUNCH_ENV))
     protocol_in, protocol_out = _claim_protocol_streams()
     pipe = HostPipe(envelope, protocol_in, protocol_out)

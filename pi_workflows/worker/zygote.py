@@ -89,6 +89,7 @@ def _become_worker(closing: list[int], launches: socket.socket | tuple[bytes, li
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        os.environ.update(launch.get("env", {}))  # the launch's own (its limits, say)
         os.environ["PI_WORKFLOWS_WORKER_LAUNCH"] = launch["envelope"]
         os.chdir(launch["cwd"])
         from .main import main
