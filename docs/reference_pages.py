@@ -29,7 +29,7 @@ MARKER = f"{hookspecs.PROJECT_NAME}_impl"
 
 
 def hook_names() -> list[str]:
-    return sorted(name for name in vars(hookspecs) if name.startswith("piw_"))
+    return sorted(hookspecs.CONTRACTS)
 
 
 def hook_page_path(hook: str) -> str:
@@ -37,24 +37,43 @@ def hook_page_path(hook: str) -> str:
 
 
 def calling_convention(hook: str) -> str:
-    spec = getattr(hookspecs, hook)
-    signature = inspect.signature(spec)
-    if spec.pi_workflows_spec["firstresult"]:
-        return (
-            "**firstresult**: implementations run from the last registered to the first (the "
-            "built-in last); the first that returns something other than `None` decides."
+    """The hook's calling rules, in one paragraph, from its contract (hookspecs.CONTRACTS)."""
+    contract = hookspecs.CONTRACTS[hook]
+    if contract.kind == "first-result":
+        rules = [
+            "**first-result**: implementations run from the last registered to the first (the "
+            "built-in last); the first that returns something other than `None` decides"
+        ]
+        if contract.required:
+            rules.append(
+                "an answer is **required**: when every implementation returns `None` the core "
+                "raises one sentence naming the hook (and its built-in, if disabled)"
+            )
+    elif contract.kind == "collect":
+        rules = ["**collect**: every implementation runs and contributes an answer"]
+    else:
+        rules = [
+            "**notification**: every implementation is told; return values are ignored and an "
+            "exception is logged with the plugin's name, never raised"
+        ]
+    if contract.isolated:
+        rules.append(
+            "each implementation is called **on its own**: one that raises is reported by name "
+            "and the others still run (a plugin that wraps this hook is refused)"
         )
-    if hook.startswith("piw_register_") or hook == "piw_workflow_dirs":
-        return (
-            "**every implementation**, each called on its own: one raising plugin is "
-            "reported by name and the others still contribute."
+    if contract.deadline:
+        rules.append(
+            "called on a helper thread, each implementation under the **hook deadline** "
+            "(`PI_WORKFLOWS_HOOK_TIMEOUT_MS`, default 1000 ms)"
         )
-    if signature.return_annotation == "None":
-        return (
-            "**notification**: every implementation runs after the change committed; return "
-            "values are ignored and an exception is logged with the plugin's name."
+    if contract.transaction == "inside":
+        rules.append(
+            "called **inside** the state-store transaction of the change it decides: use only "
+            "what it is given"
         )
-    return "**every implementation** runs and contributes an answer."
+    else:
+        rules.append("called **outside** any state-store transaction")
+    return "; ".join(rules) + f". Returns `{contract.returns}`."
 
 
 def builtin_implementations(hook: str) -> list[str]:
@@ -80,6 +99,19 @@ def distribution_implementations() -> dict[str, list[str]]:
                     if distribution not in names:
                         names.append(distribution)
     return found
+
+
+def _contract_source(hook: str) -> str:
+    """The contract as the spec declares it in hookspecs.py (`@hook(...)`)."""
+    source = inspect.getsource(hookspecs)
+    spec = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef) and node.name == hook
+    )
+    (decorator,) = spec.decorator_list
+    assert isinstance(decorator, ast.Call)
+    return ast.get_source_segment(source, decorator.args[0]) or ""
 
 
 def _decorated_hooks(source: Path) -> list[str]:
@@ -108,7 +140,7 @@ def hook_page(hook: str, implemented_by: dict[str, list[str]]) -> str:
             f"# `{hook}`",
             "",
             "```python",
-            f"@hookspec{'(firstresult=True)' if spec.pi_workflows_spec['firstresult'] else ''}",
+            f"@hook({_contract_source(hook)})",
             f"def {hook}{signature}",
             "```",
             "",

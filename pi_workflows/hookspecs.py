@@ -9,24 +9,23 @@ Ship one with an entry point in the group ``pi_workflows``::
 
 or name a module in ``PI_WORKFLOWS_PLUGINS`` for a local one-off. Built-in behaviour is
 registered first through the same hooks (``pi_workflows.builtin``), so every default can
-be replaced: for a ``firstresult`` hook the most recently registered implementation runs
+be replaced: for a first-result hook the most recently registered implementation runs
 first, and the first one to return something other than ``None`` decides. Return
-``None`` to let the next implementation decide. Some ``firstresult`` hooks must be
-answered (claim selection, launch, adjudication, presentation and rendering, the
-unproductive-turn limit, the agent step prompt): when every implementation returns
-``None`` — say the built-in was disabled with ``PI_WORKFLOWS_DISABLE_PLUGINS`` — the
-core raises one sentence naming the hook and the disabled plugin. Registration hooks
-(``register_*``, ``workflow_dirs``) call each plugin on its own, so one that raises is
-reported by name and the others still register.
+``None`` to let the next implementation decide.
 
-Hooks are called outside database transactions unless a docstring says otherwise, and
-must be fast: slow work (network, agents) belongs in channel adapters and executors. The
-claim hooks run on a helper thread under a deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``,
-default 1000 ms): a plugin that hangs there costs the host one deadline, not its loop.
-Being on another thread, they do not share the host's database connection: they decide
-from their arguments (and state of their own). The notifications (``piw_run_claimed``,
+How the core calls each hook is its :class:`HookContract`, declared beside the spec
+(``@hook(...)``): its kind (first-result, collect or notification), whether an answer is
+required (when every implementation returns ``None`` — say the built-in was disabled with
+``PI_WORKFLOWS_DISABLE_PLUGINS`` — the core raises one sentence naming the hook and the
+disabled plugin), whether each implementation is called on its own (one that raises is
+reported by name and the others still run), whether it runs under the hook deadline on a
+helper thread (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms: a plugin that hangs
+there costs the host one deadline, not its loop; being on another thread, it does not
+share the host's database connection), and whether it is called inside or outside a
+state-store transaction. Hooks must be fast: slow work (network, agents) belongs in
+channel adapters and executors. The notifications (``piw_run_claimed``,
 ``piw_run_transition``, ``piw_node_attempt_started``/``_finished``) are delivered on a
-thread of each plugin's own, in order, under the same deadline: a plugin whose call is
+thread of each plugin's own, in order, under the hook deadline: a plugin whose call is
 past it is named once in the log and misses what is announced until that call returns,
 and nothing else waits for it.
 The invariants — claim fencing, receipts, message ids, one winner per decision — are
@@ -36,8 +35,9 @@ enforced by the core; hooks choose policy and presentation only.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import pluggy
 
@@ -68,11 +68,72 @@ PROJECT_NAME = "pi_workflows"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
+# --- calling contracts -----------------------------------------------------------------
+#
+# Each spec below carries its calling contract, declared once beside it: the core's hook
+# façade (pi_workflows/plugins.py) calls the hook as its contract says, the reference page
+# of each hook states it (docs/reference_pages.py), and tests/test_hook_coverage.py checks
+# the hooks against it.
+
+#: ``first-result``: implementations run from the last registered to the first and the
+#: first answer other than ``None`` decides. ``collect``: every implementation runs and
+#: contributes. ``notification``: every implementation is told; answers are ignored and
+#: failures only logged.
+HookKind = Literal["first-result", "collect", "notification"]
+#: ``outside``: never called inside a state-store transaction (so a slow plugin holds no
+#: lock). ``inside``: called inside the transaction of the change it decides, and must
+#: only use what it is given.
+Transaction = Literal["outside", "inside"]
+
+
+@dataclass(frozen=True)
+class HookContract:
+    """How the core calls one hook."""
+
+    kind: HookKind
+    #: A first-result hook the core cannot go on without: when every implementation
+    #: answers ``None`` the core raises a sentence naming the hook (and a disabled built-in).
+    required: bool = False
+    #: Each implementation is called on its own, so one that raises (or hangs) is reported
+    #: by name and the others still run; a plugin that wraps the hook is refused.
+    isolated: bool = False
+    transaction: Transaction = "outside"
+    #: Called on a helper thread, each implementation under the hook deadline
+    #: (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms).
+    deadline: bool = False
+    #: Filled in from the spec: its name and return annotation.
+    name: str = ""
+    returns: str = ""
+
+
+#: Hook name → its contract, for every spec of this module.
+CONTRACTS: dict[str, HookContract] = {}
+
+_Spec = TypeVar("_Spec", bound=Callable[..., Any])
+
+
+def hook(contract: HookContract) -> Callable[[_Spec], _Spec]:
+    """Declare a hook spec with its calling contract (and pluggy's spec marker)."""
+
+    def declare(spec: _Spec) -> _Spec:
+        returns = str(spec.__annotations__.get("return", "None"))
+        CONTRACTS[spec.__name__] = replace(contract, name=spec.__name__, returns=returns)
+        marked: _Spec = hookspec(firstresult=contract.kind == "first-result")(spec)
+        return marked
+
+    return declare
+
+
+FIRST_RESULT = HookContract("first-result")
+REQUIRED = HookContract("first-result", required=True)
+REGISTRATION = HookContract("collect", isolated=True)
+NOTIFICATION = HookContract("notification", isolated=True, deadline=True)
+
 
 # --- storage ---------------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@hook(FIRST_RESULT)
 def piw_open_database(url: str | None, home: Path) -> peewee.Database | None:
     """Open the state database.
 
@@ -103,7 +164,7 @@ def piw_open_database(url: str | None, home: Path) -> peewee.Database | None:
 # --- claiming --------------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@hook(HookContract("first-result", required=True, isolated=True, deadline=True))
 def piw_select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunRecord | None:
     """Pick the next run this host should claim.
 
@@ -130,7 +191,7 @@ def piw_select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunR
     """
 
 
-@hookspec
+@hook(HookContract("collect", isolated=True, deadline=True))
 def piw_may_claim(run: RunRecord, host: HostInfo) -> bool | None:
     """Veto claiming one run now.
 
@@ -154,7 +215,7 @@ def piw_may_claim(run: RunRecord, host: HostInfo) -> bool | None:
     """
 
 
-@hookspec
+@hook(NOTIFICATION)
 def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
     """Notification: the host claimed ``run`` with ``claim`` and will launch a worker.
 
@@ -170,7 +231,7 @@ def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
 # --- worker launch ---------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@hook(REQUIRED)
 def piw_worker_run_command(
     record: RunRecord, resume_interaction_attempt_id: str | None
 ) -> WorkerRunCommand | None:
@@ -193,7 +254,7 @@ def piw_worker_run_command(
     """
 
 
-@hookspec(firstresult=True)
+@hook(REQUIRED)
 def piw_worker_process(
     envelope: WorkerLaunchEnvelope, settings: WorkerSettings
 ) -> WorkerProcessSpec | None:
@@ -221,7 +282,7 @@ def piw_worker_process(
 # --- turns -----------------------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@hook(HookContract("first-result", required=True, transaction="inside"))
 def piw_adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnReceipt | None:
     """Decide which workflow turn a session's model turn belongs to (SPEC §9.4).
 
@@ -262,7 +323,7 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnRece
     """
 
 
-@hookspec(firstresult=True)
+@hook(HookContract("first-result", required=True, transaction="inside"))
 def piw_unproductive_turn_limit(run: RunRecord, node_id: str) -> int | None:
     """How many agent turns may end without a valid submission before the run fails.
 
@@ -274,7 +335,7 @@ def piw_unproductive_turn_limit(run: RunRecord, node_id: str) -> int | None:
 # --- terminal messages -----------------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@hook(REQUIRED)
 def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str | None:
     """The instruction line of a terminal workflow message.
 
@@ -291,7 +352,7 @@ def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str |
     """
 
 
-@hookspec(firstresult=True)
+@hook(REQUIRED)
 def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent | None:
     """Render the terminal workflow message for the origin session.
 
@@ -312,7 +373,7 @@ def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> Mess
 # --- decisions -------------------------------------------------------------------------
 
 
-@hookspec
+@hook(REGISTRATION)
 def piw_register_decision_channels(register: RegisterChannel) -> None:
     """Register decision channel kinds: ``register(kind, factory)``.
 
@@ -371,7 +432,7 @@ def piw_register_decision_channels(register: RegisterChannel) -> None:
 # --- workflows -------------------------------------------------------------------------
 
 
-@hookspec
+@hook(REGISTRATION)
 def piw_register_workflows(register: Callable[..., None]) -> None:
     """Register workflows shipped by a plugin: ``register(name, workflow, revision=...)``.
 
@@ -384,7 +445,7 @@ def piw_register_workflows(register: Callable[..., None]) -> None:
     """
 
 
-@hookspec
+@hook(REGISTRATION)
 def piw_workflow_dirs(project: Path) -> list[Path] | None:
     """Directories searched for ``<name>.workflow.py`` files, in precedence order.
 
@@ -401,7 +462,7 @@ def piw_workflow_dirs(project: Path) -> list[Path] | None:
 # --- agents ----------------------------------------------------------------------------
 
 
-@hookspec
+@hook(REGISTRATION)
 def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], None]) -> None:
     """Register headless agent executors: ``register(name, factory)``.
 
@@ -444,7 +505,7 @@ def piw_register_agent_executors(register: Callable[[str, Callable[..., Any]], N
     """
 
 
-@hookspec(firstresult=True)
+@hook(REQUIRED)
 def piw_step_prompt(contract: StepContract, authored: str) -> str | None:
     """The whole text the model gets for one agent step attempt.
 
@@ -470,7 +531,7 @@ def piw_step_prompt(contract: StepContract, authored: str) -> str | None:
 # --- cli -------------------------------------------------------------------------------
 
 
-@hookspec
+@hook(REGISTRATION)
 def piw_register_commands(cli: click.Group) -> None:
     """Add click commands or groups to the ``pi-workflows`` command line.
 
@@ -482,7 +543,7 @@ def piw_register_commands(cli: click.Group) -> None:
 # --- events ----------------------------------------------------------------------------
 
 
-@hookspec
+@hook(NOTIFICATION)
 def piw_run_transition(
     run_id: str,
     old_status: str | None,
@@ -523,7 +584,7 @@ def piw_run_transition(
     """
 
 
-@hookspec
+@hook(NOTIFICATION)
 def piw_node_attempt_started(attempt: NodeAttemptRecord) -> None:
     """Notification: an attempt of a node started.
 
@@ -544,7 +605,7 @@ def piw_node_attempt_started(attempt: NodeAttemptRecord) -> None:
     """
 
 
-@hookspec
+@hook(NOTIFICATION)
 def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
     """Notification: an attempt of a node ended.
 

@@ -1,8 +1,8 @@
 """The plugin manager and the façade through which the core calls hooks.
 
 Nothing outside this module touches ``pm.hook``: each hook has a named function here
-that knows its calling convention (firstresult, veto, notification) and wraps a
-plugin's exception in a :class:`PluginError` that names the plugin and the hook.
+that calls it as its contract (``hookspecs.CONTRACTS``) says and wraps a plugin's
+exception in a :class:`PluginError` that names the plugin and the hook.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, TracebackType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pluggy
 
@@ -35,9 +35,27 @@ from .plugin_set import DISABLE_ENV as DISABLE_ENV
 from .plugin_set import ENTRY_POINT_GROUP, names_from_env
 from .plugin_set import PLUGINS_ENV as PLUGINS_ENV
 from .plugin_set import plugin_set_digest as plugin_set_digest
-from .records import NodeAttemptRecord, TerminalFacts, WorkerLaunchEnvelope
+from .records import (
+    HostInfo,
+    MessageContent,
+    NodeAttemptRecord,
+    RunRecord,
+    StepContract,
+    TerminalFacts,
+    TurnContext,
+    TurnReceipt,
+    TurnReport,
+    WorkerLaunchEnvelope,
+    WorkerProcessSpec,
+    WorkerRunCommand,
+    WorkerSettings,
+)
+
+if TYPE_CHECKING:
+    import peewee
 
 DEBUG_HOOKS_ENV = "PI_WORKFLOWS_DEBUG_HOOKS"
+_Answer = TypeVar("_Answer")
 
 log = logging.getLogger(__name__)
 
@@ -211,24 +229,12 @@ def _unmarked_hook_functions(plugin: object) -> list[str]:
     )
 
 
-# Hooks the core calls one implementation at a time, so that one failing or hanging
-# plugin cannot keep the others from running; pluggy's wrappers (`wrapper=True`,
-# `hookwrapper=True`) wrap a whole hook call and would never run there, so a plugin that
-# wraps one of these is refused when it loads. Other hooks may be wrapped.
+# Hooks the core calls one implementation at a time (their contract's `isolated`), so that
+# one failing or hanging plugin cannot keep the others from running; pluggy's wrappers
+# (`wrapper=True`, `hookwrapper=True`) wrap a whole hook call and would never run there,
+# so a plugin that wraps one of these is refused when it loads. Other hooks may be wrapped.
 ONE_AT_A_TIME_HOOKS = frozenset(
-    {
-        "piw_run_transition",
-        "piw_node_attempt_started",
-        "piw_node_attempt_finished",
-        "piw_register_decision_channels",
-        "piw_register_agent_executors",
-        "piw_register_workflows",
-        "piw_register_commands",
-        "piw_workflow_dirs",
-        "piw_select_run_to_claim",
-        "piw_may_claim",
-        "piw_run_claimed",
-    }
+    name for name, contract in hookspecs.CONTRACTS.items() if contract.isolated
 )
 
 
@@ -276,7 +282,7 @@ def _refuse_wrappers(manager: pluggy.PluginManager, name: str) -> None:
 
 
 def _unknown_hook_sentence(hook: str) -> str:
-    known = [name for name in vars(hookspecs) if name.startswith("piw_")]
+    known = list(hookspecs.CONTRACTS)
     close = difflib.get_close_matches(hook, known, n=1)
     hint = f" (did you mean {close[0]}?)" if close else " (see pi_workflows/hookspecs.py)"
     return f"unknown hook {hook}{hint}"
@@ -358,12 +364,12 @@ def describe_hooks() -> list[dict[str, Any]]:
     """Every hook with its implementations in call order: the first one answers first."""
     manager = registry().manager
     described = []
-    for name in sorted(n for n in vars(hookspecs) if n.startswith("piw_")):
+    for name, contract in sorted(hookspecs.CONTRACTS.items()):
         caller = getattr(manager.hook, name)
         described.append(
             {
                 "hook": name,
-                "firstresult": bool(caller.spec and caller.spec.opts.get("firstresult")),
+                "firstresult": contract.kind == "first-result",
                 "implementations": [impl.plugin_name for impl in reversed(caller.get_hookimpls())],
             }
         )
@@ -386,6 +392,7 @@ def _culprit(hook_name: str, tb: TracebackType | None) -> str:
 
 
 def _call(hook_name: str, **kwargs: Any) -> Any:
+    _check_transaction(hook_name)
     caller = getattr(registry().manager.hook, hook_name)
     try:
         return caller(**kwargs)
@@ -408,7 +415,8 @@ def _call_each(
     `kwargs_for(plugin_name)` builds. Returns the answers, in that order, and the
     failures, each naming its plugin and the hook.
     """
-    assert hook_name in ONE_AT_A_TIME_HOOKS, f"{hook_name} must be listed there"
+    assert hookspecs.CONTRACTS[hook_name].isolated, f"{hook_name}'s contract is not isolated"
+    _check_transaction(hook_name)
     answers, failures = [], []
     caller = getattr(registry().manager.hook, hook_name)
     implementations = list(reversed(caller.get_hookimpls()))
@@ -446,7 +454,8 @@ def drain_notifications(timeout_s: float = EXIT_DRAIN_S) -> bool:
 def _post(hook_name: str, **kwargs: Any) -> None:
     """Hand a notification to each implementation's delivery line (`hook_delivery`):
     never blocks the caller; failures and hangs are logged there, never raised."""
-    assert hook_name in ONE_AT_A_TIME_HOOKS, f"{hook_name} must be listed there"
+    assert hookspecs.CONTRACTS[hook_name].kind == "notification", hook_name
+    _check_transaction(hook_name)
     implementations = list(reversed(getattr(registry().manager.hook, hook_name).get_hookimpls()))
     if registry().tracing:  # delivered past pluggy's monitor
         _trace_call(hook_name, kwargs, [impl.plugin_name for impl in implementations])
@@ -472,12 +481,39 @@ def _builtin_answering(hook_name: str) -> str | None:
     )
 
 
-def _call_required(hook_name: str, **kwargs: Any) -> Any:
-    """A firstresult hook the core cannot go on without: no answer is a clear error."""
+def _first_result(hook_name: str, **kwargs: Any) -> Any:
+    """The answer of a first-result hook; for a required one, no answer is a clear error."""
+    contract = hookspecs.CONTRACTS[hook_name]
+    assert contract.kind == "first-result", hook_name
     answer = _call(hook_name, **kwargs)
-    if answer is not None:
-        return answer
-    _call_required_failed(hook_name)
+    if answer is None and contract.required:
+        _call_required_failed(hook_name)
+    return answer
+
+
+def _answer(hook_name: str, kind: type[_Answer], **kwargs: Any) -> _Answer:
+    """The answer of a required first-result hook, checked to be a `kind`."""
+    answer = _first_result(hook_name, **kwargs)
+    if not isinstance(answer, kind):
+        raise PluginError(f"{hook_name} must return a {kind.__name__}, got {answer!r:.80}.")
+    return answer
+
+
+def _check_transaction(hook_name: str) -> None:
+    """Log a core bug when a hook whose contract says `outside` is called inside a
+    state-store transaction: its plugins are told they hold no lock."""
+    if hookspecs.CONTRACTS[hook_name].transaction == "inside":
+        return
+    # Looked up, not imported: a process that never opened the store (a worker) has no
+    # transaction, and keeps peewee off its import path.
+    models = sys.modules.get("pi_workflows.storage.models")
+    database = None if models is None else models.database_proxy.obj
+    if database is not None and database.in_transaction():
+        log.error(
+            "pi-workflows bug: %s was called inside a state-store transaction; its contract "
+            "says outside",
+            hook_name,
+        )
 
 
 def _call_required_failed(hook_name: str) -> NoReturn:
@@ -495,18 +531,21 @@ def _call_required_failed(hook_name: str) -> NoReturn:
     )
 
 
-def open_database(url: str | None, home: Path) -> Any:
-    return _call("piw_open_database", url=url, home=home)
+def open_database(url: str | None, home: Path) -> peewee.Database | None:
+    database: peewee.Database | None = _first_result("piw_open_database", url=url, home=home)
+    return database
 
 
-def select_run_to_claim(candidates: list[Any], host: Any) -> Any:
-    chosen = _call_required("piw_select_run_to_claim", candidates=candidates, host=host)
-    if not any(chosen is candidate for candidate in candidates):
-        raise PluginError(
-            "piw_select_run_to_claim returned a run that is not one of its candidates; "
-            "return an element of `candidates` or None."
-        )
-    return chosen
+def select_run_to_claim(candidates: list[RunRecord], host: HostInfo) -> RunRecord:
+    chosen = _first_result("piw_select_run_to_claim", candidates=candidates, host=host)
+    # By position: `is` against the unchecked answer would lose the candidate's type.
+    for index, candidate in enumerate(candidates):
+        if candidate is chosen:
+            return candidates[index]
+    raise PluginError(
+        "piw_select_run_to_claim returned a run that is not one of its candidates; "
+        "return an element of `candidates` or None."
+    )
 
 
 def may_claim(run: Any, host: Any) -> bool:
@@ -639,24 +678,27 @@ def run_claimed(run: Any, claim: Any) -> None:
     _post("piw_run_claimed", run=run, claim=claim)
 
 
-def worker_run_command(record: Any, resume_interaction_attempt_id: str | None) -> Any:
-    return _call_required(
+def worker_run_command(
+    record: RunRecord, resume_interaction_attempt_id: str | None
+) -> WorkerRunCommand:
+    return _answer(
         "piw_worker_run_command",
+        WorkerRunCommand,
         record=record,
         resume_interaction_attempt_id=resume_interaction_attempt_id,
     )
 
 
-def worker_process(envelope: WorkerLaunchEnvelope, settings: Any) -> Any:
-    return _call_required("piw_worker_process", envelope=envelope, settings=settings)
+def worker_process(envelope: WorkerLaunchEnvelope, settings: WorkerSettings) -> WorkerProcessSpec:
+    return _answer("piw_worker_process", WorkerProcessSpec, envelope=envelope, settings=settings)
 
 
-def adjudicate_turn_report(report: Any, ctx: Any) -> Any:
-    return _call_required("piw_adjudicate_turn_report", report=report, ctx=ctx)
+def adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnReceipt:
+    return _answer("piw_adjudicate_turn_report", TurnReceipt, report=report, ctx=ctx)
 
 
-def unproductive_turn_limit(run: Any, node_id: str) -> int:
-    limit = _call_required("piw_unproductive_turn_limit", run=run, node_id=node_id)
+def unproductive_turn_limit(run: RunRecord, node_id: str) -> int:
+    limit = _first_result("piw_unproductive_turn_limit", run=run, node_id=node_id)
     if type(limit) is not int or limit < 1:
         raise PluginError(
             f"piw_unproductive_turn_limit must return a positive integer, got {limit!r}."
@@ -664,8 +706,8 @@ def unproductive_turn_limit(run: Any, node_id: str) -> int:
     return limit
 
 
-def presentation_instructions(run: Any, facts: TerminalFacts) -> str:
-    instructions = _call_required("piw_presentation_instructions", run=run, facts=facts)
+def presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str:
+    instructions = _first_result("piw_presentation_instructions", run=run, facts=facts)
     if not isinstance(instructions, str):
         raise PluginError(
             f"piw_presentation_instructions must return text, got {instructions!r:.80}."
@@ -673,12 +715,14 @@ def presentation_instructions(run: Any, facts: TerminalFacts) -> str:
     return instructions
 
 
-def render_terminal_message(facts: TerminalFacts, instructions: str) -> Any:
-    return _call_required("piw_render_terminal_message", facts=facts, instructions=instructions)
+def render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent:
+    return _answer(
+        "piw_render_terminal_message", MessageContent, facts=facts, instructions=instructions
+    )
 
 
-def step_prompt(contract: Any, authored: str) -> str:
-    prompt = _call_required("piw_step_prompt", contract=contract, authored=authored)
+def step_prompt(contract: StepContract, authored: str) -> str:
+    prompt = _first_result("piw_step_prompt", contract=contract, authored=authored)
     if not isinstance(prompt, str) or not prompt.strip():
         raise PluginError(f"piw_step_prompt must return non-empty text, got {prompt!r:.80}.")
     return prompt

@@ -83,6 +83,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: the test kills or stops a host process (not the in-process tier)"
     )
+    config.addinivalue_line(
+        "markers",
+        "hook_effect(*hooks): the test asserts what a plugin implementing each hook changes in "
+        "a running host or the real CLI (tests/test_hook_coverage.py)",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import get_type_hints
 
+import pytest
+
 from pi_workflows.records import (
     AgentStepRequest,
     AnswerResult,
@@ -120,6 +122,7 @@ def _keys(record: type) -> list[str]:
     return sorted(get_type_hints(record))
 
 
+@pytest.mark.hook_effect("piw_presentation_instructions")
 def test_records_name_every_key_a_running_host_hands_out(workflow_host: WorkflowHost):
     out = workflow_host.root / "records"
     out.mkdir()

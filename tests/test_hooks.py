@@ -422,3 +422,17 @@ def test_run_transition_reaches_listeners():
         )
 
     assert transitions == [(None, "queued", "created by test")]
+
+
+# --- calling contracts -------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+def test_a_hook_called_against_its_transaction_contract_is_logged_as_a_core_bug(store, caplog):
+    # piw_workflow_dirs promises its plugins no lock (contract: outside).
+    with caplog.at_level(logging.ERROR, logger="pi_workflows.plugins"):
+        plugins.workflow_dirs(Path.cwd())
+        assert caplog.text == ""
+        with store.transaction():
+            plugins.workflow_dirs(Path.cwd())
+    assert caplog.text.count("pi-workflows bug: piw_workflow_dirs was called inside") == 1

@@ -106,6 +106,7 @@ def test_a_local_module_named_in_the_env_is_loaded_last(tmp_path, monkeypatch, r
     assert hook(run=run_record(), node_id="other") == 3
 
 
+@pytest.mark.hook_effect("piw_register_commands")
 def test_a_local_plugin_through_the_cli(home_env, tmp_path):
     _write_module(
         tmp_path,

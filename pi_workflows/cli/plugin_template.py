@@ -30,7 +30,7 @@ RECORD_NAMES = re.compile(r"(?<![.\w])([A-Z][A-Za-z]+)\b")  # not peewee.Databas
 
 
 def hook_names() -> list[str]:
-    return sorted(name for name in vars(hookspecs) if name.startswith("piw_"))
+    return sorted(hookspecs.CONTRACTS)
 
 
 def check_hooks(hooks: list[str]) -> list[str]:
@@ -181,7 +181,7 @@ def _stub(hook: str) -> str:
     doc = textwrap.indent(f"{summary}\n\nSee pi_workflows.hookspecs.{hook}.", "    ").lstrip()
     if signature.endswith("-> None"):
         body = ""
-    elif spec.pi_workflows_spec["firstresult"]:
+    elif hookspecs.CONTRACTS[hook].kind == "first-result":
         body = "    return None  # let the next implementation decide\n"
     elif hook == "piw_may_claim":
         body = "    return None  # None or True allows; False vetoes\n"

@@ -153,6 +153,7 @@ def piw_register_decision_channels(register):
 """
 
 
+@pytest.mark.hook_effect("piw_register_decision_channels")
 def test_a_channel_kind_decides_who_answers_through_decision_answer(harness: HostHarness):
     harness.add_plugin("desk_channel", DESK_CHANNEL)
     write_channels(

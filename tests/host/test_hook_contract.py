@@ -62,6 +62,7 @@ def piw_may_claim(run, host):
 """
 
 
+@pytest.mark.hook_effect("piw_may_claim")
 def test_a_vetoed_run_is_skipped_and_the_runs_behind_it_are_claimed(harness: HostHarness):
     harness.add_plugin("veto", VETO)
     harness.start_host()
@@ -103,6 +104,7 @@ def _queue_behind_a_blocker(
     return blocker, older_ids, urgent
 
 
+@pytest.mark.hook_effect("piw_select_run_to_claim")
 def test_priority_wins_over_age_whatever_the_candidate_window(harness: HostHarness):
     record = harness.root / "candidates.jsonl"
     harness.add_plugin("window_spy", WINDOW_SPY)
@@ -271,6 +273,7 @@ def piw_register_workflows(register):
 """
 
 
+@pytest.mark.hook_effect("piw_register_workflows", "piw_workflow_dirs")
 def test_one_raising_registration_plugin_hides_nothing_else(harness: HostHarness):
     harness.add_plugin("broken_registries", BROKEN_REGISTRIES)
     harness.add_plugin("extra_workflows", EXTRA_WORKFLOWS)
@@ -324,6 +327,7 @@ def piw_run_transition(run_id, old_status, new_status, detail):
 """
 
 
+@pytest.mark.hook_effect("piw_open_database")
 def test_the_core_applies_sqlite_pragmas_to_a_plugin_database(harness: HostHarness):
     record = harness.root / "pragmas.json"
     harness.add_plugin("plain_sqlite", PLAIN_SQLITE)
@@ -380,6 +384,7 @@ def transitions(record: Path, run_id: str) -> list[tuple[str | None, str]]:
     ]
 
 
+@pytest.mark.hook_effect("piw_run_transition")
 def test_every_status_change_of_a_run_is_announced_with_its_detail(harness: HostHarness):
     record = harness.root / "events.jsonl"
     harness.add_plugin("recorder", RECORDER)
@@ -399,6 +404,7 @@ def test_every_status_change_of_a_run_is_announced_with_its_detail(harness: Host
     )
 
 
+@pytest.mark.hook_effect("piw_run_claimed")
 def test_pause_resume_and_resume_claims_are_announced(harness: HostHarness):
     record = harness.root / "events.jsonl"
     harness.add_plugin("recorder", RECORDER)
@@ -446,6 +452,7 @@ def piw_worker_run_command(record, resume_interaction_attempt_id):
 """
 
 
+@pytest.mark.hook_effect("piw_worker_run_command")
 def test_a_run_command_plugin_decides_what_the_worker_does(harness: HostHarness):
     harness.add_plugin("run_command", RUN_COMMAND)
     harness.start_host()
@@ -478,6 +485,7 @@ def piw_register_agent_executors(register):
 """
 
 
+@pytest.mark.hook_effect("piw_register_agent_executors")
 def test_an_executor_plugin_answers_headless_agent_steps(harness: HostHarness):
     harness.add_plugin("constant_executor", CONSTANT_EXECUTOR)
     status = _headless_echo(harness, executor="constant")
@@ -505,6 +513,7 @@ def piw_step_prompt(contract, authored):
 """
 
 
+@pytest.mark.hook_effect("piw_step_prompt")
 def test_a_step_prompt_plugin_writes_what_the_agent_is_told(harness: HostHarness):
     harness.add_plugin("prompt_echo", PROMPT_ECHO)
     status = _headless_echo(harness, executor="prompt-echo")

@@ -49,6 +49,7 @@ def test_a_changed_workflow_source_parks_the_run_until_restored(harness: HostHar
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"released": True}
 
 
+@pytest.mark.hook_effect("piw_worker_process")
 @pytest.mark.scenario("3.6")
 def test_a_worker_that_never_says_ready_is_stopped_as_timed_out(
     harness: HostHarness, tmp_path: Path

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import HostHarness, wait_until
 from .test_hook_contract import read_jsonl
 from .workflows import STEPS
@@ -80,6 +82,7 @@ def _attempts(entries: list[dict[str, Any]], run_id: str) -> list[tuple[str, str
     return [(e["hook"], e["node"]) for e in entries if e["run"] == run_id and "node" in e]
 
 
+@pytest.mark.hook_effect("piw_node_attempt_started", "piw_node_attempt_finished")
 def test_node_attempts_reach_a_plugin_live_in_order_with_times(harness: HostHarness):
     record = harness.root / "observed.jsonl"
     harness.add_plugin("observer", OBSERVER)

@@ -49,6 +49,7 @@ def _started_step_turn(sessions: Sessions, session_id: str) -> tuple:
     return run_id, session, message, turn
 
 
+@pytest.mark.hook_effect("piw_unproductive_turn_limit")
 @pytest.mark.scenario("A.5")
 def test_the_unproductive_turn_limit_comes_from_the_plugin(harness: HostHarness):
     sessions = _sessions(harness, limit_one=LIMIT_ONE)
@@ -63,6 +64,7 @@ def test_the_unproductive_turn_limit_comes_from_the_plugin(harness: HostHarness)
         sessions.close()
 
 
+@pytest.mark.hook_effect("piw_adjudicate_turn_report")
 def test_an_adjudication_plugin_decides_who_owns_a_turn(harness: HostHarness):
     sessions = _sessions(harness, deny_one_session=DENY_ONE_SESSION)
     try:

@@ -237,6 +237,7 @@ def _fault_env(harness: HostHarness, tmp_path: Path, failure: str) -> dict[str, 
     }
 
 
+@pytest.mark.hook_effect("piw_render_terminal_message")
 @pytest.mark.scenario("5.5", "8.1", "A.3")
 def test_a_failing_renderer_never_loses_the_terminal_state_or_the_message(
     harness: HostHarness, tmp_path: Path
