@@ -129,6 +129,7 @@ class WorkerSupervisor:
             return
         if process.returncode is not None:
             return
+        assert process.stdin is not None  # stdin=PIPE (a forked worker's too)
         frame = worker_response(
             LEASE_MESSAGE_ID, LEASE_OUTCOME, result={"fenceAtMs": self.fence_at()}
         )
