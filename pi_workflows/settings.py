@@ -29,6 +29,7 @@ from .canonical import sha256_hex
 from .durations import duration_ms
 from .errors import PiWorkflowsError
 from .home import config_dir
+from .worker_memory import size_bytes
 
 ENV_PREFIX = "PI_WORKFLOWS_"
 FILE_NAME = "settings.toml"
@@ -85,6 +86,12 @@ def _switch(raw: object) -> bool:
 def _duration(raw: object) -> str:
     text = str(raw).strip()
     duration_ms(text)
+    return text
+
+
+def _size(raw: object) -> str:
+    text = str(raw).strip()
+    size_bytes(text)
     return text
 
 
@@ -183,6 +190,12 @@ SETTINGS: tuple[Setting, ...] = (
         2048.0,
         "memory loading one workflow file may use",
         host_level=False,
+    ),
+    Setting(
+        "worker_memory",
+        _size,
+        None,
+        "memory (address space) one worker, and each process it starts, may use, e.g. 2G",
     ),
     Setting("fork_server", _switch, True, "start workers from a pre-imported fork server"),
     Setting(

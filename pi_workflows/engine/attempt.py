@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import worker_memory
 from ..authoring.nodes import Node
 from ..errors import PiWorkflowsError
 from ..limits import MAX_OUTPUT_BYTES, checked_json
@@ -50,7 +51,10 @@ def describe(error: BaseException) -> str:
     if isinstance(error, PiWorkflowsError):
         return str(error)
     text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    described = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    if isinstance(error, MemoryError) and worker_memory.note():
+        return f"{described} ({worker_memory.note()})"
+    return described
 
 
 def as_json(value: Any, what: str) -> Any:

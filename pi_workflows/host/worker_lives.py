@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from .. import plugins
+from .. import plugins, worker_memory
 from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
@@ -161,7 +161,10 @@ class WorkerLives:
                 active.workflow_load_failure or active.source_changed or active.parked
             )
             if active.control is None and not active.claim_lost and needs_recovery:
-                self._recover_worker_exit(active, result.outcome)
+                how = result.outcome
+                if result.exit_code == worker_memory.EXIT_OUT_OF_MEMORY:
+                    how = f"ran out of memory ({worker_memory.ENV})"
+                self._recover_worker_exit(active, how)
         except Exception as error:
             if isinstance(error, PiWorkflowsError):  # a sentence, e.g. an unanswered hook
                 active.launch_failure = str(error)

@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import IO, Any
 
+from .. import worker_memory
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from . import process_limits
@@ -52,6 +53,7 @@ def parse_envelope(raw: str | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     process_limits.apply_own()  # before any workflow code runs
     envelope = parse_envelope(os.environ.get(LAUNCH_ENV))
+    worker_memory.apply_from_environment()
     protocol_in, protocol_out = _claim_protocol_streams()
     pipe = HostPipe(envelope, protocol_in, protocol_out)
     try:
@@ -59,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     except ClaimLostError as error:
         print(f"pi-workflows worker: stopping, {error}", file=sys.stderr)
         return EXIT_CLAIM_LOST
+    except MemoryError:
+        limit = worker_memory.note()
+        print(f"pi-workflows worker: out of memory{': ' + limit if limit else ''}", file=sys.stderr)
+        return worker_memory.EXIT_OUT_OF_MEMORY
     except PiWorkflowsError as error:
         print(f"pi-workflows worker: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -144,3 +144,29 @@ def test_host_status_counts_an_effect_a_dead_worker_left_uncertain(harness: Host
     host = json.loads(harness.cli("host", "status", "--json").stdout)
     assert host["ambiguousEffects"] == 1
     assert host["blockedRuns"] == 1
+
+
+# One node that asks for 2 GiB at once (calloc: no page is touched, so without a limit it
+# costs nothing).
+MEMORY_HOG = """
+from pi_workflows import compute, workflow
+
+
+def hog(ctx):
+    return {"bytes": len(bytearray(2 << 30))}
+
+
+WORKFLOW = workflow(name="hog", start_at="hog", nodes={"hog": compute(hog)}, edges=[])
+"""
+
+
+@pytest.mark.integration
+def test_a_node_past_the_worker_memory_limit_fails_naming_the_limit(harness: HostHarness):
+    harness.write_workflow("hog", MEMORY_HOG)
+    harness.start_host(PI_WORKFLOWS_WORKER_MEMORY="1G")
+    assert harness.wait_for_run(harness.start_run("hello", {"name": "x"}))["status"] == "completed"
+    run_id = harness.start_run("hog")
+    assert harness.wait_for_run(run_id)["status"] == "failed"
+    why = json.loads(harness.cli("run", "why", run_id, "--json").stdout)
+    assert "MemoryError" in why["reason"]
+    assert "PI_WORKFLOWS_WORKER_MEMORY, 1024 MiB" in why["reason"], why
