@@ -28,7 +28,7 @@ from pi_workflows.testing import run_record as kit_run_record
 # The test kit is also a pytest11 entry point; naming it here keeps a venv whose metadata
 # predates that entry point working (pytest registers a module once). scenario_coverage
 # registers the `scenario` marker and `pytest --scenarios`.
-pytest_plugins = ("pi_workflows.testing.pytest_plugin", "tests.scenario_coverage")
+pytest_plugins = ("pi_workflows.testing.pytest_plugin", "tests.scenario_coverage", "tests.tmux")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

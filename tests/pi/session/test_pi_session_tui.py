@@ -4,54 +4,16 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from piw_pi.node import SESSION_EXTENSION
 
 from tests.pi.model_server import Text
 from tests.pi.offline_pi import pi_executable
 from tests.pi.session.workflow_pi import WorkflowPi, submit, two_turn_script
 from tests.polling import wait_until
-
-
-class Tmux:
-    """One detached tmux session on a private tmux server."""
-
-    def __init__(self) -> None:
-        self.server = f"piw-test-{uuid.uuid4().hex[:8]}"
-
-    def run(self, *args: str) -> str:
-        done = subprocess.run(
-            ["tmux", "-L", self.server, *args], capture_output=True, text=True, check=True
-        )
-        return done.stdout
-
-    def start(self, command: str, cwd: str) -> None:
-        self.run("new-session", "-d", "-s", "pi", "-x", "140", "-y", "50", "-c", cwd, command)
-
-    def type(self, text: str) -> None:
-        self.run("send-keys", "-t", "pi", "-l", text)
-        self.run("send-keys", "-t", "pi", "Enter")
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-p", "-t", "pi")
-
-    def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.server, "kill-server"], capture_output=True)
-
-
-@pytest.fixture
-def tmux() -> Iterator[Tmux]:
-    terminal = Tmux()
-    try:
-        yield terminal
-    finally:
-        terminal.close()
+from tests.tmux import Tmux
 
 
 def test_a_person_starts_two_turn_in_the_pi_tui_and_watches_it_finish(
