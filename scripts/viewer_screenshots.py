@@ -4,13 +4,18 @@
 
 Runs a private in-process host (the test kit's), starts a few runs of the built-in
 examples — one waits at its human decision — and saves the runs list and that run's
-view at 100×30, and the run view at 80×24.
+view at 100×30, and the run view at 80×24; with `--web`, also the run view served by
+`pi-workflows view --web` as headless Chromium shows it (PNG; needs Debian's chromium and
+chromium-driver, and selenium).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -59,9 +64,47 @@ def shoot(host: InProcessHost, waiting: str, out: Path) -> None:
         client.close()
 
 
+def shoot_web(host: InProcessHost, out: Path) -> None:
+    """The runs list's top run (the waiting one) opened in Chromium, as a PNG."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "pi_workflows", "view", "--web"],
+        env=host.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--window-size=1200,760"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().split("open ", 1)[1].strip()
+        deadline = time.monotonic() + 60
+        while True:  # the server may not listen yet, then the page's first bytes
+            driver.get(url)
+            time.sleep(2)
+            if driver.execute_script("return document.body.classList.contains('-first-byte')"):
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit("the web viewer did not draw")
+        driver.find_element("css selector", ".xterm-helper-textarea").send_keys("\n")
+        time.sleep(3)  # a person's pause: the run view draws
+        driver.save_screenshot(str(out / "viewer-web.png"))
+    finally:
+        driver.quit()
+        server.terminate()
+        server.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/images"))
+    parser.add_argument("--web", action="store_true", help="also the browser's run view")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     host = InProcessHost(short_temp_dir())
@@ -72,6 +115,8 @@ def main() -> None:
         waiting = host.start_run("human-decision", {"goal": "ship the release"})
         host.wait_for_status(waiting, "waiting")
         shoot(host, waiting, args.out.resolve())
+        if args.web:
+            shoot_web(host, args.out.resolve())
     finally:
         host.cleanup()
     print(f"saved viewer-runs.svg, viewer-run.svg and viewer-run-80x24.svg in {args.out}")
