@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -127,3 +128,38 @@ def test_a_worker_that_hangs_importing_its_workflow_is_stopped(home_env: HomeEnv
         wait_until(lambda: process_gone(worker_pid), timeout=10, what="the stuck worker to die")
     finally:
         home_env.run_cli("host", "stop")
+
+
+def test_a_broken_files_verdict_is_remembered_until_the_file_or_the_limits_change(
+    home_env: HomeEnv, tmp_path: Path
+):
+    directory = tmp_path / "project" / ".pi" / "workflows"
+    directory.mkdir(parents=True)
+    imports = tmp_path / "imports"
+    hangs = directory / "hangs.workflow.py"
+    hangs.write_text(f"open({str(imports)!r}, 'a').write('x')\nwhile True:\n    pass\n")
+    home_env.home.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def listed(**limits: str) -> dict:
+        result = home_env.run_cli(
+            "workflows", "--json", "--project", str(tmp_path / "project"), env={**LIMITS, **limits}
+        )
+        assert result.returncode == 0, result.stderr
+        return {entry["name"]: entry for entry in json.loads(result.stdout)}["hangs"]
+
+    first = listed()
+    assert "did not finish loading within 2 s" in first["error"]
+    assert listed() == first
+    assert imports.read_text() == "x"  # the second listing did not load it again
+    cache = home_env.home.root / "cache" / "broken-workflows.json"
+    assert cache.stat().st_mode & 0o777 == 0o600
+    assert str(hangs.resolve()) in json.loads(cache.read_text())
+    # Another deadline, or a touched file, is another question: loaded again.
+    assert "within 1 s" in listed(PI_WORKFLOWS_DISCOVERY_TIMEOUT_S="1")["error"]
+    assert imports.read_text() == "xx"
+    os.utime(hangs)
+    listed()
+    assert imports.read_text() == "xxx"
+    hangs.write_text(GOOD)  # fixed: it loads, and its verdict is forgotten
+    assert "error" not in listed()
+    assert str(hangs.resolve()) not in json.loads(cache.read_text())

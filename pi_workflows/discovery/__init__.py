@@ -24,6 +24,7 @@ from .. import plugins
 from ..authoring import Workflow
 from ..canonical import sha256_hex
 from ..errors import WorkflowDefinitionError, WorkflowSourceChangedError
+from . import verdicts
 from .isolation import describe_isolated
 from .loader import (
     WORKFLOW_SUFFIX,
@@ -147,11 +148,21 @@ def _describe_file(name: str, path: Path) -> dict[str, Any]:
     return load_file(name, path).describe()
 
 
+def _described(name: str, path: Path) -> dict[str, Any]:
+    """The file's description from its own child process, or the broken verdict it
+    got last time, if nothing it was given for changed since (`verdicts`)."""
+    answer = verdicts.remembered(path)
+    if answer is None:
+        answer = describe_isolated(name, path, _describe_file)
+        verdicts.record(path, answer)
+    return answer
+
+
 def describe_one(name: str, project: Path) -> dict[str, Any]:
     """The description of workflow `name`, loading only its own file, in a child process."""
     path = workflow_files(project.resolve()).get(name)
     if path is not None:
-        return describe_isolated(name, path, _describe_file)
+        return _described(name, path)
     entry = next((e for e in registered_workflows() if e.name == name), None)
     return (entry or _not_found(name)).describe()
 
@@ -159,8 +170,7 @@ def describe_one(name: str, project: Path) -> dict[str, Any]:
 def describe_all(project: Path) -> list[dict[str, Any]]:
     """Every workflow visible from `project`, each file loaded in its own child process."""
     described = {
-        name: describe_isolated(name, path, _describe_file)
-        for name, path in workflow_files(project.resolve()).items()
+        name: _described(name, path) for name, path in workflow_files(project.resolve()).items()
     }
     for entry in registered_workflows():
         described.setdefault(entry.name, entry.describe())
