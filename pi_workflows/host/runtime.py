@@ -23,8 +23,8 @@ from typing import Any
 
 from .. import plugins, settings
 from ..clock import now_ms
-from ..errors import DatabaseUnavailableError, HostLeaseLostError, PiWorkflowsError
-from ..home import Home, home_key, machine_name, prepare_home
+from ..errors import DatabaseUnavailableError, HostLeaseLostError
+from ..home import Home, home_key, prepare_home
 from ..hook_deadline import DeadlineRunner
 from ..storage import (
     StateStore,
@@ -38,11 +38,12 @@ from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
 from .forkserver import ForkServer
+from .host_lease import HostLease
 from .host_log import configure_host_logging
 from .human_decisions import HumanDecisions
 from .lock import HostLock, acquire_host_lock
 from .operations import Operations
-from .process_identity import is_running, is_same_process, start_identity
+from .process_identity import is_same_process
 from .profile import host_profile
 from .restarts import Restarts
 from .retention import Retention
@@ -115,10 +116,8 @@ class Host:
         self.host_id = f"host-{secrets.token_hex(8)}"
         self.store: StateStore
         self.worker_commits: CommitGroup
-        self.epoch_lease: epoch_lease.EpochLease | None = None
         self.lock: HostLock | None = None
         self.started_at = 0
-        self.previous_heartbeat_at: int | None = None  # the last sign of life before us
         self.slots = WorkerSlots(
             self.host_id,
             max_workers=self.max_workers,
@@ -127,9 +126,6 @@ class Host:
             hooks=DeadlineRunner(self.settings.integer("hook_timeout_ms") / 1000),
         )
         plugins.set_notification_deadline(self.settings.integer("hook_timeout_ms") / 1000)
-        # The oldest live host of a shared database runs the database-wide duties
-        # (decision deadlines, channel effects); on SQLite the one host always does.
-        self.is_duty_host = True
         self.stopping = False
         self._stop_requested = False
         self.stopped = asyncio.Event()
@@ -148,17 +144,28 @@ class Host:
             if self.settings.switch("fork_server")
             else None
         )
-        services = HostServices(self.slots, self)
+        lease_clock = LeaseClock(self.timings.host_lease_ms, self.timings.run_lease_ms)
+        self.lease = HostLease(
+            home,
+            self.host_id,
+            self.slots,
+            lease_clock,
+            on_new_epoch=self._serve_epoch,
+            host_lease_ms=self.timings.host_lease_ms,
+            run_lease_ms=self.timings.run_lease_ms,
+            is_stopping=lambda: self._stop_requested or self.stopping,
+            stop=self._stop_for_good,
+        )
+        services = HostServices(self.slots, self.lease, self)
         self.features = HostFeatures([feature(services) for feature in FEATURES])
         self.features.register_operations(self.operations.table)
-        self.lease_clock = LeaseClock(self.timings.host_lease_ms, self.timings.run_lease_ms)
         self.workers = WorkerLives(
             self.slots,
             home=home,
             database_url=database_url,
             features=self.features,
             fork_server=self.fork_server,
-            lease_clock=self.lease_clock,
+            lease_clock=lease_clock,
             worker_startup_s=self.timings.worker_startup_s,
             max_node_crashes=self.max_node_crashes,
             spawn=self.spawn,
@@ -176,43 +183,18 @@ class Host:
         try:
             self.store = open_state(self.home, self.database_url)
             self.worker_commits = CommitGroup(self.store, self.slots.claim_free_slots)
-            identity = start_identity(os.getpid()) or ""
-            key = home_key(self.home)
             with self.store.transaction():
-                previous = epoch_lease.previous_host(key)
+                previous = epoch_lease.previous_host(home_key(self.home))
             if previous is not None:
                 reaped = reap_orphan_workers(None if self.store.is_sqlite else previous.epoch)
                 if reaped:
                     log.info("reaped %d orphan worker process group(s)", reaped)
-            acquiring = self.lease_clock.renewal_starts()
-            with self.store.transaction():
-                previous = epoch_lease.previous_host(key)
-                previous_host_id = previous.host_id if previous else None
-                self.previous_heartbeat_at = previous.heartbeat_at if previous else None
-                # The home's row names a host on this machine: its pid can be checked.
-                holder_is_dead = bool(
-                    previous is not None
-                    and previous.pid
-                    and not is_running(previous.pid, previous.process_start_identity or "")
-                )
-                self.epoch_lease = epoch_lease.acquire_epoch(
-                    self.host_id,
-                    os.getpid(),
-                    identity,
-                    key=key,
-                    socket_address=f"{machine_name()}:{self.home.socket_path}",
-                    single_host=self.store.is_sqlite,
-                    lease_ms=self.timings.host_lease_ms,
-                    holder_is_dead=holder_is_dead,
-                )
-                epoch_lease.recover_previous_host(previous_host_id)
-            self.lease_clock.renewed(acquiring)
-            self.workers.open(self.store, self.worker_commits, self.epoch_lease.epoch)
-            self.slots.open(self.store, self.epoch_lease.epoch, self.workers)
-            if not self.store.is_sqlite:
-                self.store.fence = self._fence
-                self.is_duty_host = epoch_lease.is_duty_host(self.epoch_lease)
-            lease_recovery.watch_connection(self.store, self._heartbeat)
+            self.lease.acquire(self.store)
+            epoch = self.lease.epoch
+            assert epoch is not None
+            self.workers.open(self.store, self.worker_commits, epoch)
+            self.slots.open(self.store, epoch, self.workers)
+            lease_recovery.watch_connection(self.store, self.lease.heartbeat)
             # Commands the previous host's workers started die before any run is claimed.
             await process_groups.stop_orphaned_groups(self.store)
             self.features.startup()
@@ -229,10 +211,10 @@ class Host:
             self._release_identity()
             raise
         self._timers = [
-            asyncio.create_task(self._every(self.timings.heartbeat_s, self._heartbeat)),
+            asyncio.create_task(self._every(self.timings.heartbeat_s, self.lease.heartbeat)),
             asyncio.create_task(self._every(self.timings.poll_s, self._poll)),
         ]
-        log.info("ready at epoch %s", self.epoch_lease.epoch)
+        log.info("ready at epoch %s", epoch)
         if self.fork_server is not None:
             await self.fork_server.start()
         self.slots.schedule_pass()
@@ -242,15 +224,16 @@ class Host:
         supervisors = [active.supervisor for active in list(self.slots.active_runs.values())]
         return [s.pid for s in supervisors if s is not None and s.pid is not None]
 
-    def _fence(self) -> None:
-        assert self.epoch_lease is not None
-        epoch_lease.fence(self.epoch_lease)
+    def _serve_epoch(self, epoch: int) -> None:
+        """The lease was taken again: the workers and claims from now on are `epoch`'s."""
+        self.slots.epoch = self.workers.epoch = epoch
+
+    def _stop_for_good(self) -> None:
+        self._stop_requested = True
+        self.spawn(self.stop())
 
     def _release_identity(self) -> None:
-        if self.epoch_lease is not None:
-            with contextlib.suppress(Exception):
-                epoch_lease.release_epoch(self.epoch_lease)
-            self.epoch_lease = None
+        self.lease.release()
         with contextlib.suppress(OSError):
             self.home.socket_path.unlink(missing_ok=True)
         if self.lock is not None:
@@ -327,41 +310,9 @@ class Host:
                 if not is_disk_full(error):  # a full disk was said once by the store
                     log.exception("timer action failed")
 
-    def _heartbeat(self) -> None:
-        """Renew the host's lease and the claims of its live workers, in one commit."""
-        assert self.epoch_lease is not None
-        renewing = [
-            active
-            for active in self.slots.active_runs.values()
-            if not (active.control or active.exiting or active.released)
-        ]
-        renewing_at = self.lease_clock.renewal_starts()
-        try:
-            with self.store.transaction():
-                epoch_lease.renew_epoch(self.epoch_lease, self.timings.host_lease_ms)
-                lost = [
-                    active
-                    for active in renewing
-                    if not run_claims.renew_claim(
-                        active.run_id, active.claim_token, self.timings.run_lease_ms
-                    )
-                ]
-        except DatabaseUnavailableError:
-            return  # the lease is checked again (fenced) once the connection is back
-        except PiWorkflowsError as error:
-            self._lease_lost(error)
-            return
-        self.lease_clock.renewed(renewing_at)
-        for active in lost:
-            active.claim_lost = True
-            active.stop("claimLost")
-        for active in renewing:
-            if active.supervisor is not None and not active.claim_lost:
-                active.supervisor.tell_lease()
-
     def _poll(self) -> None:
         if not self.store.is_sqlite:
-            self._take_over_expired_hosts()
+            self.lease.take_over_expired_hosts()
             try:
                 forwarded_commands.apply_pending(self.slots, self.store, self.operations.table)
             except Exception:
@@ -370,32 +321,6 @@ class Host:
         self.features.poll()
         with contextlib.suppress(HostLeaseLostError):  # fenced out: the next owner decides
             self.store.flush_deferred()
-
-    def _lease_lost(self, error: PiWorkflowsError) -> None:
-        """The host's lease is gone: stop its workers and take a new one, or stop."""
-        if self._stop_requested or self.stopping:
-            return
-        log.error("host lease lost: %s", error)
-        if lease_recovery.retake_lease(self):
-            return
-        self._stop_requested = True
-        self.spawn(self.stop())
-
-    def _take_over_expired_hosts(self) -> None:
-        """Shared database: free the runs of hosts whose lease expired (SPEC §14)."""
-        assert self.epoch_lease is not None
-        try:
-            with self.store.transaction():
-                taken = epoch_lease.take_over_expired_hosts(self.epoch_lease)
-            self.is_duty_host = epoch_lease.is_duty_host(self.epoch_lease)
-        except DatabaseUnavailableError:
-            return
-        except PiWorkflowsError as error:
-            self.is_duty_host = False
-            self._lease_lost(error)
-            return
-        if taken:
-            log.warning("took over the runs of expired host epoch(s) %s", taken)
 
     def spawn(self, coroutine: Any) -> asyncio.Task:
         """Keep a reference to background tasks so they finish before stop returns."""
@@ -412,9 +337,7 @@ class Host:
 
     def serving_epoch(self) -> int | None:
         """The epoch clients are served under; None while the host starts or stops."""
-        if self.stopping or self.epoch_lease is None:
-            return None
-        return self.epoch_lease.epoch
+        return None if self.stopping else self.lease.epoch
 
     def request_stop(self) -> None:
         self.spawn(self.stop())
@@ -429,12 +352,12 @@ class Host:
         """`host status`'s facts of this process; the operations add the database's."""
         return {
             "socketAvailable": self.server is not None,
-            "epoch": self.epoch_lease.epoch if self.epoch_lease else None,
+            "epoch": self.lease.epoch,
             "uptimeMs": now_ms() - self.started_at if self.started_at else 0,
             "connectedClients": self.server.connected_clients if self.server else 0,
             **self._feature_status(),
             **host_profile(self.home, self.database_url, self.settings),
-            "dutyHost": self.is_duty_host,
+            "dutyHost": self.lease.is_duty_host,
         }
 
 

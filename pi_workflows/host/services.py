@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from ..home import Home
     from ..settings import Settings
     from ..storage import StateStore
-    from .epoch_lease import EpochLease
     from .features import HostFeatures
+    from .host_lease import HostLease
     from .slots import WorkerSlots
 
 
@@ -28,11 +28,8 @@ class HostLife(Protocol):
     home: Home
     host_id: str
     stopping: bool
-    is_duty_host: bool
-    previous_heartbeat_at: int | None
     features: HostFeatures
     settings: Settings
-    epoch_lease: EpochLease | None
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task: ...
 
@@ -40,8 +37,9 @@ class HostLife(Protocol):
 
 
 class HostServices:
-    def __init__(self, slots: WorkerSlots, host: HostLife) -> None:
+    def __init__(self, slots: WorkerSlots, lease: HostLease, host: HostLife) -> None:
         self._slots = slots
+        self._lease = lease
         self._host = host
 
     @property
@@ -61,8 +59,7 @@ class HostServices:
     @property
     def host_epoch(self) -> int:
         """This host's epoch: durable receipts name it."""
-        lease = self._host.epoch_lease
-        return lease.epoch if lease is not None else 0
+        return self._lease.epoch or 0
 
     @property
     def is_stopping(self) -> bool:
@@ -97,12 +94,12 @@ class HostServices:
     def is_duty_host(self) -> bool:
         """True on the one host that runs database-wide duties (decision deadlines,
         channel effects): always on SQLite, the oldest live host on PostgreSQL."""
-        return self._host.is_duty_host
+        return self._lease.is_duty_host
 
     @property
     def previous_heartbeat_at(self) -> int | None:
         """The last heartbeat of the host before this one (epoch ms), if any."""
-        return self._host.previous_heartbeat_at
+        return self._lease.previous_heartbeat_at
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> asyncio.Task:
         """Run a coroutine on the host's loop; the host waits for it when it stops."""
