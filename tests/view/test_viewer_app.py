@@ -179,3 +179,62 @@ def test_view_of_an_unknown_run_or_without_a_host_is_a_one_line_error(in_process
     assert unknown.stderr == (
         "Error: Workflow run no-such-run does not exist; see 'pi-workflows run list'.\n"
     )
+
+
+PAY = """
+import time
+from pathlib import Path
+
+from pi_workflows import action, compute, edge, manual_effect, workflow
+
+
+def pay(ctx):
+    (Path.cwd() / "started").touch()
+    deadline = time.monotonic() + 120
+    while not (Path.cwd() / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"paid": True}
+
+
+WORKFLOW = workflow(
+    name="pay",
+    start_at="pay",
+    nodes={
+        "pay": action(pay, manual_effect("payment")),
+        "receipt": compute(lambda ctx: {"paid": ctx.outputs["pay"]}),
+    },
+    edges=[edge("pay", "receipt")],
+)
+"""
+
+
+def test_an_effect_left_in_doubt_by_a_pause_is_confirmed_from_the_run_view(in_process_host):
+    in_process_host.write_workflow("pay", PAY)
+    in_process_host.start()
+    run_id = in_process_host.start_run("pay")
+    started = in_process_host.project / "started"
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(pilot, "the action running", started.exists)
+        await until(pilot, "the running node", lambda: "◐ pay" in shown(app, "#graph"))
+        await pilot.press("p")  # stops the worker in the middle of the payment
+        await until(pilot, "the pause", lambda: "durably paused" in shown(app, "#message"))
+        await pilot.press("4")  # the effects pane
+        await pilot.press("r")  # the next worker finds the payment begun: in doubt
+        await until(
+            pilot, "the effect in doubt", lambda: "in doubt:" in shown(app, "#effects-text")
+        )
+        await pilot.press("r")  # refused as `run resume` is: an operator must say first
+        await until(
+            pilot,
+            "the refusal",
+            lambda: shown(app, "#message").startswith("resume: Run waits for an operator:"),
+        )
+        await pilot.press("e")  # it happened
+        await until(pilot, "the confirmation", lambda: "effect confirm:" in shown(app, "#message"))
+        await until(pilot, "the receipt", lambda: "✓ receipt" in shown(app, "#graph"))
+        assert "in doubt:" not in shown(app, "#effects-text")
+
+    drive(in_process_host, run_id, script)
+    status = in_process_host.wait_for_run(run_id)
+    assert status["status"] == "completed" and status["finalOutput"] == {"paid": None}
