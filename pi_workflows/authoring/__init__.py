@@ -16,6 +16,7 @@ from .nodes import (
     idempotent_effect,
     manual_effect,
     notify,
+    route,
     shell,
     text_input,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "idempotent_effect",
     "manual_effect",
     "notify",
+    "route",
     "shell",
     "switch",
     "text_input",

@@ -9,6 +9,7 @@ engine dispatches on ``node_type`` (``agent``, ``compute``, ``notify``, ``action
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -134,8 +135,8 @@ class Node:
     prompt: str | Callable[[Any], str] | None = None
     expected_output: str | None = None
     validate: Callable[[Any, Any], Any] | None = None
-    decision_field: str | None = None
-    decision_choices: tuple[str, ...] = ()
+    route_field: str | None = None
+    route_choices: tuple[str, ...] = ()
     # compute, action, checkpoint
     run: Callable[[Any], Any] | None = None
     # action
@@ -172,10 +173,11 @@ class Node:
             shape["statusDetail"] = self.status_detail
         if self.node_type == "agent":
             shape["expectedOutput"] = self.expected_output or DEFAULT_EXPECTED_OUTPUT
-            if self.decision_field is not None:
+            if self.route_field is not None:
+                # Named as before route() was: the digests of stored definitions stay the same.
                 shape["decision"] = {
-                    "field": self.decision_field,
-                    "choices": list(self.decision_choices),
+                    "field": self.route_field,
+                    "choices": list(self.route_choices),
                 }
         if self.node_type == "action":
             shape["actionExecution"] = "shell" if self.is_shell else "function"
@@ -304,7 +306,7 @@ def checkpoint(
     return Node("checkpoint", timeout_ms, status_detail, summary=summary, run=run)
 
 
-def decision(
+def route(
     question: str | Callable[[Any], str],
     choices: list[str] | tuple[str, ...],
     field: str = "route",
@@ -312,16 +314,17 @@ def decision(
     timeout_ms: int | None = DEFAULT_TIMEOUT_MS,
     status_detail: str | None = None,
 ) -> Node:
-    """An agent step that must answer with one of `choices` in `field`."""
-    _check_callable(question, "decision question", allow_str=True)
+    """An agent's routing step: it must answer with one of `choices` in `field` (a
+    `switch` on that field then routes the run)."""
+    _check_callable(question, "route question", allow_str=True)
     if not isinstance(field, str) or not DECISION_FIELD_PATTERN.match(field):
-        raise fail(f"decision field {field!r} must be a simple identifier")
+        raise fail(f"route field {field!r} must be a simple identifier")
     options = tuple(choices) if isinstance(choices, (list, tuple)) else ()
     if not options or any(not isinstance(c, str) or not c for c in options):
-        raise fail("decision choices must be a non-empty list of non-empty strings")
+        raise fail("route choices must be a non-empty list of non-empty strings")
     if len(set(options)) != len(options):
-        raise fail(f"decision choices must be unique, got {list(options)!r}")
-    _check_common(timeout_ms, status_detail, "decision")
+        raise fail(f"route choices must be unique, got {list(options)!r}")
+    _check_common(timeout_ms, status_detail, "route")
     listed = " | ".join(f'"{c}"' for c in options)
 
     def prompt(ctx: Any) -> str:
@@ -343,9 +346,28 @@ def decision(
         prompt=prompt,
         expected_output=f'{{"{field}": {listed}, "reason": "..."}}',
         validate=check,
-        decision_field=field,
-        decision_choices=options,
+        route_field=field,
+        route_choices=options,
     )
+
+
+def decision(
+    question: str | Callable[[Any], str],
+    choices: list[str] | tuple[str, ...],
+    field: str = "route",
+    *,
+    timeout_ms: int | None = DEFAULT_TIMEOUT_MS,
+    status_detail: str | None = None,
+) -> Node:
+    """The old name of :func:`route`, kept for one release: "decision" now means a human
+    decision only (:func:`human_decision`)."""
+    warnings.warn(
+        "decision() is now route(): it is an agent's routing step, and 'decision' means a "
+        "human decision; decision() goes away in the next release.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return route(question, choices, field, timeout_ms=timeout_ms, status_detail=status_detail)
 
 
 def human_decision(

@@ -15,6 +15,7 @@ from pi_workflows import (
     human_decision,
     idempotent_effect,
     notify,
+    route,
     shell,
     switch,
     text_input,
@@ -52,8 +53,8 @@ def test_reserved_workflow_names_are_refused(name: str) -> None:
         (lambda: shell(lambda ctx: {"command": "true"}), "shell must declare effect"),
         (lambda: notify("hi", kind="loud"), "notify kind"),
         (lambda: agent(noop, timeout_ms=0), "timeout_ms must be a positive integer"),
-        (lambda: decision("q", choices=[]), "non-empty list"),
-        (lambda: decision("q", choices=["a", "a"]), "unique"),
+        (lambda: route("q", choices=[]), "non-empty list"),
+        (lambda: route("q", choices=["a", "a"]), "unique"),
         (lambda: text_input("two words", "?"), "simple identifier"),
         (
             lambda: human_decision(
@@ -120,3 +121,15 @@ def test_snapshot_omits_functions_and_digest_is_stable() -> None:
         "effect": {"policy": "idempotent", "type": "t"},
     }
     assert first.definition_digest == again.definition_digest != other.definition_digest
+
+
+def test_decision_is_the_old_name_of_route_and_says_so() -> None:
+    # "decision" means a human decision; the agent's routing step is route() now.
+    with pytest.warns(DeprecationWarning, match=r"decision\(\) is now route\(\)"):
+        old = decision("Which way?", ["left", "right"], "way", timeout_ms=5_000)
+    new = route("Which way?", ["left", "right"], "way", timeout_ms=5_000)
+
+    assert old.snapshot() == new.snapshot()
+    assert old.snapshot()["decision"] == {"field": "way", "choices": ["left", "right"]}
+    assert new.prompt is not None and not isinstance(new.prompt, str)
+    assert new.prompt(None) == old.prompt(None)

@@ -13,10 +13,10 @@ from pi_workflows import (
     agent,
     checkpoint,
     compute,
-    decision,
     edge,
     idempotent_effect,
     notify,
+    route,
     switch,
     workflow,
 )
@@ -269,7 +269,7 @@ def test_decision_output_must_pick_a_choice(runs, agent_command) -> None:
         "pick",
         "choose",
         {
-            "choose": decision("Which way?", choices=["left", "right"]),
+            "choose": route("Which way?", choices=["left", "right"]),
             "left": compute(lambda ctx: "went left"),
             "right": compute(lambda ctx: "went right"),
         },

@@ -1,6 +1,6 @@
 """branch: an agent decides whether to go on or to stop at a checkpoint for a human."""
 
-from pi_workflows import agent, checkpoint, decision, switch, workflow
+from pi_workflows import agent, checkpoint, route, switch, workflow
 
 
 def question(ctx):
@@ -18,7 +18,7 @@ WORKFLOW = workflow(
     name="branch",
     start_at="classify",
     nodes={
-        "classify": decision(question, choices=["continue", "checkpoint"]),
+        "classify": route(question, choices=["continue", "checkpoint"]),
         "continue_lane": agent(
             lambda ctx: f"Do the task.\n\n{(ctx.input or {}).get('task', '')}",
             expected_output='{"summary": "..."}',
