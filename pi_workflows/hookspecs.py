@@ -629,3 +629,27 @@ def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
     with the plugin's name and never reaches the caller. Delivered like the started
     notification. No built-in.
     """
+
+
+@hook(NOTIFICATION)
+def piw_worker_exited(
+    run_id: str, outcome: str, exit_code: int | None, signal: int | None, at: int
+) -> None:
+    """Notification: the worker process of a run ended.
+
+    :param outcome: ``exited`` (it finished its work and said so), ``crashed`` (it died
+        or broke the protocol without saying it would), ``cancelled``, ``timedOut`` (it
+        did not start in time), ``claimLost`` or ``orphaned`` (the host stopped it).
+    :param exit_code: its exit status, or ``None`` when a signal ended it.
+    :param signal: the signal that ended it (``9`` for SIGKILL), else ``None``.
+    :param at: when the host saw it end, epoch ms.
+
+    Delivery: in the host that supervised the worker, once per worker, after the host
+    recorded the exit (a clean exit's record rides on the next commit) and before it
+    decides what the run does next (parks, fails or requeues it: that comes as a
+    :func:`piw_run_transition`). Delivered like :func:`piw_run_transition`: on the
+    plugin's notification thread, in order with its other notifications, under the hook
+    deadline, at most once. Read the run with ``pi_workflows.plugin.state_view()`` when
+    you need more of it. Every implementation runs; an exception is logged with the
+    plugin's name and never reaches the caller. No built-in.
+    """

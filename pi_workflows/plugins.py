@@ -804,3 +804,16 @@ def node_attempt_changed(phase: str, attempt: NodeAttemptRecord) -> None:
     """Notify `piw_node_attempt_started` or `piw_node_attempt_finished` (`phase`)."""
     started = phase == "started"
     _post("piw_node_attempt_started" if started else "piw_node_attempt_finished", attempt=attempt)
+
+
+def worker_exited(
+    run_id: str, outcome: str, exit_code: int | None, signal: int | None, *, at: int
+) -> None:
+    _post(
+        "piw_worker_exited",
+        run_id=run_id,
+        outcome=outcome,
+        exit_code=exit_code,
+        signal=signal,
+        at=at,
+    )

@@ -319,6 +319,10 @@ def _write_ahead(fd: int, data: bytes) -> bytes:
         written = os.write(fd, data)
     except BlockingIOError:
         written = 0
+    except BrokenPipeError:
+        # The worker already died (at its workflow's import, say): nothing to write; its
+        # exit status comes from the fork server as for any other worker.
+        return b""
     return data[written:]
 
 

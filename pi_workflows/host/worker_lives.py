@@ -234,9 +234,12 @@ class WorkerLives:
             # A clean exit is bookkeeping only: it rides on the next commit (a claim, the
             # next run's start) or the poll timer's, instead of costing one of its own.
             self.store.defer_write(record)
-            return
-        with self.store.transaction():
-            record()
+        else:
+            with self.store.transaction():
+                record()
+        plugins.worker_exited(
+            active.run_id, result.outcome, result.exit_code, result.signal, at=stamp
+        )
 
     def _recover_worker_exit(self, active: ActiveRun, outcome: str) -> None:
         """Exit recovery in the order of SPEC §7.4."""

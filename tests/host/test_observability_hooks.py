@@ -9,7 +9,7 @@ import pytest
 
 from .conftest import HostHarness, wait_until
 from .test_hook_contract import read_jsonl
-from .workflows import STEPS
+from .workflows import CRASHY, STEPS
 
 OBSERVER = """
 import json
@@ -326,3 +326,52 @@ def test_a_hanging_observer_is_skipped_and_the_host_and_other_observers_go_on(
         ),
         what="the released observer to get notifications again",
     )
+
+
+WORKER_EXITS = """
+import json
+import os
+
+from pi_workflows.plugin import hookimpl
+
+
+@hookimpl
+def piw_worker_exited(run_id, outcome, exit_code, signal, at):
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        entry = {"run": run_id, "outcome": outcome, "exitCode": exit_code, "signal": signal}
+        handle.write(json.dumps({**entry, "at": at}) + "\\n")
+"""
+
+
+@pytest.mark.hook_effect("piw_worker_exited")
+def test_a_plugin_hears_each_worker_exit_a_crash_and_a_clean_one(harness: HostHarness):
+    record = harness.root / "exits.jsonl"
+    harness.add_plugin("worker_exits", WORKER_EXITS)
+    harness.write_workflow("crashy", CRASHY)
+    (harness.project / "crash-on-load").touch()
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = harness.start_run("crashy")
+    crash = wait_until(
+        lambda: next((e for e in read_jsonl(record) if e["run"] == run_id), None),
+        what="the plugin to hear the killed worker",
+    )
+    assert (crash["outcome"], crash["exitCode"], crash["signal"]) == ("crashed", None, 9)
+    assert "Traceback" not in harness.host_log()  # a death the host expects, not its error
+    assert crash["at"] > 0
+
+    wait_until(
+        lambda: harness.client().run_status(run_id)["errorCode"] == "workerNoProgress",
+        what="the no-progress park",
+    )
+    (harness.project / "crash-on-load").unlink()
+    harness.cli("run", "resume", run_id)
+    harness.wait_for_status(run_id, "completed")
+    exits = wait_until(
+        lambda: len(e := [x for x in read_jsonl(record) if x["run"] == run_id]) == 2 and e,
+        what="the plugin to hear the second worker end",
+    )
+    assert [(e["outcome"], e["exitCode"], e["signal"]) for e in exits] == [
+        ("crashed", None, 9),
+        ("exited", 0, None),
+    ]
+    assert exits[0]["at"] <= exits[1]["at"]

@@ -117,3 +117,10 @@ def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
 @hookimpl
 def piw_node_attempt_finished(attempt: NodeAttemptRecord) -> None:
     _deliver(lambda telemetry: telemetry.node_attempt_finished(attempt))
+
+
+@hookimpl
+def piw_worker_exited(
+    run_id: str, outcome: str, exit_code: int | None, signal: int | None, at: int
+) -> None:
+    _deliver(lambda telemetry: telemetry.worker_exited(run_id, outcome, signal))

@@ -147,6 +147,11 @@ class Telemetry:
         self._attempt_duration = meter.create_histogram(
             "pi_workflows.node_attempt.duration", unit="s", description="Node attempt durations."
         )
+        self._crashes = meter.create_counter(
+            "pi_workflows.worker.crashes",
+            unit="{worker}",
+            description="Workers that died or broke the protocol without saying they would.",
+        )
         self._tokens = meter.create_counter(
             "pi_workflows.agent.tokens", unit="{token}", description="Tokens agent steps used."
         )
@@ -224,6 +229,17 @@ class Telemetry:
         self._claim_latency.record(
             latency_ms / 1000, {"pi_workflows.workflow.name": run.workflow_name}
         )
+
+    def worker_exited(self, run_id: str, outcome: str, signal: int | None) -> None:
+        if outcome != "crashed":
+            return
+        record = _run_record(run_id)
+        attributes: dict[str, Any] = {
+            "pi_workflows.workflow.name": record.workflow_name if record else ""
+        }
+        if signal is not None:
+            attributes["pi_workflows.worker.signal"] = signal
+        self._crashes.add(1, attributes)
 
     def node_attempt_finished(self, attempt: NodeAttemptRecord) -> None:
         finished_at = attempt.finished_at or attempt.started_at

@@ -69,6 +69,29 @@ WORKFLOW = workflow(
 """
 
 
+# Its node kills its own worker (SIGKILL) the first time, then completes.
+CRASHING = """
+import os
+import signal
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+
+def crash_once(ctx):
+    marker = Path.cwd() / "crashed-once"
+    if not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"survived": True}
+
+
+WORKFLOW = workflow(
+    name="crashing", start_at="crash", nodes={"crash": compute(crash_once)}, edges=[]
+)
+"""
+
+
 class Collector:
     """An OTLP/HTTP receiver (``/v1/traces``, ``/v1/metrics``): each export request is
     decoded from protobuf and answered the way a collector answers it."""
@@ -336,6 +359,26 @@ def test_a_run_waiting_for_a_human_decision_exports_its_wait_and_its_continuatio
         **{"pi_workflows.workflow.name": "human-decision"},
     )
     assert wait["value"] == 1 and wait["unit"] == "s"
+
+
+def test_a_killed_worker_counts_as_a_crash(otel_host: WorkflowHost, collector: Collector):
+    otel_host.write_workflow("crashing", CRASHING)
+    otel_host.start()
+    run_id = otel_host.start_run("crashing")
+    wait_until(lambda: (otel_host.project / "crashed-once").exists(), what="the first worker")
+    crashes = _point(
+        collector,
+        "pi_workflows.worker.crashes",
+        **{"pi_workflows.workflow.name": "crashing", "pi_workflows.worker.signal": 9},
+    )
+    assert crashes["value"] == 1
+    # The node had started (progress): the host runs it again, and the clean exit of the
+    # second worker is no crash.
+    otel_host.wait_for_status(run_id, "completed")
+    assert (
+        max(p["value"] for p in collector.points() if p["metric"] == "pi_workflows.worker.crashes")
+        == 1
+    )
 
 
 def test_a_bad_otel_setting_is_one_log_line_and_the_host_runs_on(otel_host: WorkflowHost):
