@@ -402,6 +402,9 @@ def test_every_status_change_of_a_run_is_announced_with_its_detail(harness: Host
         lambda: transitions(record, waiting)[-1:] == [("running", "waiting")],
         what="the checkpoint to park the run as waiting",
     )
+    # Every hook these runs reached (claim, launch, run command, the notifications, the
+    # terminal message's) was called as its contract says: none inside a transaction.
+    assert "pi-workflows bug" not in harness.host_log()
 
 
 @pytest.mark.hook_effect("piw_run_claimed")
