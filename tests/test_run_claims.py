@@ -78,10 +78,12 @@ def test_a_claim_that_expired_or_passed_on_cannot_end_the_run(store, make_run):
 def test_only_the_live_generation_parks_a_run_for_an_ambiguous_effect(store, make_run):
     with store.transaction():
         make_run("run-effect")
-    old_token, old_claim = _claim(store, "run-effect", "host-1", lease_ms=50)
+    old_token, old_claim = _claim(store, "run-effect", "host-1")
     with store.transaction():
         assert run_claims.mark_running("run-effect", old_token)
-    _expire(old_claim)
+        # Its lease runs out (set, not waited for: a 50 ms lease ran out before mark_running
+        # on a loaded machine).
+        Lease.update(expires_at=now_ms() - 1).where(Lease.run == "run-effect").execute()
 
     with store.transaction():
         assert not run_claims.park_for_ambiguous_effect("run-effect", old_token, ["effect-1"])
