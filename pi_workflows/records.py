@@ -98,17 +98,18 @@ RunRecord.launch_options = _DecodedOnFirstRead("launch_options")  # type: ignore
 
 
 def stored_run_record(
-    encoded: Mapping[str, tuple[Callable[[Any], Any], Any]], **fields: Any
+    encoded: Mapping[str, tuple[Callable[[Any], Any], Any]], fields: dict[str, Any]
 ) -> RunRecord:
     """A `RunRecord` as the state store reads it: `encoded` maps ``input`` and
     ``launch_options`` to (decode, stored bytes), decoded only when a hook reads them.
 
     A claim pass hands every candidate (up to 64) to ``piw_select_run_to_claim`` and
     decoding each one's JSON cost more than the rest of the pass. `fields` are all the
-    other fields.
+    other fields, by name; the record takes the dict over.
     """
     record = object.__new__(RunRecord)
-    record.__dict__.update(fields, _encoded=encoded)
+    fields["_encoded"] = encoded
+    record.__dict__.update(fields)
     return record
 
 

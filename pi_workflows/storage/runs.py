@@ -281,12 +281,15 @@ _FIELD_COUNT = len(_RECORD_FIELDS)
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    fields = dict(zip(_RECORD_FIELDS, row[:_FIELD_COUNT], strict=True))
+    # A claim pass builds one per candidate it asks about (thousands behind a veto):
+    # one dict, handed over whole. `zip` stops at the last field; the blobs follow.
+    fields = dict(zip(_RECORD_FIELDS, row, strict=False))
     fields["paused"] = bool(fields["paused"])
     input_content, options_content, prompt_content = row[_FIELD_COUNT:]
+    fields["presentation_prompt"] = _text(prompt_content)
     # Decoded when a hook reads them: most candidates of a claim pass are never looked at.
     encoded = {"input": (_json, input_content), "launch_options": (_options, options_content)}
-    return stored_run_record(encoded, presentation_prompt=_text(prompt_content), **fields)
+    return stored_run_record(encoded, fields)
 
 
 def run_records(run_ids: list[str]) -> list[RunRecord]:
