@@ -59,8 +59,9 @@ log = logging.getLogger("pi_workflows.host")
 # vetoes remembered longest.
 ASK_PER_TURN = 256
 # The most candidates one turn reads: remembered vetoes are skipped without asking
-# anyone, so after a page of them the turn reads on, in one larger page.
-READ_PER_TURN = 4 * ASK_PER_TURN
+# anyone, so after a page of them the turn reads on, in one larger page (the passes
+# after commits read a few thousand remembered vetoes in one turn of a few ms).
+READ_PER_TURN = 16 * ASK_PER_TURN
 
 
 @dataclass(frozen=True)

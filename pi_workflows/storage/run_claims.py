@@ -560,9 +560,10 @@ def _cancel_dependents(run_id: str, now: int, generation: int) -> None:
 DEFAULT_CLAIM_WINDOW = 64
 
 # A candidate's place in claim order, as the built-in selection compares runs
-# (builtin/claiming.py): (priority, available_at, created_at, run_id) — the highest
-# priority first, then the oldest, then the id. A read of candidates `after` a place
-# continues from it (keyset pagination), so a long queue is read once, a page at a time.
+# (builtin/claiming.py): (-priority, available_at, created_at, run_id), so places sort
+# as runs are claimed — the highest priority first, then the oldest, then the id. A read
+# of candidates `after` a place continues from it (keyset pagination), so a long queue
+# is read once, a page at a time.
 ClaimPlace = tuple[int, int, int, str]
 
 
@@ -582,7 +583,7 @@ class Candidate(NamedTuple):
 # cached.
 _CANDIDATE_BRANCH = """
     SELECT * FROM (
-        SELECT q.run_id, q.priority, q.available_at, q.created_at, r.revision
+        SELECT -q.priority, q.available_at, q.created_at, q.run_id, r.revision
         FROM run_queue q
         JOIN leases l ON l.run_id = q.run_id
         JOIN runs r ON r.run_id = q.run_id
@@ -669,9 +670,9 @@ def _candidates(
     # Parameters of each branch's place condition (`_BEHIND_PLACE`), in its order.
     behind: list[list[Any]] = [[]]
     if after is not None:
-        priority, available_at, created_at, run_id = after
-        behind = [[priority, available_at, created_at, available_at, created_at, run_id]]
-        behind.append([priority])
+        rank, available_at, created_at, run_id = after
+        behind = [[-rank, available_at, created_at, available_at, created_at, run_id]]
+        behind.append([-rank])
     params: list[Any] = []
     for status in ("queued", "parked", "starting", "running"):
         for place in behind:
@@ -684,17 +685,11 @@ def _candidates(
         after=after is not None,
     )
     rows = run_sql(database, sql, params).fetchall()
-    # The built-in selection's order (builtin/claiming.py): the host takes the first
-    # candidate as that selection's answer when nothing else selects.
-    ordered = sorted(
-        (-priority, available_at, created_at, run_id, revision)
-        for run_id, priority, available_at, created_at, revision in rows
-        if run_id not in exclude
-    )
-    return [
-        Candidate(run_id, revision, (-negated, available_at, created_at, run_id))
-        for negated, available_at, created_at, run_id, revision in ordered[:limit]
-    ]
+    # Each row is a place and a revision: sorted, they come in the built-in selection's
+    # order (the host takes the first candidate as that selection's answer when nothing
+    # else selects).
+    ordered = sorted(row for row in rows if row[3] not in exclude)[:limit]
+    return [Candidate(row[3], row[4], row[:4]) for row in ordered]
 
 
 _LOCK_FOR_CLAIM = "SELECT 1 FROM leases WHERE run_id = %s FOR UPDATE SKIP LOCKED"
