@@ -238,3 +238,49 @@ def test_an_effect_left_in_doubt_by_a_pause_is_confirmed_from_the_run_view(in_pr
     drive(in_process_host, run_id, script)
     status = in_process_host.wait_for_run(run_id)
     assert status["status"] == "completed" and status["finalOutput"] == {"paid": None}
+
+
+def test_the_runs_list_reads_the_next_page_at_its_last_row(in_process_host) -> None:
+    from pi_workflows.storage import open_state
+    from pi_workflows.storage.models import Run, RunQueue
+    from pi_workflows.storage.runs import create_run
+
+    store = open_state(in_process_host.home)  # before the host: it owns the store after
+    try:
+        with store.transaction():
+            for index in range(230):
+                run_id = f"run-{index:04d}"
+                create_run(
+                    run_id=run_id,
+                    workflow_name="hello",
+                    workflow_ref="hello",
+                    workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
+                    definition_digest="0" * 64,
+                    project_path=str(in_process_host.project),
+                    input={},
+                    actor="test",
+                )
+                Run.update(status="completed", created_at=1_000_000 + index).where(
+                    Run.run_id == run_id
+                ).execute()
+                RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
+    finally:
+        store.close()
+    in_process_host.start()
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        def count() -> int:
+            return app.screen.query_one(DataTable).row_count
+
+        await until(pilot, "the first page", lambda: count() == 100)
+        assert "100+ runs" in shown(app, "#title")
+        await pilot.press("ctrl+end")  # the last row: the page after it is read
+        await until(pilot, "the second page", lambda: count() == 200)
+        await pilot.press("ctrl+end")
+        await until(pilot, "the last page", lambda: count() == 230)
+        assert "230 runs" in shown(app, "#title")
+        table = app.screen.query_one(DataTable)
+        rows = [str(table.get_row_at(i)[2]) for i in range(table.row_count)]
+        assert rows == [f"run-{index:04d}" for index in reversed(range(230))]
+
+    drive(in_process_host, None, script)
