@@ -25,42 +25,11 @@ from host_bench import percentile, private_home, start_host
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload
-from pi_workflows.home import Home
+from pi_workflows.testing.seeding import seed_finished_runs
 from pi_workflows.view.app import ViewerApp
 from pi_workflows.view.run_screen import RunData, RunScreen
 
 SIZE = (80, 24)
-
-
-def seed_finished_runs(home: Home, project: Path, count: int) -> None:
-    """`count` completed `hello` runs, one minute apart, oldest first."""
-    from pi_workflows.storage import open_state
-    from pi_workflows.storage.models import Run, RunQueue
-    from pi_workflows.storage.runs import create_run
-
-    store = open_state(home)
-    start = int(time.time() * 1000) - count * 60_000
-    try:
-        with store.transaction():
-            for index in range(count):
-                run_id = f"run-{index:06d}"
-                create_run(
-                    run_id=run_id,
-                    workflow_name="hello",
-                    workflow_ref="hello",
-                    workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
-                    definition_digest="0" * 64,
-                    project_path=str(project),
-                    input={},
-                    actor="bench",
-                )
-                at = start + index * 60_000
-                Run.update(status="completed", created_at=at, finished_at=at).where(
-                    Run.run_id == run_id
-                ).execute()
-                RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
-    finally:
-        store.close()
 
 
 def bench_open(client: WorkflowClient, opens: int, expected: int) -> list[tuple[float, float]]:
@@ -166,7 +135,13 @@ def main() -> None:
         PI_WORKFLOWS_PLUGINS="piw_bench_commit_clock",
         PIW_BENCH_COMMITS=str(commits),
     )
-    seed_finished_runs(home, project, args.runs)
+    seed_finished_runs(
+        home,
+        project,
+        args.runs,
+        first_created_at=int(time.time() * 1000) - args.runs * 60_000,
+        step_ms=60_000,
+    )
     host = start_host(home, env)
     client = WorkflowClient(home, autostart=False)
     try:

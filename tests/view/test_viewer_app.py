@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from pi_workflows.testing.host import WorkflowHost
+from pi_workflows.testing.seeding import seed_finished_runs
 from pi_workflows.view.app import ViewerApp
 from pi_workflows.view.run_screen import RunScreen
 
@@ -241,31 +242,13 @@ def test_an_effect_left_in_doubt_by_a_pause_is_confirmed_from_the_run_view(in_pr
 
 
 def test_the_runs_list_reads_the_next_page_at_its_last_row(in_process_host) -> None:
-    from pi_workflows.storage import open_state
-    from pi_workflows.storage.models import Run, RunQueue
-    from pi_workflows.storage.runs import create_run
-
-    store = open_state(in_process_host.home)  # before the host: it owns the store after
-    try:
-        with store.transaction():
-            for index in range(230):
-                run_id = f"run-{index:04d}"
-                create_run(
-                    run_id=run_id,
-                    workflow_name="hello",
-                    workflow_ref="hello",
-                    workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
-                    definition_digest="0" * 64,
-                    project_path=str(in_process_host.project),
-                    input={},
-                    actor="test",
-                )
-                Run.update(status="completed", created_at=1_000_000 + index).where(
-                    Run.run_id == run_id
-                ).execute()
-                RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
-    finally:
-        store.close()
+    # Recent: the host's automatic prune at start takes runs finished long ago.
+    seeded = seed_finished_runs(
+        in_process_host.home,
+        in_process_host.project,
+        230,
+        first_created_at=int(time.time() * 1000) - 60_000,
+    )
     in_process_host.start()
 
     async def script(app: ViewerApp, pilot: Pilot) -> None:
@@ -281,6 +264,6 @@ def test_the_runs_list_reads_the_next_page_at_its_last_row(in_process_host) -> N
         assert "230 runs" in shown(app, "#title")
         table = app.screen.query_one(DataTable)
         rows = [str(table.get_row_at(i)[2]) for i in range(table.row_count)]
-        assert rows == [f"run-{index:04d}" for index in reversed(range(230))]
+        assert rows == seeded[::-1]
 
     drive(in_process_host, None, script)
