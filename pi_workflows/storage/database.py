@@ -446,7 +446,9 @@ def add_missing_indexes(db: peewee.Database) -> None:
         if table not in existing:
             existing[table] = {row.name for row in db.get_indexes(table)}
         if index._name not in existing[table]:  # type: ignore[attr-defined]  # not in stubs
-            db.execute(index.safe(True))
+            # Through the schema manager, as create_tables does: it spells a partial
+            # index's WHERE values out, since SQLite refuses parameters there.
+            db.execute(model._schema._create_index(index, safe=True))  # type: ignore[attr-defined]  # not in stubs
 
 
 def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -> StateStore:
