@@ -410,6 +410,11 @@ def piw_register_decision_channels(register: RegisterChannel) -> None:
       remove buttons. A channel without it has nothing to take back: its settlement is
       recorded ``applied`` in the commit that resolved the decision, with no call;
     - ``close()`` (optional): the host is stopping;
+    - ``gave_up(request, purpose, error)`` (optional): the host stopped trying a
+      delivery (``purpose`` ``delivery``) or settlement (``settlement``) of ``request``
+      after the channel's last attempt raised ``ChannelDeliveryError`` (``error`` its
+      text); it stays ``rejected (gave up)`` until an operator runs ``pi-workflows
+      effects retry``. A report: what it returns or raises changes nothing;
     - ``answer_actor(answer)`` (optional): who a client answering through
       ``decision.answer`` with this channel is. ``answer`` is ``{decisionId, runId,
       originSessionId, sessionId}``; return the actor's name, or raise
@@ -418,9 +423,11 @@ def piw_register_decision_channels(register: RegisterChannel) -> None:
 
     Factories and the other methods run on the channel's own thread, never on the host's event
     loop. Raise ``pi_workflows.plugin.ChannelDeliveryError`` when a call definitely did
-    not happen (the host retries it, 3 attempts in all, then gives that delivery up:
-    the effect stays ``rejected`` until an operator runs ``pi-workflows effects retry``,
-    see docs/decisions.md); any other exception, or no
+    not happen (the host retries it — ``delivery_attempts`` in all, 3 unless the
+    channel's table in channels.toml says, the n-th retry ``retry_delay_ms`` × n later,
+    default 1000 — then gives it up, tells ``gave_up``, and the effect stays ``rejected``
+    until an operator runs ``pi-workflows effects retry``, see docs/decisions.md); any
+    other exception, or no
     return within the call timeout, makes the effect ambiguous until an operator runs
     ``pi-workflows effects confirm|retry``. Answers are reported through ``report_answer``;
     the host accepts them only from channels of the decision's audience and actors the

@@ -527,6 +527,11 @@ class ChannelSettings:
     options: Mapping[str, Any] = field(default_factory=dict)
     #: ``{key: secret}`` read from the table's ``<key>_file`` entries; never log them.
     credentials: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: attempts a delivery or settlement gets before it gives up (``delivery_attempts``,
+    #: default 3).
+    delivery_attempts: int = 3
+    #: the wait before retry n is n times this (``retry_delay_ms``, default 1000).
+    retry_delay_ms: int = 1000
 
     def allows(self, actor: str) -> bool:
         """Whether `actor` may answer through this channel."""

@@ -54,7 +54,7 @@ log = logging.getLogger("pi_workflows.host.decision_channel_runner")
 
 DEFAULT_CHANNELS = ("session", "cli")
 CHANNEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-RESERVED_KEYS = ("kind", "allowed_actors")
+RESERVED_KEYS = ("kind", "allowed_actors", "delivery_attempts", "retry_delay_ms")
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,21 @@ def _parse_channel(name: str, table: Any, path: Path) -> ChannelSettings:
         tuple(actors) if actors is not None else None,
         options,
         credentials,
+        delivery_attempts=_whole_number(table, "delivery_attempts", 3, 1, name, path),
+        retry_delay_ms=_whole_number(table, "retry_delay_ms", 1000, 0, name, path),
     )
+
+
+def _whole_number(
+    table: dict[str, Any], key: str, default: int, least: int, channel: str, path: Path
+) -> int:
+    value = table.get(key, default)
+    if type(value) is not int or value < least:
+        raise ChannelConfigError(
+            f"{path}: channel {channel!r} {key} must be a whole number of at least {least}, "
+            f"got {value!r}."
+        )
+    return value
 
 
 def _read_credential(channel: str, key: str, value: Any) -> str:
@@ -457,12 +471,45 @@ class ChannelRunner:
             self.in_flight.discard(effect_id)
         if self.services.is_stopping:
             return  # left `applying`: the next start marks it ambiguous for an operator
+        policy = self.config.channels[name]
         with self.services.store.transaction():
-            channel_effects.finish_channel_effect(
-                effect_id, attempt, outcome, result=_json_or_none(result), error=error
+            finished = channel_effects.finish_channel_effect(
+                effect_id,
+                attempt,
+                outcome,
+                result=_json_or_none(result),
+                error=error,
+                attempts=policy.delivery_attempts,
+                retry_delay_ms=policy.retry_delay_ms,
             )
-        if outcome != "applied":
-            log.warning("decision channel %s %s attempt %d: %s", name, purpose, attempt, outcome)
+        if outcome == "applied":
+            return
+        log.warning("decision channel %s %s attempt %d: %s", name, purpose, attempt, outcome)
+        if finished and outcome == "rejected" and attempt >= policy.delivery_attempts:
+            log.warning(
+                "decision channel %s gave up the %s of decision %s after %d attempts: "
+                "pi-workflows effects retry %s",
+                name,
+                purpose,
+                decision_id,
+                attempt,
+                effect_id,
+            )
+            await self._report_gave_up(name, request, purpose, error or "")
+
+    async def _report_gave_up(self, name: str, request: Any, purpose: str, error: str) -> None:
+        """Tell the channel (its optional ``gave_up``), on its lane, that the host stopped
+        trying; what it does about it (page someone, say) is its business."""
+        channel = self.channels[name]
+        if not hasattr(channel, "gave_up"):
+            return
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(self.lanes[name].call(channel.gave_up, request, purpose, error)),
+                self.call_timeout_s,
+            )
+        except Exception as failure:  # a report, never a reason to stop
+            log.warning("decision channel %s gave_up failed: %s", name, _describe(failure))
 
 
 def _calls(channel: Any, purpose: str) -> bool:

@@ -18,6 +18,8 @@ from .models import Effect, HumanDecision
 from .prepared import PreparedQuery, model_instance
 
 CHANNEL_EFFECT_TYPES = {"delivery": "channel.delivery", "settlement": "channel.settlement"}
+# A channel's delivery policy when channels.toml gives it none (`delivery_attempts`,
+# `retry_delay_ms`): attempts in all, and the wait before retry n (n times the delay).
 MAX_AUTOMATIC_ATTEMPTS = 3
 RETRY_DELAY_MS = 1_000
 _FINISHED_SETTLEMENT = ("applied", "ambiguous", "cancelled")
@@ -184,10 +186,12 @@ def _create_channel_effect(
 
 
 def _is_due(effect: Effect | None, now: int) -> bool:
+    # A rejected attempt that will be retried keeps its retry time; one that gave up has
+    # none (`finish_channel_effect`).
     return effect is None or (
         effect.status == "rejected"
-        and effect.attempt_count < MAX_AUTOMATIC_ATTEMPTS
-        and (effect.next_attempt_at or 0) <= now
+        and effect.next_attempt_at is not None
+        and effect.next_attempt_at <= now
     )
 
 
@@ -198,14 +202,22 @@ def channel_effect_is_due(decision_id: str, channel: str, purpose: str, now: int
 
 
 def finish_channel_effect(
-    effect_id: str, attempt: int, outcome: str, *, result: Any = None, error: str | None = None
+    effect_id: str,
+    attempt: int,
+    outcome: str,
+    *,
+    result: Any = None,
+    error: str | None = None,
+    attempts: int = MAX_AUTOMATIC_ATTEMPTS,
+    retry_delay_ms: int = RETRY_DELAY_MS,
 ) -> bool:
     """Settle the in-flight attempt: `applied`, `rejected` or `ambiguous`. A rejected one
-    keeps when it is retried (`next_attempt_at`); after the last automatic attempt it has
-    none: it gave up, and only `effects retry` sends it again."""
+    keeps when it is retried (`next_attempt_at`, `retry_delay_ms` times the attempt's
+    number later); after attempt number `attempts` it has none: it gave up, and only
+    `effects retry` sends it again. False when the attempt was not the one in flight."""
     now = now_ms()
-    retrying = outcome == "rejected" and attempt < MAX_AUTOMATIC_ATTEMPTS
-    retry_at = now + RETRY_DELAY_MS * attempt if retrying else None
+    retrying = outcome == "rejected" and attempt < attempts
+    retry_at = now + retry_delay_ms * attempt if retrying else None
     changed = _FINISH_CHANNEL_EFFECT.changed(
         outcome=outcome,
         result_hash=put_json(result) if outcome == "applied" else None,
@@ -243,7 +255,7 @@ def deliveries_to_settle() -> list[tuple[HumanDecision, str]]:
         (Effect.effect_type == CHANNEL_EFFECT_TYPES["settlement"])
         & (
             Effect.status.in_(_FINISHED_SETTLEMENT)
-            | ((Effect.status == "rejected") & (Effect.attempt_count >= MAX_AUTOMATIC_ATTEMPTS))
+            | ((Effect.status == "rejected") & Effect.next_attempt_at.is_null())
         )
     )
     rows = Effect.select(Effect.idempotency_key).where(
@@ -263,9 +275,7 @@ def deliveries_to_settle() -> list[tuple[HumanDecision, str]]:
 def delivery_gave_up(effect: Effect) -> bool:
     """A channel effect whose automatic attempts all failed: only an operator retries it."""
     return (
-        effect.scope == "channel"
-        and effect.status == "rejected"
-        and effect.attempt_count >= MAX_AUTOMATIC_ATTEMPTS
+        effect.scope == "channel" and effect.status == "rejected" and effect.next_attempt_at is None
     )
 
 
@@ -299,13 +309,11 @@ def recover_channel_effect(effect_id: str, action: str) -> dict[str, Any]:
             Effect.effect_id == effect_id
         ).execute()
     elif action == "retry":
-        # One more automatic attempt, explicitly allowed by the operator.
-        Effect.update(
-            status="rejected",
-            attempt_count=min(effect.attempt_count, MAX_AUTOMATIC_ATTEMPTS - 1),
-            next_attempt_at=now,
-            updated_at=now,
-        ).where(Effect.effect_id == effect_id).execute()
+        # One more attempt, explicitly allowed by the operator: past its channel's
+        # attempts, it gives up again if it fails.
+        Effect.update(status="rejected", next_attempt_at=now, updated_at=now).where(
+            Effect.effect_id == effect_id
+        ).execute()
     else:
         raise InvalidInputError("A channel effect recovery is 'confirm' or 'retry'.")
     return {"effectId": effect_id, "action": action}

@@ -260,6 +260,95 @@ def test_a_delivery_that_gave_up_is_sent_again_by_effects_retry(harness: HostHar
     client.close()
 
 
+DOWN_CHANNEL = """
+import json
+import time
+from pathlib import Path
+
+from pi_workflows import hookimpl
+from pi_workflows.errors import ChannelDeliveryError
+
+
+class Down:
+    def __init__(self, context):
+        self.calls = Path(context.options["calls"])
+
+    def _note(self, entry):
+        with self.calls.open("a") as handle:
+            handle.write(json.dumps({**entry, "at": time.time()}) + "\\n")
+
+    def deliver(self, request):
+        self._note({"call": "deliver"})
+        raise ChannelDeliveryError("the pager service answered 503")
+
+    def gave_up(self, request, purpose, error):
+        self._note({"call": "gave_up", "decision": request["decisionId"], "purpose": purpose,
+                    "error": error})
+
+
+@hookimpl
+def piw_register_decision_channels(register):
+    register("down", Down)
+"""
+
+
+def test_a_channels_delivery_policy_sets_its_attempts_and_delay_and_it_hears_it_gave_up(
+    harness: HostHarness,
+):
+    calls = harness.root / "calls.jsonl"
+    harness.add_plugin("down_channel", DOWN_CHANNEL)
+    policy = {"kind": "down", "calls": str(calls), "delivery_attempts": 2, "retry_delay_ms": 400}
+    write_channels(harness, {"audiences": {"operator": ["down"]}, "channels": {"down": policy}})
+    harness.write_workflow("decide", decision_workflow(None))
+    harness.start_host()
+    run_id = harness.start_run("decide")
+    decision_id = pending_decision(harness, run_id)["decisionId"]
+
+    def entries() -> list[dict]:
+        if not calls.exists():
+            return []
+        return [json.loads(line) for line in calls.read_text().splitlines()]
+
+    wait_until(
+        lambda: any(e["call"] == "gave_up" for e in entries()),
+        timeout=30,
+        what="the channel to hear its delivery gave up",
+    )
+    (first, second, gave_up) = entries()
+    assert [first["call"], second["call"]] == ["deliver", "deliver"]  # 2 attempts, not 3
+    assert second["at"] - first["at"] >= 0.4  # retry 1 waits 1 × retry_delay_ms
+    assert (gave_up["decision"], gave_up["purpose"]) == (decision_id, "delivery")
+    assert gave_up["error"] == "the pager service answered 503"
+    client = harness.client()
+    (effect,) = [e for e in client.list_effects() if e["scope"] == "channel"]
+    client.close()
+    assert (effect["attempts"], effect["status"], effect["gaveUp"]) == (2, "rejected", True)
+    assert "decision channel down gave up the delivery" in harness.host_log()
+    assert "503" not in harness.host_log().split("gave up the delivery")[1].splitlines()[0]
+
+    # An operator's retry is one more attempt: it fails, and the channel hears it again.
+    harness.cli("effects", "retry", effect["effectId"])
+    wait_until(
+        lambda: [e["call"] for e in entries()].count("gave_up") == 2,
+        timeout=30,
+        what="the retried delivery to give up again",
+    )
+    assert [e["call"] for e in entries()].count("deliver") == 3
+
+
+def test_a_bad_delivery_policy_is_refused_in_one_sentence(tmp_path):
+    from pi_workflows.errors import ChannelConfigError
+    from pi_workflows.host.decision_channel_runner import load_channel_config
+
+    config = tmp_path / "channels.json"
+    config.write_text(json.dumps({"channels": {"ops": {"delivery_attempts": 0}}}))
+    config.chmod(0o600)
+    with pytest.raises(
+        ChannelConfigError, match="delivery_attempts must be a whole number of at least 1, got 0"
+    ):
+        load_channel_config(tmp_path)
+
+
 @pytest.mark.scenario("10.12")
 def test_a_channel_without_deliver_or_settle_is_recorded_by_the_decisions_own_commits(
     harness: HostHarness,
