@@ -393,6 +393,10 @@ class Operations:
             return forwarded_commands.forward(request, run_id)
         slots = self.slots
         active = slots.active_runs.get(run_id)
+        if active is not None and active.released:
+            # Its worker's own write released the claim (the run waits for an answer) and
+            # the worker is on its way out: pause the run as one with no worker, as cancel does.
+            active = None
         if active is not None and active.control is not None:
             return OperationResult(
                 "rejected", error=f"Run is already handling {active.control}", run_id=run_id
