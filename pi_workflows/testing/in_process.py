@@ -2,10 +2,12 @@
 
 Everything but the host's own process is as real as :class:`~.host.WorkflowHost`'s: the
 host listens on its Unix socket, writes its database (SQLite file or PostgreSQL), and
-supervises real worker processes; commands run as subprocesses. What is saved is the start
-of a Python process per host (imports, plugin loading), which is most of what a short
-contract test waits for. What is lost is a host process to kill, stop or signal: a test
-that needs that uses :class:`~.host.WorkflowHost` and is marked ``integration``.
+supervises real worker processes. What is saved is the start of a Python process per host
+and per command (imports, plugin loading), which is most of what a short contract test
+waits for: while the host runs, :meth:`run_cli` runs ``pi-workflows`` in this process too
+(click's test runner), talking to the host over its socket as a command process would.
+What is lost is a host process to kill, stop or signal: a test that needs that uses
+:class:`~.host.WorkflowHost` and is marked ``integration``.
 
 While the host runs, this process's environment *is* the home's ``env`` (the host, its
 settings, its plugins and the workers it starts read it), the plugin manager holds the
@@ -16,11 +18,14 @@ subprocess host's does. :meth:`stop` puts all of it back.
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import logging
 import os
+import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -104,6 +109,47 @@ class InProcessHost(WorkflowHost):
     def cleanup(self) -> None:
         self.stop()
         super().cleanup()
+
+    # --- the command line, in this process while the host runs ----------------------
+
+    def run_cli(
+        self, *args: str, env: dict[str, str] | None = None, module: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """``pi-workflows ARGS``: in this process while the host runs, else a subprocess.
+
+        A subprocess still runs it when the host is not running (this process's
+        environment and plugins are not the home's then), with environment overrides
+        (they would reach the host's thread too), and for ``state`` commands, which open
+        the database in the command's process: here that would repoint the process-wide
+        database the host's thread uses.
+        """
+        running = self._thread is not None and self._thread.is_alive()
+        if not running or env or "state" in args:
+            return super().run_cli(*args, env=env, module=module)
+        return self._run_cli_here(args)
+
+    def _run_cli_here(self, args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        from click.testing import CliRunner
+
+        from ..cli.main import cli
+
+        # A fresh root group per command, as a new process has: the commands plugins
+        # register come from the plugins loaded now, not from an earlier test's.
+        group = copy.copy(cli)
+        group.commands = {}
+        group._plugin_commands_loaded = False  # type: ignore[attr-defined]
+        previous = os.getcwd()
+        os.chdir(self.project)  # the subprocess's working directory
+        try:
+            result = CliRunner().invoke(group, list(args), prog_name="pi-workflows")
+        finally:
+            os.chdir(previous)
+        stderr = result.stderr
+        if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+            stderr += "".join(traceback.format_exception(*result.exc_info))
+        return subprocess.CompletedProcess(
+            ["pi-workflows", *args], result.exit_code, result.stdout, stderr
+        )
 
     # --- this process, as the host's ------------------------------------------------
 

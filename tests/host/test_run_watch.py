@@ -259,6 +259,7 @@ def test_wait_for_run_returns_on_the_pushed_status_not_on_a_poll(harness: HostHa
 
 def test_wait_for_run_times_out_with_the_last_status(harness: HostHarness):
     run_id = _watched_run(harness)
+    harness.wait_for_status(run_id, "running")  # the status the timeout must report
     client = harness.client()
     try:
         with pytest.raises(RunWaitTimedOut, match=f"Run {run_id} is still running after"):
