@@ -34,9 +34,15 @@ def apply_from_environment() -> None:
     """In the worker process: hold it to the limit its host's settings give, if any.
     (The host's environment carries every setting its workers need: docs/operations.md.)"""
     raw = os.environ.get(ENV, "").strip()
-    if raw:
-        limit = size_bytes(raw)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if not raw:
+        return
+    # A launch plugin may have set a tighter one already (`WorkerProcessSpec.rlimits`,
+    # applied first): the tighter wins, and a limit is never raised.
+    limit = size_bytes(raw)
+    for current in resource.getrlimit(resource.RLIMIT_AS):
+        if current != resource.RLIM_INFINITY:
+            limit = min(limit, current)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def note() -> str:
