@@ -2,6 +2,7 @@
 
     python benchmarks/compare_dbos.py [--rounds 3] [--runs 30] [--queued 300]
                                       [--answers 15] [--sync-runs 50] [--skip-dbos]
+                                      [--backend sqlite|postgresql] [--statements]
 
 Installs DBOS from benchmarks/requirements.txt into its own virtual environment (under
 the user cache directory, reused while the requirements do not change) and runs its half
@@ -9,6 +10,16 @@ of each workload there (benchmarks/dbos_workloads.py; SQLite system database, qu
 notification polling every 10 ms). pi-workflows runs as a user runs it: a private host
 process (default timers, WAL with synchronous=FULL) with one supervised worker process
 per run, driven over its socket by the client library and the CLI.
+
+With `--backend postgresql` both systems keep their state in one throwaway PostgreSQL 15
+server the benchmark starts (the test kit's PostgresCluster; fsync on, as in production;
+pg_stat_statements loaded), each run of a workload in a fresh database of its own.
+Besides the timings it reports, per run, the statements each system sent and the
+transactions it committed (pg_stat_statements calls and pg_stat_database xact_commit of
+that database over the system's whole life, read after it has exited: start-up and
+shut-down included, spread over the runs). `--statements` prints pi-workflows' most
+frequent statements of the 4-worker queue workload. The fsync row is left out (the
+server, not the systems, syncs).
 
 Workloads (every round runs both systems, one after the other):
   seq      3-node workflow (three compute steps), start -> result, sequential p50/p95;
@@ -56,7 +67,8 @@ from platformdirs import user_cache_dir
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload
-from pi_workflows.home import Home
+from pi_workflows.home import DATABASE_ENV, Home
+from pi_workflows.testing.postgres import PostgresCluster
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "requirements.txt"
@@ -121,6 +133,66 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} cores)"
 
 
+# --- the database server -----------------------------------------------------------
+
+
+class Databases:
+    """Where a system under test keeps its state: SQLite files (the default) or a fresh
+    database per system on one PostgreSQL server, with what each system sent it."""
+
+    def __init__(self, backend: str) -> None:
+        self.cluster: PostgresCluster | None = None
+        self.statements: list[tuple[int, str]] = []
+        if backend == "postgresql":
+            self.cluster = PostgresCluster(
+                settings={"shared_preload_libraries": "pg_stat_statements", "fsync": "on"}
+            )
+            self.cluster.server.execute("CREATE EXTENSION pg_stat_statements")
+
+    def fresh(self) -> str | None:
+        """The URL of a new, empty PostgreSQL database; None for SQLite."""
+        return None if self.cluster is None else self.cluster.server.create_database()
+
+    def release(self, url: str | None, runs: int, keep_statements: bool = False) -> dict[str, Any]:
+        """Statements and commits per run on `url` once its system has exited; drops it."""
+        if self.cluster is None or url is None:
+            return {}
+        server, name = self.cluster.server, url.rsplit("/", 1)[1]
+        # A backend's counters reach pg_stat_database when it exits: wait for them all.
+        deadline = time.monotonic() + 30
+        while server.execute(f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}'")[0][
+            0
+        ]:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"connections to {name} outlived their system")
+            time.sleep(0.05)
+        ((commits, statements),) = server.execute(
+            "SELECT d.xact_commit, (SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
+            f" WHERE s.dbid = d.datid) FROM pg_stat_database d WHERE d.datname = '{name}'"
+        )
+        if keep_statements:
+            self.statements = [
+                (int(calls), str(query))
+                for calls, query in server.execute(
+                    "SELECT s.calls, s.query FROM pg_stat_statements s JOIN pg_database d"
+                    f" ON d.oid = s.dbid WHERE d.datname = '{name}' ORDER BY s.calls DESC"
+                    " LIMIT 25"
+                )
+            ]
+        server.drop_database(url)
+        return {
+            "statements_per_run": int(statements) / runs,
+            "commits_per_run": int(commits) / runs,
+        }
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.destroy()
+
+
+DATABASES = Databases("sqlite")
+
+
 # --- DBOS ------------------------------------------------------------------------------
 
 
@@ -143,21 +215,18 @@ def dbos_python() -> Path:
 
 
 def dbos_run(python: Path, workload: str, runs: int) -> dict[str, Any]:
+    url = DATABASES.fresh()
+    database = [] if url is None else ["--database-url", url]
     with tempfile.TemporaryDirectory(prefix="dbos-bench-") as directory:
         done = subprocess.run(
-            [
-                str(python),
-                str(HERE / "dbos_workloads.py"),
-                workload,
-                directory,
-                "--runs",
-                str(runs),
-            ],
+            [str(python), str(HERE / "dbos_workloads.py"), workload, directory]
+            + ["--runs", str(runs), *database],
             check=True,
             capture_output=True,
             text=True,
         )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures | DATABASES.release(url, runs)
 
 
 def dbos_syncs(python: Path, runs: int) -> float:
@@ -233,6 +302,7 @@ class PiHost:
     """A private home with the benchmark workflows and a host process serving it."""
 
     def __init__(self, max_workers: int = 4) -> None:
+        self.database_url = DATABASES.fresh()
         self.root = Path(tempfile.mkdtemp(prefix="piw-compare-"))
         os.chmod(self.root, 0o700)
         self.home = Home(self.root / "home")
@@ -244,6 +314,8 @@ class PiHost:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
         self.env["PI_WORKFLOWS_CONFIG_DIR"] = str(self.root / "config")
         self.env["PI_WORKFLOWS_MAX_WORKERS"] = str(max_workers)
+        if self.database_url is not None:
+            self.env[DATABASE_ENV] = self.database_url
         self.process = subprocess.Popen(
             [sys.executable, "-m", "pi_workflows", "--home", str(self.home.root), "host", "run"],
             env=self.env,
@@ -288,11 +360,13 @@ class PiHost:
         """As a user's code waits: on the status the host pushes."""
         return self.client.wait_for_run(run_id)
 
-    def close(self) -> None:
+    def close(self, runs: int = 1, keep_statements: bool = False) -> dict[str, Any]:
+        """Stop the host; statements and commits per run of its database (PostgreSQL)."""
         self.client.close()
         self.process.terminate()
         self.process.wait(timeout=60)
         shutil.rmtree(self.root, ignore_errors=True)
+        return DATABASES.release(self.database_url, runs, keep_statements)
 
 
 def pi_seq(runs: int) -> dict[str, Any]:
@@ -305,9 +379,11 @@ def pi_seq(runs: int) -> dict[str, Any]:
             status = host.wait(run_id)
             assert status["status"] == "completed", status
             latencies.append((time.perf_counter() - began) * 1000)
-        return {"p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95)}
-    finally:
+    except BaseException:
         host.close()
+        raise
+    counters = host.close(runs)
+    return {"p50_ms": percentile(latencies, 0.5), "p95_ms": percentile(latencies, 0.95)} | counters
 
 
 def pi_batch_start(count: int) -> dict[str, Any]:
@@ -350,14 +426,16 @@ def pi_queue(count: int, max_workers: int) -> dict[str, Any]:
         done = [host.wait(run_id) for run_id in run_ids]
         finished = time.perf_counter()
         assert all(r["status"] == "completed" for r in done), done[:3]
-        return {
+        figures = {
             "starts_per_s": count / (enqueued - began),
             "runs_per_s": count / (finished - began),
             "cpu_s": host.tree_cpu_s() - cpu_before,
             "host_cpu_s": host.host_cpu_s() - host_cpu_before,
         }
-    finally:
+    except BaseException:
         host.close()
+        raise
+    return figures | host.close(count, keep_statements=max_workers == 4)
 
 
 def pi_answer(runs: int, kind: str) -> dict[str, Any]:
@@ -422,18 +500,23 @@ def pi_cli() -> dict[str, float]:
 
 
 def dbos_cli(python: Path) -> dict[str, float]:
+    database_url = DATABASES.fresh()
+    database = [] if database_url is None else ["--database-url", database_url]
     with tempfile.TemporaryDirectory(prefix="dbos-bench-") as directory:
         subprocess.run(
-            [str(python), str(HERE / "dbos_workloads.py"), "seq", directory, "--runs", "5"],
+            [str(python), str(HERE / "dbos_workloads.py"), "seq", directory, "--runs", "5"]
+            + database,
             check=True,
             capture_output=True,
         )
         dbos = str(python.parent / "dbos")
-        url = f"sqlite:///{directory}/dbos.sqlite"
-        return {
+        url = database_url or f"sqlite:///{directory}/dbos.sqlite"
+        figures = {
             "version_ms": cli_wall_ms([dbos, "--help"], dict(os.environ)),
             "list_ms": cli_wall_ms([dbos, "workflow", "list", "-s", url], dict(os.environ)),
         }
+    DATABASES.release(database_url, 1)
+    return figures
 
 
 # --- report ----------------------------------------------------------------------------
@@ -455,6 +538,10 @@ ROWS = (
     ("checkpoint answer -> continuation done p50", "ask.p50_ms", "ms", False),
     ("decision answer -> continuation done p50", "decide.p50_ms", "ms", False),
     ("fsync+fdatasync per run", "syncs.per_run", "", False),
+    ("statements per run (3-node, sequential)", "seq.statements_per_run", "", False),
+    ("commits per run (3-node, sequential)", "seq.commits_per_run", "", False),
+    ("statements per run ({queued} queued)", "queue4.statements_per_run", "", False),
+    ("commits per run ({queued} queued)", "queue4.commits_per_run", "", False),
     ("CLI --version wall", "cli.version_ms", "ms", False),
     ("CLI list runs wall (live system)", "cli.list_ms", "ms", False),
 )
@@ -475,10 +562,25 @@ def main() -> None:
     parser.add_argument("--sync-runs", type=int, default=50)
     parser.add_argument("--skip-dbos", action="store_true", help="pi-workflows figures only")
     parser.add_argument("--only", default="seq,queue,answer,syncs,cli")
+    parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument(
+        "--statements", action="store_true", help="print the host's most frequent statements"
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
+    if args.backend == "postgresql":
+        only.discard("syncs")  # the server syncs, not the systems: nothing to compare
 
-    print(f"before: {load()}", flush=True)
+    global DATABASES
+    DATABASES = Databases(args.backend)
+    try:
+        measure(args, only)
+    finally:
+        DATABASES.close()
+
+
+def measure(args: argparse.Namespace, only: set[str]) -> None:
+    print(f"before: {load()} ({args.backend})", flush=True)
     python = None if args.skip_dbos else dbos_python()
     rounds: dict[str, list[dict[str, Any]]] = {"dbos": [], "pi": []}
     steps: list[tuple[str, Callable[[], dict[str, Any]], Callable[[], dict[str, Any]]]] = []
@@ -564,6 +666,10 @@ def main() -> None:
         print(f"{label:46} {shown:>10} {pi:>11.1f}{unit:2} {ratio:>7}")
     print("ratio > 1: pi-workflows is slower (or uses more); < 1: faster")
     print(f"after: {load()}")
+    if args.statements and DATABASES.statements:
+        print(f"\npi-workflows' most frequent statements, {args.queued} queued runs, 4 workers:")
+        for calls, query in DATABASES.statements:
+            print(f"{calls / args.queued:8.2f}/run  {' '.join(query.split())[:110]}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The DBOS side of compare_dbos.py; runs inside DBOS's own virtual environment.
 
-    python dbos_workloads.py WORKLOAD DIR [--runs N] [--wait-for-go]
+    python dbos_workloads.py WORKLOAD DIR [--runs N] [--wait-for-go] [--database-url URL]
 
 WORKLOAD is `seq`, `queue` or `answer`. DBOS Transact runs in this process with a SQLite
-system database in DIR, queue polling and notification polling every 10 ms. Prints one
+system database in DIR (or the PostgreSQL database at URL), queue polling and (SQLite)
+notification polling every 10 ms. Prints one
 JSON object: the workload's figures plus `cpu_s`, the CPU time of this process (DBOS
 runs its workflows in threads here, so that is the whole process tree). With
 `--wait-for-go` it prints `READY <pid>` after launch and waits for a line on stdin, so
@@ -35,12 +36,13 @@ def main() -> None:
     parser.add_argument("directory")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--wait-for-go", action="store_true")
+    parser.add_argument("--database-url", help="a PostgreSQL system database instead")
     args = parser.parse_args()
 
-    database = Path(args.directory) / "dbos.sqlite"
+    database_url = args.database_url or f"sqlite:///{Path(args.directory) / 'dbos.sqlite'}"
     config: DBOSConfig = {
         "name": "bench",
-        "system_database_url": f"sqlite:///{database}",
+        "system_database_url": database_url,
         "notification_listener_polling_interval_sec": POLL_S,
         "log_level": "WARNING",
     }

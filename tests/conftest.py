@@ -6,15 +6,11 @@ Fixtures here are generic on purpose; every test package of the project may use 
 from __future__ import annotations
 
 import importlib.metadata
-import os
-import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,12 @@ from pi_workflows.home import Home
 from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHome, installed_entry_points, short_temp_dir
 from pi_workflows.testing import run_record as kit_run_record
+from pi_workflows.testing.postgres import (
+    SCHEMA_TEMPLATE,
+    PostgresCluster,
+    PostgresServer,
+    PostgresSetupError,
+)
 
 # The test kit is also a pytest11 entry point; naming it here keeps a venv whose metadata
 # predates that entry point working (pytest registers a module once). scenario_coverage
@@ -170,169 +172,10 @@ def audit_plugin() -> str:
 # --- PostgreSQL ------------------------------------------------------------------------------
 
 
-SCHEMA_TEMPLATE = "piw_schema_template"
-
-
-@dataclass(frozen=True)
-class PostgresServer:
-    """A throwaway PostgreSQL cluster listening on localhost."""
-
-    host: str
-    port: int
-    user: str
-    password: str | None = None
-
-    def url(self, database: str) -> str:
-        login = f"{self.user}:{self.password}" if self.password else self.user
-        return f"postgresql://{login}@{self.host}:{self.port}/{database}"
-
-    def _execute(self, statement: str) -> None:
-        import psycopg2
-
-        connection = psycopg2.connect(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
-            dbname="postgres",
-        )
-        try:
-            connection.autocommit = True
-            with connection.cursor() as cursor:
-                cursor.execute(statement)
-        finally:
-            connection.close()
-
-    def create_database(self, *, from_template: bool = False) -> str:
-        """A new database, empty or a clone of the schema template; returns its URL.
-
-        Cloning the template (tables created once per session) is much faster than
-        creating the schema in every test.
-        """
-        name = f"piw_{uuid.uuid4().hex[:12]}"
-        template = f' TEMPLATE "{SCHEMA_TEMPLATE}"' if from_template else ""
-        self._execute(f'CREATE DATABASE "{name}"{template}')
-        return self.url(name)
-
-    def drop_database(self, url: str) -> None:
-        name = url.rsplit("/", 1)[1]
-        self._execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-class PostgresCluster:
-    """A PostgreSQL cluster of one test or session: initdb'd, started, restartable.
-
-    With a `password`, connections over TCP must give it (scram-sha-256), as on a real
-    server; without one they are trusted.
-    """
-
-    def __init__(self, *, password: str | None = None) -> None:
-        missing = [tool for tool in ("initdb", "pg_ctl", "postgres") if shutil.which(tool) is None]
-        if missing:
-            pytest.fail(
-                f"PostgreSQL server binaries not on PATH: {', '.join(missing)}; install them "
-                "(.ci/run does) and put their bin directory on PATH.",
-                pytrace=False,
-            )
-        # Not under pytest's private tmp root: the postgres user must be able to reach it.
-        self.base = Path(tempfile.mkdtemp(prefix="piw-postgres-"))
-        self.data_dir, socket_dir = self.base / "data", self.base / "socket"
-        self.log_file = self.base / "server.log"
-        socket_dir.mkdir()
-        initdb = ["initdb", "-D", str(self.data_dir), "-U", "postgres", "--no-sync"]
-        if password is None:
-            initdb += ["-A", "trust"]
-        else:
-            password_file = self.base / "password"
-            password_file.write_text(password + "\n")
-            initdb += [
-                "--auth-local=trust",
-                "--auth-host=scram-sha-256",
-                f"--pwfile={password_file}",
-            ]
-        if os.geteuid() == 0:
-            for path in (self.base, socket_dir, *self.base.glob("password")):
-                shutil.chown(path, user="postgres")
-        self.port = _free_port()
-        _run_postgres_tool(initdb, self.log_file)
-        self.options = f"-p {self.port} -k {socket_dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self.server = PostgresServer("127.0.0.1", self.port, "postgres", password)
-        self.start()
-
-    def start(self) -> None:
-        """Start the server and return once it accepts connections over TCP (`pg_ctl -w`
-        can return while a restarted server still answers "starting up")."""
-        import psycopg2
-
-        from pi_workflows.testing import wait_until
-
-        _run_postgres_tool(
-            ["pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file)]
-            + ["-o", self.options, "-w", "start"],
-            self.log_file,
-        )
-
-        def accepts() -> bool:
-            try:
-                psycopg2.connect(self.server.url("postgres"), connect_timeout=2).close()
-            except psycopg2.OperationalError:
-                return False
-            return True
-
-        wait_until(accepts, timeout=60, what="the PostgreSQL server to accept connections")
-
-    def stop(self, mode: str = "fast") -> None:
-        _run_postgres_tool(
-            ["pg_ctl", "-D", str(self.data_dir), "-m", mode, "-w", "stop"], self.log_file
-        )
-
-    def is_running(self) -> bool:
-        status = subprocess.run(
-            _as_postgres_user(["pg_ctl", "-D", str(self.data_dir), "status"]),
-            capture_output=True,
-            timeout=60,
-        )
-        return status.returncode == 0
-
-    def destroy(self) -> None:
-        subprocess.run(
-            _as_postgres_user(
-                ["pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"]
-            ),
-            capture_output=True,
-            timeout=120,
-        )
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _as_postgres_user(command: list[str]) -> list[str]:
-    """PostgreSQL refuses to run as root; drop to the `postgres` user when we are root."""
-    if os.geteuid() == 0:
-        return ["runuser", "-u", "postgres", "--", *command]
-    return command
-
-
-def _run_postgres_tool(command: list[str], log_file: Path) -> None:
-    result = subprocess.run(_as_postgres_user(command), capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        server_log = log_file.read_text() if log_file.exists() else "(no server log)"
-        pytest.fail(
-            f"{command[0]} failed with exit {result.returncode}:\n{result.stdout}"
-            f"{result.stderr}\n{server_log}",
-            pytrace=False,
-        )
-
-
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     """A real PostgreSQL server for the whole session (fails loudly without the binaries)."""
-    cluster = PostgresCluster()
+    cluster = _started_cluster()
     try:
         _create_schema_template(cluster.server)
         yield cluster.server
@@ -343,16 +186,24 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest.fixture
 def postgres_cluster() -> Iterator[PostgresCluster]:
     """A PostgreSQL cluster of the test's own, with a password: the test may stop it."""
-    cluster = PostgresCluster(password=f"pw-{uuid.uuid4().hex}")
+    cluster = _started_cluster(password=f"pw-{uuid.uuid4().hex}")
     try:
         yield cluster
     finally:
         cluster.destroy()
 
 
+def _started_cluster(*, password: str | None = None) -> PostgresCluster:
+    """A started cluster; a missing binary or failed tool fails the test, saying which."""
+    try:
+        return PostgresCluster(password=password)
+    except PostgresSetupError as error:
+        pytest.fail(str(error), pytrace=False)
+
+
 def _create_schema_template(server: PostgresServer) -> None:
     """A database holding the current schema, cloned by `create_database(from_template=True)`."""
-    server._execute(f'CREATE DATABASE "{SCHEMA_TEMPLATE}"')
+    server.execute(f'CREATE DATABASE "{SCHEMA_TEMPLATE}"')
     with tempfile.TemporaryDirectory(prefix="piw-template-") as scratch:
         open_state(Home(Path(scratch) / "home"), server.url(SCHEMA_TEMPLATE)).close()
 

@@ -41,8 +41,8 @@ from pi_workflows.storage import open_state
 from pi_workflows.storage.maintenance import state_verify
 from pi_workflows.testing import WorkflowHost, short_temp_dir, wait_until
 from pi_workflows.testing.host import TERMINAL_STATUSES
+from pi_workflows.testing.postgres import PostgresServer
 
-from ..conftest import PostgresServer
 from .workflows import AGENT, VETO_PLUGIN, WORKFLOWS
 
 KINDS = ("chain", "branch", "idempotent", "manual", "checkpoint", "decision", "agent")
