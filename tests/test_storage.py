@@ -383,6 +383,30 @@ def test_each_run_change_bumps_the_revision_once_and_appends_one_event(store, ma
     assert events[2].payload == {"output": 1} and events[2].lease_generation == 1
 
 
+def test_a_transaction_names_the_revision_it_wrote_without_reading_it_back(
+    store, make_run, monkeypatch
+):
+    from pi_workflows.storage import runs
+
+    with store.transaction():
+        make_run("named-run")
+        record_run_change("named-run", event_type="run.started", actor="host", status="running")
+        # Read from the database, this raises: the write's own RETURNING answers instead.
+        with monkeypatch.context() as patch:
+            patch.setattr(runs, "_RUN_REVISION", None)
+            assert runs.current_revision("named-run") == 2
+        # A savepoint that wrote and rolled back leaves the revision the database holds.
+        with pytest.raises(RuntimeError), store.savepoint():
+            record_run_change("named-run", event_type="run.paused", actor="host")
+            assert runs.current_revision("named-run") == 3
+            raise RuntimeError("this block fails")
+        assert runs.current_revision("named-run") == 2
+    # Outside any transaction the database answers (another process may have written).
+    with store.transaction():
+        record_run_change("named-run", event_type="run.paused", actor="host")
+    assert runs.current_revision("named-run") == run_record("named-run").revision == 3
+
+
 @pytest.mark.scenario("2.12", "2.14")
 def test_a_stale_expected_revision_changes_nothing(store, make_run):
     with store.transaction():

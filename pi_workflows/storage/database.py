@@ -28,7 +28,7 @@ from ..errors import (
     UnsafeHomeError,
 )
 from ..home import Home, check_private_dir, prepare_home
-from . import blobs, file_watch, run_transitions
+from . import blobs, file_watch, revisions, run_transitions
 from .connection_guard import ConnectionGuard
 from .models import (
     ADDED_INDEXES,
@@ -153,6 +153,7 @@ class StateStore:
         tx.depth, tx.doomed, tx.after_commit = 1, False, []
         run_transitions.forget()
         blobs.transaction_began()
+        revisions.transaction_began()
         committed = False
         deferred: list[Callable[[], None]] = []
         try:
@@ -205,6 +206,7 @@ class StateStore:
         finally:
             tx.depth = 0
             blobs.transaction_ended(committed)
+            revisions.transaction_ended()
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()
@@ -230,6 +232,7 @@ class StateStore:
             self.db.execute_sql("RELEASE SAVEPOINT piw_block")
             del tx.after_commit[callbacks:]
             blobs.rolled_back_to(blobs_written)
+            revisions.rolled_back()
             tx.doomed = doomed
             raise
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ..clock import now_ms
@@ -11,12 +12,54 @@ from .blobs import put_json, put_json_in_parts
 from .models import Run
 
 
+class _Bumped(threading.local):
+    """The revision each run reached in this thread's open transaction, as the statement
+    that set it returned it (None: no transaction), so the transaction can name a run's
+    revision after writing it without reading it back.
+
+    `StateStore` keeps it: empty when a transaction begins, emptied when a savepoint rolls
+    back (what it undid is not tracked: the next reads go to the database), None again
+    when the transaction ends.
+    """
+
+    def __init__(self) -> None:
+        self.revisions: dict[str, int] | None = None
+
+
+_bumped = _Bumped()
+
+
+def transaction_began() -> None:
+    _bumped.revisions = {}
+
+
+def rolled_back() -> None:
+    if _bumped.revisions is not None:
+        _bumped.revisions.clear()
+
+
+def transaction_ended() -> None:
+    _bumped.revisions = None
+
+
+def written_revision(run_id: str) -> int | None:
+    """The revision this transaction's last write of the run gave it (None: not written)."""
+    revisions = _bumped.revisions
+    return None if revisions is None else revisions.get(run_id)
+
+
+def _note(run_id: str, revision: int) -> None:
+    if _bumped.revisions is not None:
+        _bumped.revisions[run_id] = revision
+
+
 def create_run_row(*, actor: str, event_type: str = "run.created", **fields: Any) -> Run:
     """Insert a run at revision 1 with its creation event (call inside a transaction)."""
     stamp = fields.pop("created_at", None) or now_ms()
     values = {"revision": 1, "created_at": stamp, "updated_at": stamp, **fields}
     statements.insert_row(Run, values)
     run = Run(**values)
+    _note(run.run_id, 1)
     payload_hash = put_json({"status": run.status})
     statements.insert_event(run.run_id, 1, event_type, actor, None, payload_hash, stamp)
     run_transitions.note(run.run_id, event_type)
@@ -50,6 +93,7 @@ def record_run_change(
             f"Workflow run {run_id} is at revision {current.revision}, not "
             f"{expected_revision}; read it again and retry."
         )
+    _note(run_id, revision)
     statements.insert_event(
         run_id,
         revision,

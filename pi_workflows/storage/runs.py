@@ -19,7 +19,7 @@ from . import statements
 from .blobs import put_json, put_text, read_json, read_text
 from .models import Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
-from .revisions import create_run_row
+from .revisions import create_run_row, written_revision
 
 
 def new_run_id(workflow_name: str, at_ms: int | None = None) -> str:
@@ -175,7 +175,11 @@ def run_fields(run_id: str, *names: str) -> tuple[Any, ...]:
 
 
 def current_revision(run_id: str) -> int | None:
-    """The run's revision (None: no such run)."""
+    """The run's revision (None: no such run). After a write of the run in the open
+    transaction, the revision that write returned: no round trip to read it back."""
+    written = written_revision(run_id)
+    if written is not None:
+        return written
     revision: int | None = _RUN_REVISION.scalar(run_id=run_id)
     return revision
 
