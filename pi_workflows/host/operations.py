@@ -393,9 +393,10 @@ class Operations:
             return forwarded_commands.forward(request, run_id)
         slots = self.slots
         active = slots.active_runs.get(run_id)
-        if active is not None and active.released:
-            # Its worker's own write released the claim (the run waits for an answer) and
-            # the worker is on its way out: pause the run as one with no worker, as cancel does.
+        if active is not None and (active.released or active.control == "pause"):
+            # Its claim is released (by its worker's own write: the run waits for an answer;
+            # or by a pause a resume undid) and the worker is on its way out: pause the run
+            # as one with no worker, as cancel does.
             active = None
         if active is not None and active.control is not None:
             return OperationResult(
@@ -442,7 +443,12 @@ class Operations:
         run = get_run(run_id)
         host = self.host
         slots = self.slots
-        if slots.is_busy(run_id) or forwarded_commands.owned_elsewhere(self.slots, run_id):
+        active = slots.active_runs.get(run_id)
+        # A pause released the claim and is still stopping the worker: the resume holds,
+        # and the claim pass takes the run once that worker has exited.
+        stopping = run.paused and active is not None and active.control == "pause"
+        busy = slots.is_busy(run_id) and not stopping
+        if busy or forwarded_commands.owned_elsewhere(self.slots, run_id):
             return OperationResult(
                 "adopted",
                 receipt={
@@ -480,8 +486,8 @@ class Operations:
             )
         # The claim gate: a free slot, the claim plugins, the fenced claim; the worker
         # launches after this commit.
-        answer = slots.claim_run(run_id)
-        if answer.generation is not None:
+        answer = None if stopping else slots.claim_run(run_id)
+        if answer is not None and answer.generation is not None:
             return OperationResult(
                 "accepted",
                 receipt={
@@ -492,7 +498,7 @@ class Operations:
                 revision=get_run(run_id).revision,
                 run_id=run_id,
             )
-        if answer.refusal == "taken":
+        if answer is not None and answer.refusal == "taken":
             return OperationResult("rejected", error="Run is not resumable", run_id=run_id)
         # Back in the queue: the claim pass takes it when a slot is free and the claim
         # plugins allow it (they are never asked inside this transaction).
@@ -503,7 +509,9 @@ class Operations:
             slots.schedule_pass()
 
         host.store.after_commit(requeued)
-        if answer.refusal == "full":
+        if answer is None:
+            detail = "The run is queued; it runs again once its paused worker has stopped."
+        elif answer.refusal == "full":
             detail = (
                 f"The run is queued; it waits for a free worker slot "
                 f"({slots.busy()} of {slots.max_workers} busy)."

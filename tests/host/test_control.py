@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -115,3 +117,34 @@ def test_cancel_right_after_pause_is_accepted_while_the_worker_still_stops(
     status = harness.client().run_status(run_id)
     assert status["status"] == "cancelled" and status["queueStatus"] == "cancelled"
     assert status["paused"] is False
+
+
+def test_resume_right_after_pause_runs_the_run_again_once_its_worker_has_stopped(
+    harness: HostHarness,
+):
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host()
+    run_id = harness.start_run("blocker")
+    worker = harness.wait_for_pid("blocker.pid")
+    # A stopped worker takes the pause's SIGTERM only at the SIGKILL after the grace
+    # period: the run stays "paused, its worker still stopping" for seconds.
+    os.kill(worker, signal.SIGSTOP)
+    client = harness.client()
+    try:
+        assert client.pause_run(run_id)["paused"] is True
+        # The resume is not "already running": it holds, and the run runs again.
+        resumed = client.resume_run(run_id)
+        assert resumed.get("alreadyRunning") is not True and resumed["queued"] is True
+        assert client.run_status(run_id)["paused"] is False
+        # A pause in the same window pauses it again, and a resume undoes that too.
+        assert client.pause_run(run_id)["alreadyPaused"] is False
+        assert client.run_status(run_id)["paused"] is True
+        assert client.resume_run(run_id)["queued"] is True
+        assert not process_gone(worker), "the window closed before the test was done"
+    finally:
+        client.close()
+    second = harness.wait_for_pid("blocker.pid", previous=worker)
+    assert second != worker and process_gone(worker)
+    (harness.project / "release").touch()
+    status = harness.wait_for_status(run_id, "completed")
+    assert status["paused"] is False and status["finalOutput"] == {"released": True}
