@@ -137,7 +137,7 @@ class InProcessHost(WorkflowHost):
         # register come from the plugins loaded now, not from an earlier test's.
         group = copy.copy(cli)
         group.commands = {}
-        group._plugin_commands_loaded = False  # type: ignore[attr-defined]
+        group._plugin_commands_loaded = False
         previous = os.getcwd()
         os.chdir(self.project)  # the subprocess's working directory
         try:
