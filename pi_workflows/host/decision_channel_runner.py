@@ -32,6 +32,7 @@ import queue
 import re
 import stat
 import threading
+import time
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -185,6 +186,10 @@ class Lane:
     def close(self) -> None:
         self._calls.put(None)
 
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the calls queued before `close()` to finish."""
+        self._thread.join(max(timeout, 0.0))
+
     def _serve(self) -> None:
         while True:
             item = self._calls.get()
@@ -211,6 +216,8 @@ def _settle_future(future: asyncio.Future, result: Any, error: BaseException | N
 
 
 ANSWER_TIMEOUT_S = 30.0
+# How long a stopping host waits, in all, for its channels' close() calls.
+CLOSE_WAIT_S = 5.0
 
 
 class ChannelRunner:
@@ -297,12 +304,17 @@ class ChannelRunner:
         }
 
     def close(self) -> None:
-        """The host is stopping: each channel's `close()` is its lane's last call."""
+        """The host is stopping: each channel's `close()` is its lane's last call. The
+        lanes are daemon threads, so the host waits for those calls (a bounded while: a
+        channel stuck in one cannot hold the stop) before its process exits."""
         for name, lane in self.lanes.items():
             channel = self.channels.get(name)
             if channel is not None and hasattr(channel, "close"):
                 lane.call(channel.close)
             lane.close()
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for lane in self.lanes.values():
+            lane.join(deadline - time.monotonic())
 
     # --- answers and store calls from channel threads ------------------------------------
 

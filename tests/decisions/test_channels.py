@@ -89,7 +89,10 @@ def test_a_hanging_channel_does_not_slow_the_host(harness: HostHarness):
     )
 
 
+# Its close() takes a moment, as a channel's that flushes to a remote service does: the
+# host must wait for it before its process exits.
 CLOSING_CHANNEL = """
+import time
 from pathlib import Path
 
 from pi_workflows.hookspecs import hookimpl
@@ -106,6 +109,7 @@ class ClosingChannel:
         return {}
 
     def close(self):
+        time.sleep(0.5)
         self.closed.write_text("closed")
 
 
