@@ -47,7 +47,8 @@ from .workflows import AGENT, VETO_PLUGIN, WORKFLOWS
 
 KINDS = ("chain", "branch", "idempotent", "manual", "checkpoint", "decision", "agent")
 AGENT_MODES = ("submits", "rejects", "never")
-SETTLE_S = 90.0
+SETTLE_S = 90.0  # at teardown, how long no run may move before the runs count as stuck
+SETTLE_MAX_S = 1800.0
 # How long a claim the veto plugin allowed may take to start its worker (a loaded machine).
 ASK_TO_START_MS = 10_000
 
@@ -468,8 +469,24 @@ class HostModel(RuleBasedStateMachine):
                 return False
             return True
 
+        # Liveness is progress: forty runs on one worker of a starved host take long, but
+        # each step moves some run on. Stuck is SETTLE_S without any run changing.
+        progress: list[Any] = [None, time.monotonic()]
+
+        def settled_or_stuck() -> bool:
+            if settled():
+                return True
+            mark = self._query("SELECT COUNT(*), COALESCE(SUM(revision), 0) FROM runs")[0]
+            if mark != progress[0]:
+                progress[:] = [mark, time.monotonic()]
+            elif time.monotonic() - progress[1] > SETTLE_S:
+                raise AssertionError("stuck")
+            return False
+
         try:
-            wait_until(settled, timeout=SETTLE_S, interval=0.2, what="every run to settle")
+            wait_until(
+                settled_or_stuck, timeout=SETTLE_MAX_S, interval=0.2, what="every run to settle"
+            )
         except AssertionError:
             unsettled = {
                 m.current: self._why(m.current)
@@ -477,8 +494,8 @@ class HostModel(RuleBasedStateMachine):
                 if self.status(m.current)["status"] not in TERMINAL_STATUSES
             }
             raise AssertionError(
-                f"runs not settled after {SETTLE_S} s: {unsettled}\nhost log (end):\n"
-                + self.host.host_log()[-3000:]
+                f"runs not settled, none moving for {SETTLE_S} s: {unsettled}\n"
+                "host log (end):\n" + self.host.host_log()[-3000:]
             ) from None
         self.statuses_move_legally()
         self.nodes_and_effects_ran_at_most_as_often_as_allowed()
