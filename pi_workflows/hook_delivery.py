@@ -76,6 +76,9 @@ class _Line:
                     target=self._deliver, name=f"pi-workflows-notify-{self.plugin}", daemon=True
                 )
                 self._thread.start()
+                threading.Thread(
+                    target=self._watch, name=f"pi-workflows-watch-{self.plugin}", daemon=True
+                ).start()
             self._condition.notify()
 
     def _is_hung(self) -> bool:
@@ -100,6 +103,22 @@ class _Line:
         )
         return True
 
+    def _watch(self) -> None:
+        """Marks the call in progress hung once its deadline passes, so a plugin that
+        hangs on the last notification for a while is reported too, not only when the
+        next one comes."""
+        with self._condition:
+            while True:
+                current = self._current
+                if current is None or self._hung:
+                    self._condition.wait()
+                    continue
+                left = current[1] + self._delivery.timeout_s - time.monotonic()
+                if left > 0:
+                    self._condition.wait(left)
+                else:
+                    self._is_hung()
+
     def wait_idle(self, deadline: float) -> bool:
         """Wait until the line delivered what it holds or its call in progress is past
         the deadline (hung), at most until `deadline` (monotonic); True when it did."""
@@ -123,6 +142,7 @@ class _Line:
                     self._condition.wait()
                 notification = self._queue.popleft()
                 self._current = (notification.hook, time.monotonic())
+                self._condition.notify_all()  # the watch times this call
             try:
                 notification.function(**notification.kwargs)
             except Exception as exc:
