@@ -168,6 +168,7 @@ def test_a_channel_kind_decides_who_answers_through_decision_answer(harness: Hos
     harness.start_host()
     run_id = harness.start_run("decide")
     decision_id = pending_decision(harness, run_id)["decisionId"]
+    harness.wait_for_status(run_id, "waiting")  # the decision is written before the park
     # `run why` names only the answer paths of this audience: no `decision answer`.
     why = json.loads(harness.cli("run", "why", run_id, "--json").stdout)
     assert (why["code"], why["next"]) == ("decision", "answer it through channel desk")

@@ -323,7 +323,10 @@ def piw_open_database(url, home):
 def piw_run_transition(run_id, old_status, new_status, detail):
     names = ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
     pragmas = {name: DATABASE.execute_sql(f"PRAGMA {name}").fetchone()[0] for name in names}
-    Path(os.environ["PIW_TEST_RECORD"]).write_text(json.dumps(pragmas))
+    # Whole or not at all: the test reads it while this may run again.
+    record = Path(os.environ["PIW_TEST_RECORD"])
+    record.with_suffix(".part").write_text(json.dumps(pragmas))
+    os.replace(record.with_suffix(".part"), record)
 """
 
 
