@@ -123,6 +123,8 @@ class RunsScreen(Screen[None]):
 
     def runs_changed(self, changed: list[dict[str, Any]]) -> None:
         """Merge what the host pushed: changed rows in place, new runs at the top."""
+        if not self.is_attached:  # a push that was on its way when the list closed
+            return
         by_id = {run["runId"]: run for run in self.runs}
         new = []
         moved = []
