@@ -277,3 +277,22 @@ def test_the_runs_list_reads_the_next_page_at_its_last_row(in_process_host) -> N
         assert rows == seeded[::-1]
 
     drive(in_process_host, None, script)
+
+
+def test_no_color_draws_the_run_view_in_monochrome_with_its_glyphs(
+    in_process_host, monkeypatch
+) -> None:
+    from textual.filter import Monochrome, NoColor
+
+    in_process_host.start()
+    run_id = in_process_host.start_run("human-decision", {})
+    monkeypatch.setenv("NO_COLOR", "1")  # the viewer's environment, not the host's
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        # Every line the app draws goes through Textual's colourless filter, and the
+        # statuses still read: the glyphs carry them, not colours.
+        assert any(isinstance(f, (Monochrome, NoColor)) for f in app.get_line_filters())
+        await until(pilot, "the graph", lambda: "⏸ approve" in shown(app, "#graph"))
+        assert "✓ proposal" in shown(app, "#graph")
+
+    drive(in_process_host, run_id, script, size=(80, 24))
