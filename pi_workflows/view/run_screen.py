@@ -348,7 +348,10 @@ class RunScreen(Screen[None]):
             )
             pane.update(f"decision: {data.decision['title']}\n{choices}\na: answer")
         elif status["status"] == "waiting" and status.get("continuation") is None:
-            pane.update(f"checkpoint: {_checkpoint_summary(status)}\na: answer")
+            if self.why_code == "decision":  # pushed before the next read brings it
+                pane.update("decision: reading it from the host…")
+            else:
+                pane.update(f"checkpoint: {_checkpoint_summary(status)}\na: answer")
         else:
             pane.update("Nothing to answer.")
 

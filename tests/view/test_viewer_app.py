@@ -66,7 +66,13 @@ def test_a_human_decision_is_followed_and_answered_from_the_run_view(in_process_
         await until(pilot, "the decision waiting", lambda: "⏸ approve" in shown(app, "#graph"))
         assert "✓ proposal" in shown(app, "#graph")
         assert "2 ⏸ approve" in shown(app, "#steps")
-        assert "Approve the plan to ship it?" in shown(app, "#waiting-text")
+        # Never taken for a checkpoint while the read that brings the decision is on its way.
+        assert "checkpoint" not in shown(app, "#waiting-text")
+        await until(
+            pilot,
+            "the decision's text",
+            lambda: "Approve the plan to ship it?" in shown(app, "#waiting-text"),
+        )
         await pilot.press("a")
         await until(pilot, "the answer dialog", lambda: bool(app.screen.query("#choice-replan")))
         await pilot.click("#choice-replan")  # needs its text first: refused in the dialog
