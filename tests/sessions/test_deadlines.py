@@ -77,6 +77,8 @@ def test_idle_and_paused_time_move_a_step_deadline(sessions, harness):
     session = sessions.open("session-slow")
     session.report_branch()
     message = session.deliver_next()
+    # The step's message goes out in the commit that parks the run; its status follows.
+    wait_until(lambda: _deadline(harness, run_id)[2] == "waiting", what="the run to wait")
     initial, started_at, status, _ = _deadline(harness, run_id)
     assert (initial, status) == (started_at + 60000, "waiting")
 
