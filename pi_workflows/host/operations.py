@@ -344,9 +344,11 @@ class Operations:
         run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
-        if run.status not in TERMINAL_RUN_STATUSES and forwarded_commands.owned_elsewhere(
-            self.slots, run_id
-        ):
+        if run.status in TERMINAL_RUN_STATUSES:
+            # Checked before the slots: a cancelled run's worker may still be exiting, and
+            # its spent claim token must not turn a repeat into "claim lost".
+            return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
+        if forwarded_commands.owned_elsewhere(self.slots, run_id):
             return forwarded_commands.forward(request, run_id)
         slots = self.slots
         active = slots.active_runs.get(run_id)
@@ -357,6 +359,9 @@ class Operations:
         if not run_claims.terminate_run(
             run_id, token, status="cancelled", code="cancelled", error="Workflow run cancelled"
         ):
+            if get_run(run_id).status in TERMINAL_RUN_STATUSES:
+                # Its worker finished it between the read above and the fenced write.
+                return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
             if token is not None:
                 return OperationResult(
                     "claimLost", error="Run claim was lost before cancellation", run_id=run_id

@@ -42,6 +42,10 @@ def test_cancel_a_running_run_stops_its_worker(harness: HostHarness):
     run_id = harness.start_run("blocker")
     worker = harness.wait_for_pid("blocker.pid")
     harness.cli("run", "cancel", run_id)
+    # A repeat while the cancelled worker may still be exiting (the host still holds its
+    # slot) is refused as terminal, not reported as a lost claim.
+    while_exiting = harness.cli("run", "cancel", run_id, check=False)
+    assert while_exiting.returncode == 1 and "already terminal" in while_exiting.stderr
     wait_until(lambda: process_gone(worker), what="the cancelled worker to stop")
     status = harness.client().run_status(run_id)
     assert status["status"] == "cancelled" and status["queueStatus"] == "cancelled"
