@@ -2,14 +2,19 @@
 
 Every answer is one query of the state database at the time of the call, so on
 PostgreSQL it covers every host that shares the database, and nothing is cached that
-could go stale. A call works from any thread: on a thread without a connection (a
-plugin's own, or a hook deadline's helper) it opens one for the query and closes it.
+could go stale. A call works from any thread. Peewee keeps one connection per thread; on
+a thread that has none (a plugin's notification thread, a hook deadline's helper, a
+plugin's own) the view opens one and keeps it for the thread's next calls, because a
+notification thread reads the view over and over and opening a connection costs more
+than the query (a new PostgreSQL session, or SQLite's file open and pragmas). The
+connection goes with its thread; on PostgreSQL one the server dropped is replaced by the
+store's connection guard at the next call, as the host's own is.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
 
 import peewee
 
@@ -28,19 +33,19 @@ class StateView:
         """Runs with a worker starting or running, on any host, the longest running
         first: only those of `workflow_name`, and only those `host_id` (a
         ``HostInfo.host_id``) holds the claim of, when given."""
-        with _connected():
-            return runs.running_run_records(workflow_name, host_id)
+        _connect_this_thread()
+        return runs.running_run_records(workflow_name, host_id)
 
     def queue_depth(self, *, workflow_name: str | None = None) -> int:
         """How many runs wait for a worker (queued and not paused), of `workflow_name`
         when given."""
-        with _connected():
-            return runs.queued_run_count(workflow_name)
+        _connect_this_thread()
+        return runs.queued_run_count(workflow_name)
 
     def run(self, run_id: str) -> RunRecord | None:
         """The run's record as hooks see it, or ``None`` when there is no such run."""
-        with _connected():
-            found = runs.run_records([run_id])
+        _connect_this_thread()
+        found = runs.run_records([run_id])
         return found[0] if found else None
 
 
@@ -49,8 +54,16 @@ def state_view() -> StateView:
     return StateView()
 
 
-@contextlib.contextmanager
-def _connected() -> Iterator[None]:
+class _Opened(threading.local):
+    """The database whose connection the view opened on this thread, if any."""
+
+    database: peewee.Database | None = None
+
+
+_opened = _Opened()
+
+
+def _connect_this_thread() -> None:
     database = database_proxy.obj
     if database is None:
         raise PiWorkflowsError(
@@ -58,11 +71,14 @@ def _connected() -> Iterator[None]:
             "the host or the command line calls."
         )
     assert isinstance(database, peewee.Database)
-    opened_here = database.is_closed()  # per thread: each thread has its own connection
-    if opened_here:
+    if database.is_closed():  # per thread: each thread has its own connection
+        _close_opened()  # one kept for a database this process has since replaced
         database.connect()
-    try:
-        yield
-    finally:
-        if opened_here:
+        _opened.database = database
+
+
+def _close_opened() -> None:
+    database, _opened.database = _opened.database, None
+    if database is not None:
+        with contextlib.suppress(Exception):  # a dead connection may fail to close
             database.close()

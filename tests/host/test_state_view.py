@@ -1,12 +1,24 @@
-"""The plugins' state view in a running host: the fair-share recipe of docs/plugins.md,
-loaded as the docs print it, holds a workflow to one running run."""
+"""The plugins' state view: in a running host, the fair-share recipe of docs/plugins.md,
+loaded as the docs print it, holds a workflow to one running run; on a thread of a
+plugin's, the view keeps one connection for the thread's calls."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from pi_workflows.plugin import state_view
+from pi_workflows.storage import open_state
+from pi_workflows.storage.database import StateStore
+from pi_workflows.testing import WorkflowHome
+
+from ..conftest import create_test_run
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
 
@@ -92,3 +104,74 @@ def test_the_fair_share_recipe_runs_one_run_of_a_workflow_at_a_time(harness: Hos
     started = dict(harness.query("SELECT run_id, started_at FROM run_queue"))
     finished = dict(harness.query("SELECT run_id, finished_at FROM run_queue"))
     assert finished[first] <= started[second]  # never both running
+
+
+# --- one connection per thread -------------------------------------------------------------
+
+
+def _count_connects(store: StateStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time any thread opens a connection to `store`."""
+    opened: list[int] = []
+    connect = store.db._connect  # type: ignore[attr-defined]  # peewee's, not in its stubs
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        opened.append(1)
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(store.db, "_connect", counting)
+    return opened
+
+
+@pytest.fixture
+def plugin_thread() -> Iterator[ThreadPoolExecutor]:
+    """One thread that is not the store's, like a plugin's notification thread."""
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        yield thread
+
+
+def test_a_thread_that_reads_the_view_again_and_again_opens_one_connection(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch, plugin_thread: ThreadPoolExecutor
+):
+    with store.transaction():
+        create_test_run("run-a", "blocker")
+        create_test_run("run-b", "hello")
+    opened = _count_connects(store, monkeypatch)
+
+    def look() -> tuple[int, int, str | None]:
+        view = state_view()
+        found = view.run("run-a")
+        return view.queue_depth(), view.queue_depth(workflow_name="blocker"), found and found.status
+
+    answers = [plugin_thread.submit(look).result() for _ in range(50)]
+    assert answers == [(2, 1, "queued")] * 50
+    assert len(opened) == 1  # 150 queries, one connection (it was one a call)
+
+    # The kept connection reads what commits after it opened.
+    with store.transaction():
+        create_test_run("run-c", "blocker")
+    assert plugin_thread.submit(look).result() == (3, 2, "queued")
+    # Another thread has a connection of its own.
+    with ThreadPoolExecutor(max_workers=1) as other:
+        assert other.submit(look).result() == (3, 2, "queued")
+    assert len(opened) == 2
+
+
+def test_a_kept_connection_the_server_dropped_is_replaced_at_the_next_call(
+    home_env: WorkflowHome, postgres_url: str, plugin_thread: ThreadPoolExecutor
+):
+    store = open_state(home_env.home, postgres_url)
+    try:
+        with store.transaction():
+            create_test_run("run-a")
+
+        def backend_pid() -> int:
+            assert state_view().queue_depth() == 1
+            return int(store.db.execute_sql("SELECT pg_backend_pid()").fetchone()[0])
+
+        kept = plugin_thread.submit(backend_pid).result()
+        assert plugin_thread.submit(backend_pid).result() == kept  # the same session
+        store.db.execute_sql("SELECT pg_terminate_backend(%s)", (kept,))
+        # A server restart, as far as that connection knows: the view answers anyway.
+        assert plugin_thread.submit(backend_pid).result() != kept
+    finally:
+        store.close()
