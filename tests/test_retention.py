@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from pi_workflows.clock import now_ms
+from pi_workflows.event_types import EventType
 from pi_workflows.storage import put_json, put_json_in_parts
 from pi_workflows.storage.blobs import PART_MIN_BYTES
 from pi_workflows.storage.maintenance import state_verify
@@ -22,7 +23,6 @@ from pi_workflows.storage.models import (
 )
 from pi_workflows.storage.retention import DAY_MS, prune
 from pi_workflows.storage.revisions import record_run_change
-from pi_workflows.storage.run_state import TRANSCRIPT_EVENT
 from tests.polling import wait_until
 
 OLD = now_ms() - 40 * DAY_MS
@@ -61,7 +61,7 @@ def test_an_old_lineage_goes_whole_with_its_events_and_blobs_and_the_state_stays
         _finish("cont-1", OLD + 2000)
         record_run_change(
             "root",
-            event_type=TRANSCRIPT_EVENT,
+            event_type=EventType.AGENT_TRANSCRIPT_RECORDED,
             actor="test",
             payload={
                 "nodeId": "a",
@@ -364,7 +364,7 @@ def test_a_prune_step_reads_no_table_whole(store, make_run, backend, monkeypatch
         record_run_change("gone", event_type="step", actor="test", payload={"out": big})
         record_run_change(
             "gone",
-            event_type=TRANSCRIPT_EVENT,
+            event_type=EventType.AGENT_TRANSCRIPT_RECORDED,
             actor="test",
             payload={"nodeId": "a", "attemptId": "a-1", "transcriptHash": put_json([1, 2])},
         )

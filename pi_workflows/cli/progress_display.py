@@ -12,6 +12,8 @@ import datetime
 import time
 from typing import Any, TextIO
 
+from ..protocol.client_messages import ProgressKind
+
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 CLEAR_LINE = "\r\x1b[2K"
 
@@ -51,11 +53,11 @@ class ProgressDisplay:
 
     def _entry(self, entry: dict[str, Any]) -> None:
         kind = entry["kind"]
-        if kind == "nodeStarted":
+        if kind == ProgressKind.NODE_STARTED:
             node = entry["nodeId"]
             self.attempts[node] = self.attempts.get(node, 0) + 1
             self.running[entry["attemptId"]] = (node, time.monotonic())
-        elif kind == "nodeEnded":
+        elif kind == ProgressKind.NODE_ENDED:
             node = entry["nodeId"]
             self.running.pop(entry["attemptId"], None)
             attempt = self.attempts.get(node, 1)
@@ -67,7 +69,7 @@ class ProgressDisplay:
             if entry.get("error"):
                 text += f"  {entry['error']}"
             self._line(text)
-        elif kind == "update":
+        elif kind == ProgressKind.UPDATE:
             self._line(f"{entry['nodeId']}  update {entry['type']}/{entry['key']}  {entry['data']}")
 
     # --- drawing -------------------------------------------------------------------------

@@ -16,22 +16,24 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from ..protocol.worker_messages import WorkerOperation
+
 # worker-protocol operation → method name
 OPERATIONS = {
-    "store.readRunState": "read_run_state",
-    "store.writeSnapshot": "write_snapshot",
-    "store.publishUpdate": "publish_update",
-    "store.reserveEffect": "reserve_effect",
-    "store.settleEffect": "settle_effect",
-    "store.createHumanDecisionRequest": "create_human_decision_request",
-    "interaction.request": "request_interaction",
-    "interaction.accept": "accept_interaction",
-    "interaction.reject": "reject_interaction",
-    "notification.request": "request_notification",
-    "presentation.request": "request_presentation",
-    "process.register": "register_process",
-    "process.unregister": "unregister_process",
-    "transcript.record": "record_transcript",
+    WorkerOperation.READ_RUN_STATE: "read_run_state",
+    WorkerOperation.WRITE_SNAPSHOT: "write_snapshot",
+    WorkerOperation.PUBLISH_UPDATE: "publish_update",
+    WorkerOperation.RESERVE_EFFECT: "reserve_effect",
+    WorkerOperation.SETTLE_EFFECT: "settle_effect",
+    WorkerOperation.CREATE_HUMAN_DECISION_REQUEST: "create_human_decision_request",
+    WorkerOperation.REQUEST_INTERACTION: "request_interaction",
+    WorkerOperation.ACCEPT_INTERACTION: "accept_interaction",
+    WorkerOperation.REJECT_INTERACTION: "reject_interaction",
+    WorkerOperation.REQUEST_NOTIFICATION: "request_notification",
+    WorkerOperation.REQUEST_PRESENTATION: "request_presentation",
+    WorkerOperation.REGISTER_PROCESS: "register_process",
+    WorkerOperation.UNREGISTER_PROCESS: "unregister_process",
+    WorkerOperation.RECORD_TRANSCRIPT: "record_transcript",
 }
 
 

@@ -27,6 +27,7 @@ from ..errors import (
     WorkflowDefinitionError,
     WorkflowSourceChangedError,
 )
+from ..event_types import RUN_ENDS, EventType
 from .agents import (
     AgentExecutor,
     headless_executor,
@@ -191,7 +192,7 @@ class Engine:
             payload["restartOf"] = info["parentRunId"]
 
         def body() -> None:
-            self._persist("run_started", "run", payload)
+            self._persist(EventType.RUN_STARTED, "run", payload)
             self._run_from(self.definition.start_at, None)
 
         return self._drive(body)
@@ -277,7 +278,7 @@ class Engine:
 
         def body() -> None:
             self._persist(
-                "run_started",
+                EventType.RUN_STARTED,
                 "run",
                 {
                     "workflowName": self.definition.name,
@@ -380,7 +381,7 @@ class Engine:
             for key in CURRENT_FIELDS:
                 state.pop(key, None)
         payload["resumeAt"] = interrupted or (None if steps else self.definition.start_at)
-        self._persist("run_resumed", "run", payload)
+        self._persist(EventType.RUN_RELAUNCHED, "run", payload)
         if interrupted is not None:
             self._run_from(interrupted, self._last_output())
         elif not steps:
@@ -577,7 +578,7 @@ class Engine:
         else:
             state["finishedAt"] = now_ms()
         state["status"] = status
-        self._persist(f"run_{status}", "run", payload)
+        self._persist(RUN_ENDS[status], "run", payload)
 
     def _presentation_prompt(self, final_output: Any) -> str | None:
         prompt = self.definition.presentation_prompt
@@ -598,7 +599,7 @@ class Engine:
 
     def _persist(
         self,
-        event_type: str,
+        event_type: EventType,
         scope: str,
         payload: dict[str, Any],
         node_id: str | None = None,
@@ -637,7 +638,7 @@ class Engine:
         started: dict[str, Any] = {"nodeType": node.node_type}
         if node.status_detail is not None:
             self.state["statusDetail"] = started["statusDetail"] = node.status_detail
-        self._persist("node_started", "node", started, node_id, attempt.attempt_id)
+        self._persist(EventType.NODE_STARTED, "node", started, node_id, attempt.attempt_id)
         if self._stop == "park":
             raise _Parked("parked", "The workflow run was parked.")
         if self._stop == "cancel":
@@ -691,7 +692,7 @@ class Engine:
             statusDetail="waiting for the origin session",
         )
         self._persist(
-            "agent_prompt_sent",
+            EventType.AGENT_PROMPT_SENT,
             "agent",
             {"prompt": attempt.prompt, "completion": "submit", "requestId": request_id},
             attempt.node_id,
@@ -836,7 +837,7 @@ class Engine:
         for key in CURRENT_FIELDS:
             state.pop(key, None)
         payload = {key: value for key, value in step.items() if key not in ("attemptId", "nodeId")}
-        event_type = "node_finished" if outcome == "ok" else "node_failed"
+        event_type = EventType.NODE_FINISHED if outcome == "ok" else EventType.NODE_FAILED
         self._persist(event_type, "node", payload, attempt.node_id, attempt.attempt_id)
         return result
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import pluggy
 
+from ..protocol.worker_messages import WorkerOperation
+
 PROJECT_NAME = "pi_workflows_host"
 
 feature_hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -80,7 +82,7 @@ class FeatureSpecs:
 
     @feature_hookspec
     def piwh_worker_operation(
-        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+        self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
         """A worker's state operation was applied (inside its transaction)."""
 
@@ -141,7 +143,7 @@ class HostFeatures:
         )
 
     def worker_operation(
-        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+        self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
         self._each(
             "piwh_worker_operation",

@@ -18,6 +18,7 @@ from ..home import config_dir
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest
 from ..protocol.framing import valid_id
+from ..protocol.worker_messages import WorkerOperation
 from ..records import DecisionResolution
 from ..storage import (
     decision_presentation,
@@ -91,9 +92,9 @@ class HumanDecisions:
 
     @feature_hook
     def piwh_worker_operation(
-        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+        self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
-        if operation == "store.createHumanDecisionRequest":
+        if operation == WorkerOperation.CREATE_HUMAN_DECISION_REQUEST:
             # Its deliveries begin in the same commit; the channels are called after it.
             self.channel_runner.begin_deliveries(result["decisionId"], result["audience"])
 

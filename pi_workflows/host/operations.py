@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, InvalidInputError, PiWorkflowsError
+from ..event_types import EventType
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
@@ -430,7 +431,7 @@ class Operations:
             detail = "The run is durably paused."
         revision = record_run_change(
             run_id,
-            event_type="run.paused",
+            event_type=EventType.RUN_PAUSED,
             actor=f"client:{request.client_id}",
             payload={"status": "parked"},
             paused=True,
@@ -483,7 +484,7 @@ class Operations:
         if run.paused:
             record_run_change(
                 run_id,
-                event_type="run.resumed",
+                event_type=EventType.RUN_RESUMED,
                 actor=f"client:{request.client_id}",
                 payload={"status": run.status},
                 paused=False,
@@ -537,7 +538,7 @@ class Operations:
         state = read_json(run.state_hash) if run.state_hash is not None else None
         revision = record_run_change(
             run.run_id,
-            event_type="run.resumed",
+            event_type=EventType.RUN_RESUMED,
             actor=f"client:{request.client_id}",
             payload={"status": "waiting"},
             paused=False,

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
+from ..protocol.worker_messages import WorkerOperation
 from ..storage.models import TERMINAL_RUN_STATUSES
 from ..storage.run_progress import progress_after
 from ..storage.runs import get_run, run_status, run_statuses
@@ -72,9 +73,9 @@ class RunWatches:
 
     @feature_hook
     def piwh_worker_operation(
-        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+        self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
-        if operation in ("store.writeSnapshot", "store.publishUpdate"):
+        if operation in (WorkerOperation.WRITE_SNAPSHOT, WorkerOperation.PUBLISH_UPDATE):
             self.services.store.after_commit(self.publish_soon)
 
     @feature_hook

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import now_ms
+from ..event_types import EventType
 from ..lineage import continued_as
 from ..protocol.client_messages import ClientRequest
 from ..storage import effects, read_json, read_text, run_claims
@@ -124,7 +125,7 @@ def _hold(run: Run, queue: RunQueue, host: HostView) -> Hold:
             effects.resolution_hint(in_doubt[0]),
         )
     if run.paused:
-        actor, at = _last_event(run_id, "run.paused")
+        actor, at = _last_event(run_id, EventType.RUN_PAUSED)
         return (
             "paused",
             f"paused by {actor} at {iso(at)}",
@@ -359,7 +360,7 @@ def _queued(run: Run, queue: RunQueue, host: HostView) -> Hold:
     )
 
 
-def _last_event(run_id: str, event_type: str) -> tuple[str, int | None]:
+def _last_event(run_id: str, event_type: EventType) -> tuple[str, int | None]:
     event = (
         Event.select(Event.actor, Event.recorded_at)
         .where((Event.run == run_id) & (Event.event_type == event_type))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
 
+    from ..event_types import EventType
     from ..home import Home
     from ..settings import Settings
     from ..storage import StateStore
@@ -144,7 +145,7 @@ class HostServices:
             run_id, admitted=admitted, allow_pending_interaction=allow_pending_interaction
         ).generation
 
-    def release_to_waiting(self, run_id: str, event_type: str) -> bool:
+    def release_to_waiting(self, run_id: str, event_type: EventType) -> bool:
         """Park the run this host's worker holds as `waiting`; the worker is let go."""
         return self._slots.release_to_waiting(run_id, event_type)
 

@@ -15,6 +15,7 @@ from typing import Any
 from .. import plugins
 from ..clock import now_ms
 from ..errors import TurnConflictError
+from ..event_types import EventType
 from ..records import TurnReport
 from ..storage import record_run_change, run_claims, step_deadlines
 from ..storage import turns as turn_store
@@ -153,7 +154,7 @@ class TurnContext:
                 )
             record_run_change(
                 run_id,
-                event_type="run.paused",
+                event_type=EventType.RUN_PAUSED,
                 actor="session",
                 payload={"status": "parked", "reason": "aborted turn"},
                 paused=True,

@@ -29,8 +29,10 @@ from ..errors import (
     PluginError,
     TurnConflictError,
 )
+from ..event_types import EventType
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
+from ..protocol.worker_messages import WorkerOperation
 from ..records import TurnReport
 from ..storage import put_json, read_json, record_run_change, run_state, step_deadlines
 from ..storage.models import InteractiveRequest, InteractiveSubmission, Lease, Run, WorkflowMessage
@@ -110,13 +112,16 @@ class Sessions:
 
     @feature_hook
     def piwh_worker_operation(
-        self, operation: str, run_id: str, payload: dict[str, Any], result: Any
+        self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
-        if operation == "interaction.request":
+        if operation == WorkerOperation.REQUEST_INTERACTION:
             self._on_interaction_request(result)
-        elif operation == "interaction.reject":
+        elif operation == WorkerOperation.REJECT_INTERACTION:
             self._on_interaction_rejected(run_id)
-        elif operation in ("interaction.accept", "notification.request"):
+        elif operation in (
+            WorkerOperation.ACCEPT_INTERACTION,
+            WorkerOperation.REQUEST_NOTIFICATION,
+        ):
             self.services.store.after_commit(self.publish_soon)
 
     @feature_hook
@@ -358,7 +363,7 @@ class Sessions:
 
     def _on_interaction_rejected(self, run_id: str) -> None:
         # The request stays pending: the run waits again, without a claim or a worker.
-        if not self.services.release_to_waiting(run_id, "run.interaction_rejected"):
+        if not self.services.release_to_waiting(run_id, EventType.RUN_INTERACTION_REJECTED):
             raise ConflictError("Rejected interaction could not release the run claim")
         self.services.store.after_commit(self.publish_soon)
 
@@ -458,7 +463,7 @@ class Sessions:
         )
         record_run_change(
             interaction.run_id,
-            event_type="interaction.submitted",
+            event_type=EventType.INTERACTION_SUBMITTED,
             actor=f"client:{request.client_id}",
             payload={"requestId": interaction.request_id, "submissionId": submission.submission_id},
         )
@@ -541,7 +546,7 @@ class Sessions:
         _reject_validating(InteractiveSubmission.request == request.request_id, DEADLINE_EXPIRED)
         record_run_change(
             request.run_id,
-            event_type="run.interaction_timeout_started",
+            event_type=EventType.RUN_INTERACTION_TIMEOUT_STARTED,
             actor="host",
             payload={"requestId": request.request_id, "attemptId": request.attempt_id},
             status_detail="finishing expired interaction deadline",
@@ -605,7 +610,7 @@ class Sessions:
         step_deadlines.give_back_pause(run_id, interaction, now_ms())
         revision = record_run_change(
             run_id,
-            event_type="run.resumed",
+            event_type=EventType.RUN_RESUMED,
             actor=f"client:{request.client_id}",
             payload={"status": "waiting"},
             paused=False,

@@ -44,6 +44,7 @@ from typing import Protocol
 
 from .. import plugins
 from ..errors import PiWorkflowsError
+from ..event_types import EventType
 from ..hook_deadline import DeadlineRunner
 from ..records import Claim, HostInfo, RunRecord, WorkerLaunchEnvelope
 from ..storage import StateStore, run_claims
@@ -419,7 +420,7 @@ class WorkerSlots:
         self.blocked_runs.discard(run_id)
         return GateAnswer(claim.generation)
 
-    def release_to_waiting(self, run_id: str, event_type: str) -> bool:
+    def release_to_waiting(self, run_id: str, event_type: EventType) -> bool:
         """Park the run of an active worker as `waiting` and let the worker go (in a
         transaction); False when this host no longer holds the run's claim."""
         active = self.active_runs.get(run_id)

@@ -24,10 +24,10 @@ from ..errors import (
 )
 from ..protocol.framing import one_line_error
 from ..protocol.worker_messages import (
-    BATCH_OPERATION,
     PREPARED_MESSAGE_ID,
     PREPARED_OUTCOME,
     PROCESS_OPERATIONS,
+    WorkerOperation,
     validate_message,
     worker_response,
 )
@@ -60,7 +60,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_ONLY_OPERATIONS = frozenset({"store.readRunState", "worker.ready", "worker.exiting"})
+READ_ONLY_OPERATIONS = frozenset(
+    {WorkerOperation.READ_RUN_STATE, WorkerOperation.READY, WorkerOperation.EXITING}
+)
 
 
 class WorkerGateway:
@@ -127,7 +129,7 @@ class WorkerGateway:
             # again gives the same answer). worker.ready's bookkeeping waits for the next
             # commit (`_record_ready`), unless a store read comes first: that read must
             # see the revision worker.ready promised.
-            if message["operation"] != "worker.ready" and active.ready == "deferred":
+            if message["operation"] != WorkerOperation.READY and active.ready == "deferred":
                 self.store.flush_deferred()
             try:
                 return self._dispatch(message)
@@ -177,9 +179,9 @@ class WorkerGateway:
 
     def _dispatch(self, message: dict[str, Any]) -> dict[str, Any]:
         operation = message["operation"]
-        if operation == "worker.ready":
+        if operation == WorkerOperation.READY:
             return self._ready(message)
-        if operation == "worker.exiting":
+        if operation == WorkerOperation.EXITING:
             return self._exiting(message)
         if operation in PROCESS_OPERATIONS:
             return self._process_operation(message)
@@ -308,7 +310,7 @@ class WorkerGateway:
         group = payload.get("processGroup")
         if type(group) is not int or group <= 1:
             raise InvalidInputError("processGroup must be the id of the worker's child group")
-        if message["operation"] == "process.unregister":
+        if message["operation"] == WorkerOperation.UNREGISTER_PROCESS:
             run_processes.unregister_group(active.worker_epoch, group)
             return worker_response(message_id, "accepted", result={})
         # The host reads the start identity itself: the group leader waits at its gate.
@@ -327,7 +329,7 @@ class WorkerGateway:
 
     def _store_operation(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
-        operation, payload = message["operation"], message["payload"]
+        operation, payload = WorkerOperation(message["operation"]), message["payload"]
         self._releases_claim = False
         # The claim first: a lost claim also leaves worker.ready's revision bump unmade.
         claimed = run_claims.claimed_run(active.run_id, active.claim_token, active.generation)
@@ -339,11 +341,12 @@ class WorkerGateway:
                 f"Workflow run revision conflict: expected {message['expectedRevision']}, "
                 f"got {revision}"
             )
-        if operation == BATCH_OPERATION:
+        if operation == WorkerOperation.BATCH:
             # One transaction for a durable boundary: the steps apply in order, each
             # bumping the revision as if it had come alone.
             results = [
-                self._apply_write(step["operation"], step["payload"]) for step in payload["steps"]
+                self._apply_write(WorkerOperation(step["operation"]), step["payload"])
+                for step in payload["steps"]
             ]
             result: Any = {"results": results}
             goodbye = payload.get("exiting")
@@ -358,9 +361,9 @@ class WorkerGateway:
             message_id, "accepted", result=result, revision=current_revision(active.run_id)
         )
 
-    def _apply_write(self, operation: str, payload: dict[str, Any]) -> Any:
+    def _apply_write(self, operation: WorkerOperation, payload: dict[str, Any]) -> Any:
         active = self.active
-        if operation != "store.writeSnapshot":
+        if operation != WorkerOperation.WRITE_SNAPSHOT:
             self._status = None  # what other operations do to the status is not tracked
             result = self._apply(operation, payload)
             self.features.worker_operation(operation, active.run_id, payload, result)
@@ -378,10 +381,10 @@ class WorkerGateway:
             )
         return result
 
-    def _apply(self, operation: str, payload: dict[str, Any]) -> Any:
+    def _apply(self, operation: WorkerOperation, payload: dict[str, Any]) -> Any:
         """Forward to the state-store function the engine's local store also uses."""
         function = getattr(run_state, BACKEND_OPERATIONS[operation])
-        if operation == "store.readRunState":
+        if operation == WorkerOperation.READ_RUN_STATE:
             # A continuation reads its parent; any other run id is out of bounds.
             wanted = payload.get("run_id") or self.active.run_id
             if wanted not in (self.active.run_id, get_run(self.active.run_id).parent_run_id):

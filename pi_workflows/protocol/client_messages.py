@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from ..canonical import digest
@@ -36,6 +37,20 @@ OUTCOMES = frozenset(
 EVENTS = frozenset(
     {"session_snapshot", "run_progress", "run_status", "runs_changed", "prune_progress"}
 )
+
+
+class ProgressKind(StrEnum):
+    """What one entry of a `run_progress` event tells (its ``kind``)."""
+
+    #: a node attempt began (nodeId, attemptId, nodeType).
+    NODE_STARTED = "nodeStarted"
+    #: a node attempt ended (nodeId, attemptId, outcome, startedAt, finishedAt,
+    #: durationMs, error?).
+    NODE_ENDED = "nodeEnded"
+    #: an action node published an update (nodeId, type, key, data).
+    UPDATE = "update"
+    #: the run's trace moved (event: the run event's type).
+    RUN = "run"
 
 
 @dataclass(frozen=True)

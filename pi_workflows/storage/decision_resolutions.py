@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import now_ms
+from ..event_types import EventType
 from ..records import DecisionResolution
 from . import statements
 from .blobs import put_json, read_json
@@ -112,7 +113,11 @@ def resolve(
     _SET_DECISION_STATUS.changed(status=status, now=stamp, decision_id=decision.decision_id)
     record_run_change(
         decision.run_id,
-        event_type=f"human_decision.{status}",
+        event_type=(
+            EventType.HUMAN_DECISION_CANCELLED
+            if status == "cancelled"
+            else EventType.HUMAN_DECISION_ACCEPTED
+        ),
         actor=f"{provenance}:{channel}" if channel else provenance,
         payload={"decisionId": decision.decision_id, "provenance": provenance},
     )
@@ -209,7 +214,7 @@ def reserve_continuation(
         _QUEUE_DONE_FOR_CONTINUATION.changed(run_id=parent.run_id, now=now_ms())
         record_run_change(
             parent.run_id,
-            event_type="run.queue_done_for_continuation",
+            event_type=EventType.RUN_QUEUE_DONE_FOR_CONTINUATION,
             actor=actor,
             payload={"continuationRunId": run_id},
             status_detail=f"Answered; continued by {run_id}",

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
+from ..event_types import EventType
 from . import channel_effects
 from .blobs import put_json, put_text, read_json, read_text
 from .models import TERMINAL_RUN_STATUSES, Effect, Run, RunQueue
@@ -55,7 +56,7 @@ def recover_interrupted(run_id: str, generation: int | None = None) -> list[str]
             ).execute()
         record_run_change(
             run_id,
-            event_type="effect.recovered",
+            event_type=EventType.EFFECT_RECOVERED,
             actor="host",
             payload={
                 "pending": [e.effect_id for e in applying if e.policy == "idempotent"],
@@ -208,7 +209,7 @@ def resolve(effect_id: str, action: str, result: Any, actor: str) -> dict[str, A
             updates = {"status": "running", "status_detail": None}
     revision = record_run_change(
         run_id,
-        event_type=f"effect.{'confirmed' if action == 'confirm' else 'retried'}",
+        event_type=EventType.EFFECT_CONFIRMED if action == "confirm" else EventType.EFFECT_RETRIED,
         actor=actor,
         payload={"effectId": effect_id},
         **updates,

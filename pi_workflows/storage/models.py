@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import peewee
 
+from ..event_types import EventType
+
 database_proxy = peewee.DatabaseProxy()
 
 RUN_STATUSES = ("queued", "running", "waiting", "completed", "failed", "timed_out", "cancelled")
@@ -31,8 +33,6 @@ JSON = "application/json"
 #: How a stored split value's bytes begin (storage.blobs; canonical JSON sorts the parts
 #: key first): indexed, so pruning finds the values that nest other blobs.
 SPLIT_PREFIX = b'{"$piw-parts":'
-#: The event that names an agent step's transcript blob in its payload (storage.run_state).
-TRANSCRIPT_EVENT = "agent_transcript_recorded"
 
 
 class BaseModel(peewee.Model):
@@ -674,7 +674,7 @@ ADDED_INDEXES += (
     (
         Event,
         Event.index(Event.payload_hash, name="events_transcripts").where(
-            Event.event_type == TRANSCRIPT_EVENT
+            Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
         ),
     ),
     # Old blobs nothing references are found by age, not by reading the whole table.

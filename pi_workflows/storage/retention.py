@@ -25,6 +25,7 @@ from typing import Any
 
 import peewee
 
+from ..event_types import EventType
 from . import statements
 from .blobs import PART_MIN_BYTES, split_part_hashes
 from .database import StateStore
@@ -34,7 +35,6 @@ from .models import (
     IS_SPLIT_VALUE,
     JSON,
     TERMINAL_RUN_STATUSES,
-    TRANSCRIPT_EVENT,
     Blob,
     Effect,
     Event,
@@ -209,7 +209,9 @@ def _prune_batch(batch: list[str], report: PruneReport) -> None:
     report.runs += len(run_ids)
     events = Event.select().where(Event.run.in_(run_ids))
     report.events += events.count()
-    report.transcripts += events.where(Event.event_type == TRANSCRIPT_EVENT).count()
+    report.transcripts += events.where(
+        Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
+    ).count()
     candidates = _hashes_of_rows(run_ids)
     candidates |= _nested(candidates, _transcripts_of(run_ids))
     _delete_rows(run_ids)
@@ -310,7 +312,9 @@ def _delete_rows(run_ids: list[str]) -> None:
 
 def _transcripts_of(run_ids: list[str] | None) -> set[str]:
     """The transcript blobs the transcript events of `run_ids` (None: of every run) name."""
-    events = Event.select(Event.payload_hash).where(Event.event_type == TRANSCRIPT_EVENT)
+    events = Event.select(Event.payload_hash).where(
+        Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
+    )
     if run_ids is not None:
         events = events.where(Event.run.in_(run_ids))
     payloads = {row[0] for row in tuple_rows(events)}

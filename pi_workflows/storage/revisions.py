@@ -7,6 +7,7 @@ from typing import Any
 
 from ..clock import now_ms
 from ..errors import NotFoundError, RevisionConflictError
+from ..event_types import EventType
 from . import run_transitions, statements
 from .blobs import put_json, put_json_in_parts
 from .models import Run
@@ -53,7 +54,7 @@ def _note(run_id: str, revision: int) -> None:
         _bumped.revisions[run_id] = revision
 
 
-def create_run_row(*, actor: str, event_type: str = "run.created", **fields: Any) -> Run:
+def create_run_row(*, actor: str, **fields: Any) -> Run:
     """Insert a run at revision 1 with its creation event (call inside a transaction)."""
     stamp = fields.pop("created_at", None) or now_ms()
     values = {"revision": 1, "created_at": stamp, "updated_at": stamp, **fields}
@@ -61,15 +62,15 @@ def create_run_row(*, actor: str, event_type: str = "run.created", **fields: Any
     run = Run(**values)
     _note(run.run_id, 1)
     payload_hash = put_json({"status": run.status})
-    statements.insert_event(run.run_id, 1, event_type, actor, None, payload_hash, stamp)
-    run_transitions.note(run.run_id, event_type)
+    statements.insert_event(run.run_id, 1, EventType.RUN_CREATED, actor, None, payload_hash, stamp)
+    run_transitions.note(run.run_id, EventType.RUN_CREATED)
     return run
 
 
 def record_run_change(
     run_id: str,
     *,
-    event_type: str,
+    event_type: EventType,
     actor: str,
     payload: Any = None,
     payload_hash: str | None = None,

@@ -15,6 +15,7 @@ from peewee import SQL, PostgresqlDatabase, fn
 
 from ..canonical import sha256_hex
 from ..clock import now_ms
+from ..event_types import EventType
 from ..records import Claim
 from . import effects, run_state
 from .blobs import put_text
@@ -136,7 +137,7 @@ def claim_run(
     _QUEUE_STARTING.changed(run_id=run_id, now=now)
     record_run_change(
         run_id,
-        event_type="lease.claimed",
+        event_type=EventType.LEASE_CLAIMED,
         actor=f"host:{owner_id}",
         payload={"expiresAt": now + lease_ms},
         lease_generation=generation,
@@ -244,7 +245,7 @@ def mark_running(run_id: str, token: str) -> bool:
     _QUEUE_RUNNING.changed(run_id=run_id, now=now_ms())
     record_run_change(
         run_id,
-        event_type="run.queue_running",
+        event_type=EventType.RUN_QUEUE_RUNNING,
         actor="host",
         payload={"status": "running"},
         lease_generation=generation,
@@ -256,7 +257,7 @@ def park_run(
     run_id: str,
     token: str,
     *,
-    event_type: str = "run.queue_parked",
+    event_type: EventType = EventType.RUN_QUEUE_PARKED,
     error_code: str | None = None,
     detail: str | None = None,
     to_waiting: bool = False,
@@ -305,7 +306,7 @@ def park_for_no_progress(run_id: str, token: str, detail: str) -> bool:
     return park_run(
         run_id,
         token,
-        event_type="run.worker_no_progress",
+        event_type=EventType.RUN_WORKER_NO_PROGRESS,
         error_code="workerNoProgress",
         detail=detail,
     )
@@ -315,7 +316,7 @@ def park_for_crash_loop(run_id: str, token: str, detail: str) -> bool:
     return park_run(
         run_id,
         token,
-        event_type="run.worker_crash_loop",
+        event_type=EventType.RUN_WORKER_CRASH_LOOP,
         error_code="workerCrashLoop",
         detail=detail,
     )
@@ -325,7 +326,7 @@ def park_for_source_change(run_id: str, token: str, detail: str) -> bool:
     return park_run(
         run_id,
         token,
-        event_type="run.source_changed",
+        event_type=EventType.RUN_SOURCE_CHANGED,
         error_code="workflowSourceChanged",
         detail=detail,
     )
@@ -336,7 +337,7 @@ def park_for_ambiguous_effect(run_id: str, token: str, effect_ids: list[str]) ->
     return park_run(
         run_id,
         token,
-        event_type="run.effect_ambiguous",
+        event_type=EventType.RUN_EFFECT_AMBIGUOUS,
         error_code=effects.AMBIGUOUS_CODE,
         detail=effects.ambiguous_detail(effect_ids),
         to_waiting=True,
@@ -466,7 +467,9 @@ def terminate_run(
         _cancel_dependents(run_id, now, generation)
     record_run_change(
         run_id,
-        event_type=f"run.queue_{'cancelled' if status == 'cancelled' else 'failed'}",
+        event_type=(
+            EventType.RUN_QUEUE_CANCELLED if status == "cancelled" else EventType.RUN_QUEUE_FAILED
+        ),
         actor="host",
         payload={"status": status, "code": code, "error": error},
         lease_generation=generation,
@@ -515,9 +518,9 @@ def _cancel_dependents(run_id: str, now: int, generation: int) -> None:
             (Effect.run == run_id) & (Effect.status == "pending")
         )
     ]
-    for status, effect_ids in (
-        ("cancelled", pending),
-        ("ambiguous", [e.effect_id for e in applying]),
+    for status, event_type, effect_ids in (
+        ("cancelled", EventType.EFFECT_CANCELLED, pending),
+        ("ambiguous", EventType.EFFECT_AMBIGUOUS, [e.effect_id for e in applying]),
     ):
         if not effect_ids:
             continue
@@ -527,7 +530,7 @@ def _cancel_dependents(run_id: str, now: int, generation: int) -> None:
         for effect_id in effect_ids:
             record_run_change(
                 run_id,
-                event_type=f"effect.{status}",
+                event_type=event_type,
                 actor="host",
                 payload={"effectId": effect_id, "runId": run_id, "reason": "workflowCancelled"},
                 lease_generation=generation,

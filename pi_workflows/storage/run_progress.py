@@ -10,12 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..canonical import canonical_json
+from ..event_types import NODE_ENDS, TRACE_RUN_EVENTS, EventType
+from ..protocol.client_messages import ProgressKind
 from .blobs import read_json
 from .models import Event
 
 MAX_TEXT_CHARS = 300
 MAX_ENTRIES = 200
-NODE_ENDS = ("node_finished", "node_failed")
 
 
 def _short(text: str) -> str:
@@ -42,10 +43,10 @@ def progress_after(run_id: str, revision: int) -> tuple[list[dict[str, Any]], in
 
 
 def _entry(event_type: str, payload_hash: str, recorded_at: int) -> dict[str, Any] | None:
-    if event_type == "node_started":
+    if event_type == EventType.NODE_STARTED:
         trace = read_json(payload_hash)
         return {
-            "kind": "nodeStarted",
+            "kind": ProgressKind.NODE_STARTED,
             "at": trace.get("at", recorded_at),
             "nodeId": trace.get("nodeId"),
             "attemptId": trace.get("attemptId"),
@@ -55,7 +56,7 @@ def _entry(event_type: str, payload_hash: str, recorded_at: int) -> dict[str, An
         trace = read_json(payload_hash)
         step = trace.get("payload", {})
         entry = {
-            "kind": "nodeEnded",
+            "kind": ProgressKind.NODE_ENDED,
             "at": trace.get("at", recorded_at),
             "nodeId": trace.get("nodeId"),
             "attemptId": trace.get("attemptId"),
@@ -67,16 +68,16 @@ def _entry(event_type: str, payload_hash: str, recorded_at: int) -> dict[str, An
         if step.get("error"):
             entry["error"] = _short(str(step["error"]))
         return entry
-    if event_type == "update_published":
+    if event_type == EventType.UPDATE_PUBLISHED:
         update = read_json(payload_hash)
         return {
-            "kind": "update",
+            "kind": ProgressKind.UPDATE,
             "at": recorded_at,
             "nodeId": update.get("nodeId"),
             "type": update.get("type"),
             "key": update.get("key"),
             "data": _short(canonical_json(update.get("data"))),
         }
-    if event_type.startswith("run_"):
-        return {"kind": "run", "at": recorded_at, "event": event_type}
+    if event_type in TRACE_RUN_EVENTS:
+        return {"kind": ProgressKind.RUN, "at": recorded_at, "event": event_type}
     return None

@@ -17,12 +17,12 @@ from typing import Any
 from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
+from ..event_types import EventType
 from ..records import MessageContent, NodeAttemptRecord
 from . import decision_records, decision_resolutions, effects, run_transitions, statements
 from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
-    TRANSCRIPT_EVENT,
     Effect,
     InteractiveRequest,
     InteractiveSubmission,
@@ -60,7 +60,7 @@ def _revision(run_id: str) -> int:
 
 def _change(
     run_id: str,
-    event_type: str,
+    event_type: EventType,
     payload: dict[str, Any],
     expected_revision: int | None,
     **updates: Any,
@@ -239,7 +239,7 @@ def accept_interaction(
     cancel_pending_for_source(request.request_id)
     revision = _change(
         run_id,
-        "interaction.accepted",
+        EventType.INTERACTION_ACCEPTED,
         {"requestId": request.request_id, "submissionId": submission.submission_id},
         expected_revision,
     )
@@ -259,11 +259,23 @@ def reject_interaction(
     ).where(InteractiveSubmission.submission_id == submission.submission_id).execute()
     revision = _change(
         run_id,
-        "interaction.rejected",
+        EventType.INTERACTION_REJECTED,
         {"requestId": submission.request_id, "submissionId": submission.submission_id},
         expected_revision,
     )
     return {"requestId": submission.request_id, "revision": revision}
+
+
+def _trace_event_type(trace_event: dict[str, Any]) -> EventType:
+    """The engine's event type of a snapshot (sent over the worker protocol as text)."""
+    text = str(trace_event.get("type"))
+    try:
+        return EventType(text)
+    except ValueError:
+        raise InvalidInputError(
+            f"A snapshot's trace event has an unknown type {text[:64]!r}; the worker and "
+            "the host must be the same pi-workflows."
+        ) from None
 
 
 def write_snapshot(
@@ -287,7 +299,7 @@ def write_snapshot(
     state_hash, event_hash = put_json_in_parts_together([snapshot, trace_event])
     revision = record_run_change(
         run_id,
-        event_type=trace_event["type"],
+        event_type=_trace_event_type(trace_event),
         actor=ACTOR,
         payload_hash=event_hash,
         expected_revision=expected_revision,
@@ -493,7 +505,7 @@ def publish_update(
         WorkflowUpdate.update(**fields).where(WorkflowUpdate.id == existing.id).execute()
     revision = _change(
         run_id,
-        "update_published",
+        EventType.UPDATE_PUBLISHED,
         {"updateId": update_id, "sequence": sequence, **update},
         expected_revision,
     )
@@ -560,12 +572,16 @@ def reserve_effect(
     return _effect_change(run_id, effect, "reserved", expected_revision)
 
 
+# The event of each outcome a reservation is recorded with.
+EFFECT_OUTCOMES = {"reserved": EventType.EFFECT_RESERVED, "ambiguous": EventType.EFFECT_AMBIGUOUS}
+
+
 def _effect_change(
     run_id: str, effect: Effect, outcome: str, expected_revision: int | None
 ) -> dict[str, Any]:
     revision = _change(
         run_id,
-        f"effect.{outcome}",
+        EFFECT_OUTCOMES[outcome],
         {"effectId": effect.effect_id, "effectType": effect.effect_type},
         expected_revision,
     )
@@ -594,7 +610,7 @@ def settle_effect(
     ).where(Effect.effect_id == effect.effect_id).execute()
     revision = _change(
         run_id,
-        "effect.settled",
+        EventType.EFFECT_SETTLED,
         {"effectId": effect.effect_id, "outcome": outcome},
         expected_revision,
     )
@@ -613,7 +629,7 @@ def create_human_decision_request(
         return {**record, "revision": _revision(run_id)}
     revision = _change(
         run_id,
-        "human_decision.requested",
+        EventType.HUMAN_DECISION_REQUESTED,
         {"decisionId": record["decisionId"], "nodeId": request["nodeId"]},
         expected_revision,
     )
@@ -651,7 +667,7 @@ def request_interaction(
     )
     revision = _change(
         run_id,
-        "interaction.requested",
+        EventType.INTERACTION_REQUESTED,
         {"requestId": request_id, "nodeId": request["nodeId"]},
         expected_revision,
     )
@@ -713,7 +729,7 @@ def request_notification(
     revision = (
         _change(
             run_id,
-            "notification.requested",
+            EventType.NOTIFICATION_REQUESTED,
             {"notificationId": notification_id, "nodeId": notification["nodeId"]},
             expected_revision,
         )
@@ -742,7 +758,7 @@ def record_transcript(
     transcript_hash = put_json(entries)
     revision = _change(
         run_id,
-        TRANSCRIPT_EVENT,
+        EventType.AGENT_TRANSCRIPT_RECORDED,
         {
             "nodeId": transcript["nodeId"],
             "attemptId": transcript["attemptId"],
@@ -761,7 +777,7 @@ def request_presentation(
     """Save the presentation prompt the terminal message of this run will use."""
     revision = _change(
         run_id,
-        "presentation.requested",
+        EventType.PRESENTATION_REQUESTED,
         {"promptDigest": digest(presentation["prompt"])},
         expected_revision,
         presentation_prompt_hash=put_text(presentation["prompt"]),

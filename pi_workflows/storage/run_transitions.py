@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
+from ..event_types import EventType
 from ..records import NodeAttemptRecord
 from . import statements
 from .models import TERMINAL_RUN_STATUSES
@@ -65,7 +66,7 @@ def lifecycle_status(run_status: str, queue_status: str, paused: bool) -> str:
     return _QUEUE_LIFECYCLE.get(queue_status, "parked")
 
 
-def note(run_id: str, event_type: str) -> None:
+def note(run_id: str, event_type: EventType) -> None:
     _noted.runs[run_id] = event_type
     _noted.events += 1
 
@@ -108,7 +109,7 @@ def collect(now: int) -> list[RunTransition]:
             # Created and claimed by one commit (run.start on a host with a free worker):
             # the creation is a change of its own.
             transitions.append(
-                RunTransition(run_id, None, "queued", "run.created", workflow_name, now)
+                RunTransition(run_id, None, "queued", EventType.RUN_CREATED, workflow_name, now)
             )
             announced = "queued"
         transitions.append(

@@ -14,6 +14,7 @@ import peewee
 from ..canonical import canonical_json
 from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
+from ..event_types import EventType
 from ..records import RunRecord, stored_run_record
 from . import statements
 from .blobs import put_json, put_text, read_json, read_text
@@ -194,7 +195,7 @@ def paused_since(run_id: str) -> int | None:
     """When the run was last paused (its latest `run.paused` event), if ever."""
     paused_at: int | None = (
         Event.select(peewee.fn.MAX(Event.recorded_at))
-        .where((Event.run == run_id) & (Event.event_type == "run.paused"))
+        .where((Event.run == run_id) & (Event.event_type == EventType.RUN_PAUSED))
         .scalar()
     )
     return paused_at

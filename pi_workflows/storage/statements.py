@@ -16,6 +16,7 @@ from typing import Any
 
 import peewee
 
+from ..event_types import EventType
 from .models import Run, database_proxy
 
 
@@ -179,7 +180,7 @@ def _converted(converter: Callable[[Any], Any], value: Any) -> Any:
 def insert_event(
     run_id: str,
     revision: int,
-    event_type: str,
+    event_type: EventType,
     actor: str,
     lease_generation: int | None,
     payload_hash: str,

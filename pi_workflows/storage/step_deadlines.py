@@ -17,6 +17,7 @@ from typing import Any
 
 import peewee
 
+from ..event_types import EventType
 from .blobs import read_json
 from .models import (
     Event,
@@ -30,9 +31,6 @@ from .models import (
 from .revisions import record_run_change
 from .runs import paused_since
 from .terminal_facts import TERMINAL_QUEUE_STATUSES
-
-TURN_INTERRUPTED = "interaction.turn_interrupted"
-TURN_RESUMED = "interaction.turn_resumed"
 
 
 def set_deadline(attempt_id: str, timeout_ms: int | None) -> None:
@@ -135,20 +133,27 @@ def stopped_since(request: InteractiveRequest) -> int | None:
     events = (
         Event.select(Event.event_type, Event.payload_hash, Event.recorded_at)
         .where(
-            (Event.run == request.run_id) & Event.event_type.in_((TURN_INTERRUPTED, TURN_RESUMED))
+            (Event.run == request.run_id)
+            & Event.event_type.in_(
+                (EventType.INTERACTION_TURN_INTERRUPTED, EventType.INTERACTION_TURN_RESUMED)
+            )
         )
         .order_by(Event.revision.desc())
     )
     for event in events:
         if read_json(event.payload_hash).get("requestId") == request.request_id:
-            return event.recorded_at if event.event_type == TURN_INTERRUPTED else None
+            return (
+                event.recorded_at
+                if event.event_type == EventType.INTERACTION_TURN_INTERRUPTED
+                else None
+            )
     return None
 
 
 def _stop(request: InteractiveRequest) -> None:
     record_run_change(
         request.run_id,
-        event_type=TURN_INTERRUPTED,
+        event_type=EventType.INTERACTION_TURN_INTERRUPTED,
         actor="host",
         payload={"requestId": request.request_id, "attemptId": request.attempt_id},
     )
@@ -179,7 +184,7 @@ def restart_session_clocks(session_id: str, now: int) -> int:
         _shift(request.attempt_id, now - since)
         record_run_change(
             request.run_id,
-            event_type=TURN_RESUMED,
+            event_type=EventType.INTERACTION_TURN_RESUMED,
             actor="host",
             payload={
                 "requestId": request.request_id,

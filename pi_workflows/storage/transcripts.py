@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..event_types import EventType
 from .blobs import read_json
-from .models import TERMINAL_RUN_STATUSES, TRANSCRIPT_EVENT, Event, NodeAttempt, Run
+from .models import TERMINAL_RUN_STATUSES, Event, NodeAttempt, Run
 from .runs import get_run
 
 UNSAVED_END = (
@@ -30,7 +31,7 @@ def attempt_transcripts(run_id: str, node_id: str | None = None) -> list[dict[st
     run = get_run(run_id)
     events = (
         Event.select()
-        .where((Event.run == run_id) & (Event.event_type == TRANSCRIPT_EVENT))
+        .where((Event.run == run_id) & (Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED))
         .order_by(Event.revision)
     )
     records: dict[str, list[tuple[Event, dict[str, Any]]]] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..protocol.client_messages import ProgressKind
 from .graph import NodeProgress, RunProgress, WorkflowGraph
 
 FAILED_OUTCOMES = ("failed", "timed_out", "cancelled")
@@ -41,15 +42,20 @@ def step_entries(
     entries: list[dict[str, Any]] = []
     for step in steps:
         ids = {"nodeId": step["nodeId"], "attemptId": step["attemptId"]}
-        entries.append({"kind": "nodeStarted", "at": step["startedAt"], **ids})
-        ended = {"kind": "nodeEnded", "at": step["finishedAt"], "outcome": step["outcome"], **ids}
+        entries.append({"kind": ProgressKind.NODE_STARTED, "at": step["startedAt"], **ids})
+        ended = {
+            "kind": ProgressKind.NODE_ENDED,
+            "at": step["finishedAt"],
+            "outcome": step["outcome"],
+            **ids,
+        }
         if step.get("error"):
             ended["error"] = step["error"]
         entries.append(ended)
     if current is not None:
         entries.append(
             {
-                "kind": "nodeStarted",
+                "kind": ProgressKind.NODE_STARTED,
                 "at": current["startedAt"],
                 "nodeId": current["nodeId"],
                 "attemptId": current["attemptId"],
@@ -70,14 +76,14 @@ def with_entries(answer: Mapping[str, Any], entries: Iterable[Mapping[str, Any]]
         attempt_id = entry.get("attemptId")
         if attempt_id is None or attempt_id in seen:
             continue
-        if entry["kind"] == "nodeStarted":
+        if entry["kind"] == ProgressKind.NODE_STARTED:
             current = {
                 "attemptId": attempt_id,
                 "nodeId": entry["nodeId"],
                 "nodeType": entry.get("nodeType"),
                 "startedAt": entry["at"],
             }
-        elif entry["kind"] == "nodeEnded":
+        elif entry["kind"] == ProgressKind.NODE_ENDED:
             steps.append(
                 {key: entry[key] for key in PUSHED_STEP_FIELDS if entry.get(key) is not None}
             )
@@ -91,7 +97,7 @@ def entries_until_step(entries: list[dict[str, Any]], step: int) -> list[dict[st
     """The entries up to and including the `step`-th finished node attempt (1-based)."""
     ended = 0
     for index, entry in enumerate(entries):
-        if entry["kind"] == "nodeEnded":
+        if entry["kind"] == ProgressKind.NODE_ENDED:
             ended += 1
             if ended == step:
                 return entries[: index + 1]
@@ -117,10 +123,10 @@ def run_progress(
     finished: set[str] = set()  # attempt ids that ended
     previous: tuple[str, str | None] | None = None  # (node id, attempt id) last started
     for entry in entries:
-        if entry["kind"] not in ("nodeStarted", "nodeEnded"):
+        if entry["kind"] not in (ProgressKind.NODE_STARTED, ProgressKind.NODE_ENDED):
             continue
         node_id: str = entry["nodeId"]
-        if entry["kind"] == "nodeStarted":
+        if entry["kind"] == ProgressKind.NODE_STARTED:
             state = progress.nodes.setdefault(node_id, NodeProgress())
             state.attempts += 1
             state.status, state.detail = "running", None
@@ -129,7 +135,7 @@ def run_progress(
                 if (previous[0], node_id) in edges:
                     progress.taken.add((previous[0], node_id))
             previous = (node_id, entry["attemptId"])
-        elif entry["kind"] == "nodeEnded":
+        elif entry["kind"] == ProgressKind.NODE_ENDED:
             state = progress.nodes.setdefault(node_id, NodeProgress(attempts=1))
             finished.add(entry["attemptId"])
             if entry.get("outcome") in FAILED_OUTCOMES:

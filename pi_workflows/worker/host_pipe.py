@@ -16,22 +16,11 @@ from ..protocol.worker_messages import (
     LEASE_OUTCOME,
     MESSAGE_SCHEMA,
     PREPARED_OUTCOME,
+    WorkerKind,
+    WorkerOperation,
+    message_kind,
 )
 from .lease_fence import LeaseFence
-
-# A descriptive kind per operation (the host dispatches on the operation).
-KIND_FOR_OPERATION = {
-    "store.publishUpdate": "node.update",
-    "store.reserveEffect": "effect.reserve",
-    "store.settleEffect": "effect.settle",
-    "store.createHumanDecisionRequest": "interaction.requested",
-    "interaction.request": "interaction.requested",
-    "interaction.accept": "interaction.accepted",
-    "interaction.reject": "interaction.rejected",
-    "notification.request": "notification.requested",
-    "presentation.request": "presentation.requested",
-    "transcript.record": "transcript.recorded",
-}
 
 
 class HostPipe:
@@ -62,18 +51,18 @@ class HostPipe:
 
     def ready(self) -> dict[str, Any]:
         """Say worker.ready; its answer: the one sent with the launch, else the reply."""
-        self._send("worker.ready", {}, kind=None, attempt_id=None, control=True)
+        self._send(WorkerOperation.READY, {}, kind=None, attempt_id=None, control=True)
         reply = self._read_reply(prepared=True)
         if reply.get("outcome") == PREPARED_OUTCOME:
             self._ready_reply_unread = True
-        return self._accept(reply, "worker.ready")
+        return self._accept(reply, WorkerOperation.READY)
 
     def call(
         self,
-        operation: str,
+        operation: WorkerOperation,
         payload: dict[str, Any],
         *,
-        kind: str | None = None,
+        kind: WorkerKind | None = None,
         attempt_id: str | None = None,
         control: bool = False,
     ) -> Any:
@@ -82,15 +71,15 @@ class HostPipe:
             # The claim check of worker.ready: a lost claim stops the worker here, before
             # it acts on any answer to the message it just sent.
             self._ready_reply_unread = False
-            self._accept(self._read_reply(), "worker.ready")
+            self._accept(self._read_reply(), WorkerOperation.READY)
         return self._accept(self._read_reply(), operation)
 
     def _send(
         self,
-        operation: str,
+        operation: WorkerOperation,
         payload: dict[str, Any],
         *,
-        kind: str | None,
+        kind: WorkerKind | None,
         attempt_id: str | None,
         control: bool,
     ) -> None:
@@ -98,8 +87,7 @@ class HostPipe:
             "schema": MESSAGE_SCHEMA,
             "launchSchema": LAUNCH_SCHEMA,
             "messageId": f"message-{secrets.token_hex(12)}",
-            "kind": kind
-            or (operation if control else KIND_FOR_OPERATION.get(operation, "worker.progress")),
+            "kind": kind or message_kind(operation),
             "operation": operation,
             "runId": self.envelope["runId"],
             "generation": self.envelope["generation"],

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from .. import worker_memory
 from ..errors import ClaimLostError, PiWorkflowsError, WorkflowSourceChangedError
-from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
+from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION, WorkerOperation
 from . import process_limits
 from .command import EXIT_CLAIM_LOST, EXIT_FAILED, EXIT_OK, LAUNCH_ENV
 from .host_backend import HostRunBackend
@@ -80,13 +80,15 @@ def _run(pipe: HostPipe, envelope: dict[str, Any]) -> int:
         definition = load_from_source(envelope["workflowSource"], envelope["definitionDigest"])
     except WorkflowSourceChangedError as error:
         pipe.call(
-            "worker.exiting", {"status": "workflowSourceChanged", "error": str(error)}, control=True
+            WorkerOperation.EXITING,
+            {"status": "workflowSourceChanged", "error": str(error)},
+            control=True,
         )
         return EXIT_FAILED
     except Exception as error:  # any import-time failure of user code is a load failure
         traceback.print_exc()
         pipe.call(
-            "worker.exiting",
+            WorkerOperation.EXITING,
             {"status": "workflowLoadFailed", "error": f"{type(error).__name__}: {error}"},
             control=True,
         )

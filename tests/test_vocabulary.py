@@ -1,0 +1,84 @@
+"""One word per concept: event types, worker operations and kinds and progress kinds are
+spelt only in their enums (pi_workflows/event_types.py, pi_workflows/protocol/), never as
+bare string literals in the code that writes or reads them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from pi_workflows.event_types import EventType
+from pi_workflows.protocol.client_messages import ProgressKind
+from pi_workflows.protocol.worker_messages import WorkerKind, WorkerOperation
+
+ROOT = Path(__file__).resolve().parents[1]
+# Where the words are defined (each module names its own enum's values once).
+DEFINITIONS = {
+    "pi_workflows/event_types.py",
+    "pi_workflows/protocol/worker_messages.py",
+    "pi_workflows/protocol/client_messages.py",
+}
+
+
+def vocabulary() -> dict[str, str]:
+    """Each word -> the enum member that spells it."""
+    words = {}
+    for enum in (EventType, WorkerOperation, WorkerKind, ProgressKind):
+        for member in enum:
+            # "run" and "update" are ordinary words too (a trace event's scope, say).
+            if not member.value.isalpha() or not member.value.islower():
+                words[member.value] = f"{enum.__name__}.{member.name}"
+    return words
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the string constants that are docstrings (prose may name a word)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(
+            node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+        ) and (docstring := ast.get_docstring(node, clean=False)):
+            first = node.body[0]
+            assert isinstance(first, ast.Expr) and first.value.value == docstring
+            found.add(id(first.value))
+    return found
+
+
+def bare_words(path: Path, words: dict[str, str], root: Path = ROOT) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = _docstrings(tree)
+    return [
+        f"{path.relative_to(root)}:{node.lineno}: {node.value!r} (use {words[node.value]})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in words
+        and id(node) not in docstrings
+    ]
+
+
+def shipped_sources() -> list[Path]:
+    sources = sorted((ROOT / "pi_workflows").rglob("*.py"))
+    sources += sorted(ROOT.glob("plugins/*/piw_*/**/*.py"))
+    return [path for path in sources if str(path.relative_to(ROOT)) not in DEFINITIONS]
+
+
+def test_no_event_type_operation_or_kind_is_spelt_outside_its_enum():
+    words = vocabulary()
+    found = [line for path in shipped_sources() for line in bare_words(path, words)]
+
+    assert found == [], "\n".join(found)
+
+
+def test_the_scan_finds_a_bare_event_type(tmp_path: Path):
+    # The check itself: a module that compares with the stored text is caught, with the
+    # member to use instead; a docstring that names the event is not.
+    module = tmp_path / "probe.py"
+    module.write_text(
+        f'"""Reads {EventType.RUN_PAUSED.value} events."""\n'
+        f"def paused(event_type):\n    return event_type == {EventType.RUN_PAUSED.value!r}\n"
+    )
+
+    found = bare_words(module, vocabulary(), root=tmp_path)
+
+    assert found == [f"probe.py:3: {EventType.RUN_PAUSED.value!r} (use EventType.RUN_PAUSED)"]
