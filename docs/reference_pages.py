@@ -4,7 +4,8 @@ One page per hook, built from ``pi_workflows/hookspecs.py`` at every build: sign
 calling convention, the docstring (when it is called, what it must return), the built-in
 implementation, an example plugin (``docs/reference/hook-examples/<hook>.py``) and which
 distributions under ``plugins/`` implement it. One page for the typed records of
-``pi_workflows/records.py``, field by field from their ``#:`` comments.
+``pi_workflows/records.py``, field by field from their ``#:`` comments, and one for the
+event types of ``pi_workflows/event_types.py``, member by member.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pi_workflows import hookspecs, records
+from pi_workflows import event_types, hookspecs, records
 from pi_workflows.builtin import DEFAULT_PLUGINS
+from pi_workflows.storage.schema_upgrade import RENAMED_EVENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "reference" / "hook-examples"
 HOOK_PAGES = "reference/hooks"
 RECORDS_PAGE = "reference/records.md"
+EVENTS_PAGE = "reference/events.md"
 MARKER = f"{hookspecs.PROJECT_NAME}_impl"
 
 
@@ -247,6 +250,47 @@ def records_page() -> str:
     return "\n".join(parts)
 
 
+def events_page() -> str:
+    """Every event type a run's history may hold, in the groups of its enum, with what its
+    payload holds; then the names schema v4 renamed."""
+    source = inspect.getsource(event_types.EventType)
+    comments = _field_comments(source, "EventType")
+    parts = [
+        "# Event types",
+        "",
+        "Every change of a run bumps its revision and appends one event (`events` table): "
+        "its type is one of these (`pi_workflows.event_types.EventType`). The audit "
+        "plugin's `audit events` lists them, `run watch --json` shows the engine's run "
+        "events, and `piw_run_transition` gets the type of the change as its detail when it "
+        "has no status detail. What the payload holds follows each meaning in parentheses.",
+    ]
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# ---"):
+            heading = stripped.strip("#- ")
+            parts += ["", f"## {heading[0].upper()}{heading[1:]}", ""]
+            parts += ["| type | meaning |", "|---|---|"]
+        elif stripped.split(" = ")[0] in comments:
+            member = event_types.EventType[stripped.split(" = ")[0]]
+            meaning = comments[member.name].replace("|", "\\|")
+            parts.append(f"| `{member.value}` | {meaning} |")
+    parts += [
+        "",
+        "## Names before schema v4",
+        "",
+        "Schema v4 gave the engine's events the one style the others had. A host that opens "
+        "an older database renames its stored events (`events.event_type`) in the upgrade's "
+        "transaction; an engine event's payload keeps the trace event as it was written, "
+        "old name included.",
+        "",
+        "| before v4 | from v4 |",
+        "|---|---|",
+        *(f"| `{old}` | `{new.value}` |" for old, new in RENAMED_EVENTS.items()),
+        "",
+    ]
+    return "\n".join(parts)
+
+
 def _annotations(record: type) -> dict[str, str]:
     raw = typing.get_type_hints(record)
     return {
@@ -277,8 +321,11 @@ def _field_comments(source: str, class_name: str) -> dict[str, str]:
         stripped = line.strip()
         if stripped.startswith("#:"):
             pending.append(stripped.removeprefix("#:").strip())
-        elif ":" in stripped and not stripped.startswith(("#", '"', "def ", "@")):
-            field_name = stripped.split(":")[0]
+        elif (":" in stripped or " = " in stripped) and not stripped.startswith(
+            ("#", '"', "def ", "@")
+        ):
+            # A record's field (`name: type`) or an enum's member (`NAME = "value"`).
+            field_name = stripped.split(":")[0].split(" = ")[0]
             if field_name.isidentifier():
                 comments[field_name] = " ".join(pending)
             pending = []
@@ -294,6 +341,7 @@ def pages() -> dict[str, str]:
     for hook in hook_names():
         generated[hook_page_path(hook)] = hook_page(hook, implemented_by)
     generated[RECORDS_PAGE] = records_page()
+    generated[EVENTS_PAGE] = events_page()
     return generated
 
 
@@ -307,6 +355,7 @@ def on_config(config: Any) -> Any:
             section["Reference"] = [
                 {"Hooks": [f"{HOOK_PAGES}/index.md", *map(hook_page_path, hook_names())]},
                 {"Typed records": RECORDS_PAGE},
+                {"Event types": EVENTS_PAGE},
             ]
     return config
 

@@ -2,8 +2,10 @@
 
 Every writer (the engine through its worker, the host, the state store) names its event
 with a member of :class:`EventType`, and every reader compares with one, so a name is
-spelt in this module only. The stored value is the member's text (a ``StrEnum``): it is
-what `run events`, `piw_run_transition`'s detail and the audit plugin show.
+spelt in this module only. The stored value is the member's text (a ``StrEnum``), one
+style for all, ``subject.what_happened``: it is what the audit plugin's `audit events`,
+`run watch` and `piw_run_transition`'s detail show. Schema v4 renamed the engine's older
+``run_started`` style names (storage.schema_upgrade.RENAMED_EVENTS).
 """
 
 from __future__ import annotations
@@ -17,34 +19,35 @@ class EventType(StrEnum):
     # --- written by the engine, in its worker: the run's trace -------------------------
     #: the run began at its first node (payload: workflowName, input; a continuation adds
     #: continuedFrom, checkpoint, carriedSteps; a restart restartOf).
-    RUN_STARTED = "run_started"
+    RUN_STARTED = "run.started"
     #: a worker picked up a run already under way from its last durable boundary (after
     #: a park, a pause, a crash or a host restart): resumeAt, resumedAttemptId?,
     #: replayedSteps.
-    RUN_RELAUNCHED = "run_resumed"
+    RUN_RELAUNCHED = "run.relaunched"
     #: the run ended with its final output (status, finalOutput, presentationRequired).
-    RUN_COMPLETED = "run_completed"
+    RUN_COMPLETED = "run.completed"
     #: the run reached a checkpoint and waits there (status, waitingOn, finalOutput).
-    RUN_WAITING = "run_waiting"
+    RUN_WAITING = "run.waiting"
     #: the run failed (status, error).
-    RUN_FAILED = "run_failed"
+    RUN_FAILED = "run.failed"
     #: the run ran out of time (status, error).
-    RUN_TIMED_OUT = "run_timed_out"
+    RUN_TIMED_OUT = "run.timed_out"
     #: the run was cancelled (status, error).
-    RUN_CANCELLED = "run_cancelled"
+    RUN_CANCELLED = "run.cancelled"
     #: a node attempt began (nodeType, statusDetail?).
-    NODE_STARTED = "node_started"
+    NODE_STARTED = "node.started"
     #: a node attempt ended well (its step: outcome "ok", output, durationMs, …).
-    NODE_FINISHED = "node_finished"
+    NODE_FINISHED = "node.finished"
     #: a node attempt failed, timed out or was cancelled (its step: outcome, error, …).
-    NODE_FAILED = "node_failed"
+    NODE_FAILED = "node.failed"
     #: an agent step asked its origin session for the answer (prompt, completion,
     #: requestId).
-    AGENT_PROMPT_SENT = "agent_prompt_sent"
-    #: an agent step's transcript was kept (nodeId, attemptId, the transcript's blob).
-    AGENT_TRANSCRIPT_RECORDED = "agent_transcript_recorded"
+    AGENT_PROMPT_SENT = "agent.prompt_sent"
+    #: an agent step's transcript was kept (nodeId, attemptId, transcriptHash, entryCount;
+    #: partial: a chunk saved while the step runs).
+    AGENT_TRANSCRIPT_RECORDED = "agent.transcript_recorded"
     #: an action node published an update (updateId, sequence, type, key, data).
-    UPDATE_PUBLISHED = "update_published"
+    UPDATE_PUBLISHED = "update.published"
 
     # --- written by the host and the state store -----------------------------------------
     #: the run was created, queued (status).
@@ -72,11 +75,11 @@ class EventType(StrEnum):
     RUN_EFFECT_AMBIGUOUS = "run.effect_ambiguous"
     #: parked to wait again: its origin session rejected a submission (status, code).
     RUN_INTERACTION_REJECTED = "run.interaction_rejected"
-    #: the wait for an origin session's answer began its deadline (requestId, …).
+    #: the wait for an origin session's answer began its deadline (requestId, attemptId).
     RUN_INTERACTION_TIMEOUT_STARTED = "run.interaction_timeout_started"
-    #: the run was paused (`run pause`, or a session turn that holds it).
+    #: the run was paused: `run pause`, or an aborted session turn (status; reason).
     RUN_PAUSED = "run.paused"
-    #: a paused run was resumed (`run resume`, or the session turn that held it ended).
+    #: a paused run was resumed by `run resume` (status).
     RUN_RESUMED = "run.resumed"
     #: an agent step asked its origin session (requestId, nodeId).
     INTERACTION_REQUESTED = "interaction.requested"
@@ -86,9 +89,11 @@ class EventType(StrEnum):
     INTERACTION_ACCEPTED = "interaction.accepted"
     #: the step's validator rejected the submitted answer (requestId, submissionId).
     INTERACTION_REJECTED = "interaction.rejected"
-    #: the session's turn interrupted the step's deadline clock.
+    #: the session's turn stopped the waiting step's deadline clock (requestId,
+    #: attemptId).
     INTERACTION_TURN_INTERRUPTED = "interaction.turn_interrupted"
-    #: the step's deadline clock runs again after the session's turn.
+    #: the step's deadline clock runs again after the session's turn (requestId,
+    #: attemptId, givenBackMs).
     INTERACTION_TURN_RESUMED = "interaction.turn_resumed"
     #: a node asked for a notification (notificationId, nodeId).
     NOTIFICATION_REQUESTED = "notification.requested"
@@ -102,17 +107,20 @@ class EventType(StrEnum):
     HUMAN_DECISION_CANCELLED = "human_decision.cancelled"
     #: an effect was reserved before its action runs (effectId, effectType).
     EFFECT_RESERVED = "effect.reserved"
-    #: an effect may or may not have happened (effectId; reason when the host decided).
+    #: an effect may or may not have happened (effectId, effectType; when its run was
+    #: cancelled mid-action: effectId, runId, reason).
     EFFECT_AMBIGUOUS = "effect.ambiguous"
     #: an effect's action ended (effectId, outcome).
     EFFECT_SETTLED = "effect.settled"
-    #: an effect pending when its run was cancelled will not run (effectId, reason).
+    #: an effect pending when its run was cancelled will not run (effectId, runId,
+    #: reason).
     EFFECT_CANCELLED = "effect.cancelled"
-    #: the host settled an effect its worker left applying (effectId, …).
+    #: the host took over the effects a dead worker left applying (pending: idempotent
+    #: ones to run again; ambiguous: manual ones an operator decides).
     EFFECT_RECOVERED = "effect.recovered"
-    #: an operator said an effect in doubt happened (`effects confirm`).
+    #: an operator said an effect in doubt happened: `effects confirm` (effectId).
     EFFECT_CONFIRMED = "effect.confirmed"
-    #: an operator said an effect in doubt may run again (`effects retry`).
+    #: an operator said an effect in doubt may run again: `effects retry` (effectId).
     EFFECT_RETRIED = "effect.retried"
 
 

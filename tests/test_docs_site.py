@@ -15,6 +15,7 @@ from pathlib import Path
 import pluggy
 
 from pi_workflows import hookspecs
+from pi_workflows.event_types import EventType
 from pi_workflows.testing import WorkflowHost
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,20 @@ def test_the_records_page_documents_every_typed_dict_field():
     assert "## `_" not in page  # the module's private helpers are not records
     assert "| `terminalFingerprint` | `str (optional)` | sha-256 over" in page
     assert "| `origin_session_id` | `str \\| None` | the chat session" in page
+
+
+def test_the_events_page_gives_every_event_type_a_meaning_and_the_v4_renames():
+    page = reference_pages.pages()["reference/events.md"]
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[2].strip()
+        for line in page.splitlines()
+        if line.startswith("| `")
+    }
+
+    undocumented = [member.value for member in EventType if not rows.get(f"`{member.value}`")]
+    assert undocumented == []
+    assert rows["`run.started`"].startswith("the run began at its first node")
+    assert rows["`run_resumed`"] == "`run.relaunched`"
 
 
 def test_the_tutorials_run_on_a_real_host(workflow_host: WorkflowHost):

@@ -15,8 +15,11 @@ import pytest
 
 from pi_workflows.clock import now_ms
 from pi_workflows.errors import HostAlreadyRunningError, SchemaMismatchError
+from pi_workflows.event_types import EventType
 from pi_workflows.home import DATABASE_ENV, home_key
-from pi_workflows.storage import SCHEMA_VERSION, open_state
+from pi_workflows.storage import SCHEMA_VERSION, open_state, run_events
+from pi_workflows.storage.models import TRANSCRIPT_INDEX
+from pi_workflows.storage.schema_upgrade import RENAMED_EVENTS
 from pi_workflows.testing import WorkflowHost, short_temp_dir
 
 # host_state as schema v2 had it before several hosts shared a database: one row, id 1.
@@ -83,7 +86,6 @@ def test_a_v2_database_is_upgraded_on_open_and_its_epochs_keep_growing(home_env,
 
     status = json.loads(home_env.run_cli("state", "status", "--json").stdout)
     assert (status["schemaVersion"], status["upgradeNeeded"]) == (SCHEMA_VERSION, False)
-    assert SCHEMA_VERSION == 3
     rows = _execute(
         database_url, home_env, "SELECT epoch, home_key, host_id, released_at FROM host_state"
     )
@@ -111,7 +113,9 @@ def test_a_v2_database_with_the_v3_tables_is_only_restamped(home_env, database_u
 
     open_state(home_env.home, database_url).close()
 
-    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [(3,)]
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [
+        (SCHEMA_VERSION,)
+    ]
     assert _execute(database_url, home_env, "SELECT COUNT(*) FROM host_state") == tables_before
 
 
@@ -182,12 +186,13 @@ def test_state_status_and_verify_only_read_an_older_database(home_env, database_
     shown = json.loads(status.stdout)
     assert (shown["schemaVersion"], shown["upgradeNeeded"]) == (2, True)
     text = home_env.run_cli("state", "status").stdout
-    assert "v2 needs the upgrade to v3" in text and "pi-workflows host start" in text
+    assert f"v2 needs the upgrade to v{SCHEMA_VERSION}" in text
+    assert "pi-workflows host start" in text
     verified = home_env.run_cli("state", "verify")
     assert verified.returncode == 1
     assert verified.stderr.strip() == (
-        "schema: v2 needs the upgrade to v3, which the next host does when it starts "
-        "('pi-workflows host start'); back it up first if you may go back"
+        f"schema: v2 needs the upgrade to v{SCHEMA_VERSION}, which the next host does when it "
+        "starts ('pi-workflows host start'); back it up first if you may go back"
     )
 
     assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [(2,)]
@@ -201,4 +206,118 @@ def test_state_status_and_verify_only_read_an_older_database(home_env, database_
 
     home_env.start()
     upgraded = json.loads(home_env.cli("state", "status", "--json").stdout)
-    assert (upgraded["schemaVersion"], upgraded["upgradeNeeded"]) == (3, False)
+    assert (upgraded["schemaVersion"], upgraded["upgradeNeeded"]) == (SCHEMA_VERSION, False)
+
+
+# a → b → c; b publishes an update: every kind of event `run watch` reads.
+THREE_STEPS = """
+from pi_workflows import action, compute, edge, idempotent_effect, workflow
+
+
+def b(ctx):
+    ctx.publish_update("progress", "b", {"done": 1})
+    return {"b": 2}
+
+
+WORKFLOW = workflow(
+    name="three-steps",
+    start_at="a",
+    nodes={
+        "a": compute(lambda ctx: {"a": 1}),
+        "b": action(b, idempotent_effect("b")),
+        "c": compute(lambda ctx: {"c": 3}),
+    },
+    edges=[edge("a", "b"), edge("b", "c")],
+)
+"""
+
+
+def _make_v3(database_url: str | None, home_env) -> None:
+    """Turn a current database back into schema v3: the engine's events under the names
+    v3 gave them, and the transcript index that names the old type."""
+    back = " ".join(f"WHEN '{new}' THEN '{old}'" for old, new in RENAMED_EVENTS.items())
+    _execute(
+        database_url,
+        home_env,
+        f"UPDATE events SET event_type = CASE event_type {back} ELSE event_type END",
+        f"DROP INDEX {TRANSCRIPT_INDEX}",
+        f"CREATE INDEX {TRANSCRIPT_INDEX} ON events (payload_hash) "
+        "WHERE event_type = 'agent_transcript_recorded'",
+        "UPDATE schema_meta SET schema_version = 3",
+    )
+
+
+def _history(home_env, run_id: str) -> dict:
+    """The run as its status, its events and a follower (the viewer, `run watch`) read it."""
+    status = json.loads(home_env.cli("run", "status", run_id, "--json").stdout)
+    watched = home_env.cli("run", "watch", run_id, "--json").stdout.splitlines()
+    store = open_state(home_env.home, home_env.env.get(DATABASE_ENV), read_only=True)
+    try:
+        events = [(event.revision, event.event_type, event.actor) for event in run_events(run_id)]
+    finally:
+        store.close()
+    return {
+        "status": {key: status[key] for key in ("status", "finalOutput", "revision")},
+        "progress": [entry for line in watched for entry in json.loads(line)["entries"]],
+        "events": events,
+    }
+
+
+def _transcript_index(database_url: str | None, home_env) -> str:
+    if database_url is None:
+        query = f"SELECT sql FROM sqlite_master WHERE name = '{TRANSCRIPT_INDEX}'"
+    else:
+        query = f"SELECT indexdef FROM pg_indexes WHERE indexname = '{TRANSCRIPT_INDEX}'"
+    ((definition,),) = _execute(database_url, home_env, query)
+    return definition
+
+
+@pytest.mark.integration
+def test_a_v3_database_with_the_old_event_names_reads_the_same_after_a_host_upgrades_it(
+    home_env, database_url
+):
+    home_env.write_workflow("three-steps", THREE_STEPS)
+    home_env.start()
+    run_id = home_env.start_run("three-steps")
+    home_env.wait_for_status(run_id, "completed")
+    before = _history(home_env, run_id)
+    home_env.stop()
+    _make_v3(database_url, home_env)
+    stored = {row[0] for row in _execute(database_url, home_env, "SELECT event_type FROM events")}
+    assert {"run_started", "node_started", "update_published", "run_completed"} <= stored
+
+    home_env.start()  # the real host opens the v3 database: the upgrade
+
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [
+        (SCHEMA_VERSION,)
+    ]
+    stored = {row[0] for row in _execute(database_url, home_env, "SELECT event_type FROM events")}
+    assert stored <= set(EventType) and not stored & set(RENAMED_EVENTS)
+    assert _history(home_env, run_id) == before
+    assert [kind for _, kind, _ in before["events"]] == [
+        EventType.RUN_CREATED,
+        EventType.LEASE_CLAIMED,
+        EventType.RUN_QUEUE_RUNNING,
+        EventType.RUN_STARTED,
+        EventType.NODE_STARTED,
+        EventType.NODE_FINISHED,
+        EventType.NODE_STARTED,
+        EventType.EFFECT_RESERVED,
+        EventType.UPDATE_PUBLISHED,
+        EventType.EFFECT_SETTLED,
+        EventType.NODE_FINISHED,
+        EventType.NODE_STARTED,
+        EventType.NODE_FINISHED,
+        EventType.RUN_COMPLETED,
+    ]
+    kinds = [entry["kind"] for entry in before["progress"]]
+    assert kinds.count("nodeStarted") == kinds.count("nodeEnded") == 3
+    assert kinds.count("update") == 1
+    assert [e["event"] for e in before["progress"] if e["kind"] == "run"] == [
+        "run.started",
+        "run.completed",
+    ]
+    assert "'agent.transcript_recorded'" in _transcript_index(database_url, home_env)
+    # Runs go on as before on the upgraded database.
+    second = home_env.start_run("three-steps")
+    assert home_env.wait_for_status(second, "completed")["finalOutput"] == {"c": 3}

@@ -10,19 +10,23 @@ from pathlib import Path
 from pi_workflows.event_types import EventType
 from pi_workflows.protocol.client_messages import ProgressKind
 from pi_workflows.protocol.worker_messages import WorkerKind, WorkerOperation
+from pi_workflows.storage.schema_upgrade import RENAMED_EVENTS
 
 ROOT = Path(__file__).resolve().parents[1]
-# Where the words are defined (each module names its own enum's values once).
+# Where the words are defined (each module names its own enum's values once), and the
+# schema upgrade that renames the event types older schemas stored.
 DEFINITIONS = {
     "pi_workflows/event_types.py",
     "pi_workflows/protocol/worker_messages.py",
     "pi_workflows/protocol/client_messages.py",
+    "pi_workflows/storage/schema_upgrade.py",
 }
 
 
 def vocabulary() -> dict[str, str]:
-    """Each word -> the enum member that spells it."""
-    words = {}
+    """Each word -> the enum member that spells it (an event's name before schema v4
+    too: a reader that compares with it finds nothing any more)."""
+    words = {old: f"EventType.{new.name}" for old, new in RENAMED_EVENTS.items()}
     for enum in (EventType, WorkerOperation, WorkerKind, ProgressKind):
         for member in enum:
             # "run" and "update" are ordinary words too (a trace event's scope, say).
@@ -71,14 +75,19 @@ def test_no_event_type_operation_or_kind_is_spelt_outside_its_enum():
 
 
 def test_the_scan_finds_a_bare_event_type(tmp_path: Path):
-    # The check itself: a module that compares with the stored text is caught, with the
-    # member to use instead; a docstring that names the event is not.
+    # The check itself: a module that compares with the stored text, or with the name an
+    # older schema stored, is caught, with the member to use instead; a docstring that
+    # names the event is not.
     module = tmp_path / "probe.py"
     module.write_text(
         f'"""Reads {EventType.RUN_PAUSED.value} events."""\n'
         f"def paused(event_type):\n    return event_type == {EventType.RUN_PAUSED.value!r}\n"
+        "def started(event_type):\n    return event_type == 'node_started'\n"
     )
 
     found = bare_words(module, vocabulary(), root=tmp_path)
 
-    assert found == [f"probe.py:3: {EventType.RUN_PAUSED.value!r} (use EventType.RUN_PAUSED)"]
+    assert found == [
+        f"probe.py:3: {EventType.RUN_PAUSED.value!r} (use EventType.RUN_PAUSED)",
+        "probe.py:5: 'node_started' (use EventType.NODE_STARTED)",
+    ]

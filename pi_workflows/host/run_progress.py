@@ -1,7 +1,7 @@
 """What counts as workflow progress, and when one node is poisoning its run (SPEC §7.4).
 
 Progress is a committed node result or a lifecycle transition of the run. Bookkeeping a
-worker writes on every launch (`run_resumed`, `node_started`, an attempt marked
+worker writes on every launch (`run.relaunched`, `node.started`, an attempt marked
 `interrupted`) bumps the run revision too, so the revision cannot be the measure: a node
 that kills its worker would then be relaunched forever.
 """

@@ -30,6 +30,8 @@ def _check_in(column: str, values: tuple[str, ...]) -> peewee.SQL | peewee.NodeL
 
 #: The media type of a JSON blob (storage.blobs).
 JSON = "application/json"
+#: The partial index of the transcript events (its WHERE names the event type).
+TRANSCRIPT_INDEX = "events_transcripts"
 #: How a stored split value's bytes begin (storage.blobs; canonical JSON sorts the parts
 #: key first): indexed, so pruning finds the values that nest other blobs.
 SPLIT_PREFIX = b'{"$piw-parts":'
@@ -673,7 +675,7 @@ ADDED_INDEXES += (
     (Blob, Blob.index(Blob.blob_hash, name="blobs_split_values").where(IS_SPLIT_VALUE)),
     (
         Event,
-        Event.index(Event.payload_hash, name="events_transcripts").where(
+        Event.index(Event.payload_hash, name=TRANSCRIPT_INDEX).where(
             Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
         ),
     ),

@@ -464,7 +464,7 @@ def _attempt_update(columns: tuple[str, ...]) -> PreparedQuery:
 def publish_update(
     run_id: str, update: dict[str, Any], expected_revision: int | None = None
 ) -> dict[str, Any]:
-    """Replace the current value of ``(type, key)`` and record one ``update_published``."""
+    """Replace the current value of ``(type, key)`` and record one ``update.published``."""
     existing = WorkflowUpdate.get_or_none(
         (WorkflowUpdate.run == run_id)
         & (WorkflowUpdate.update_type == update["type"])
@@ -746,7 +746,7 @@ def request_notification(
 def record_transcript(
     run_id: str, transcript: dict[str, Any], expected_revision: int | None = None
 ) -> dict[str, Any]:
-    """Keep an agent attempt's transcript (a blob) and record `agent_transcript_recorded`.
+    """Keep an agent attempt's transcript (a blob) and record `agent.transcript_recorded`.
 
     ``partial: true`` marks a chunk saved while the attempt runs (the entries added since
     the previous chunk); the record without it, when the attempt ends, is the whole

@@ -13,8 +13,27 @@ import peewee
 
 from ..clock import now_ms
 from ..errors import HostAlreadyRunningError
+from ..event_types import EventType
 from ..home import Home, home_key, machine_name
-from .models import ForwardedCommand, HostState, SchemaMeta
+from .models import TRANSCRIPT_INDEX, Event, ForwardedCommand, HostState, SchemaMeta
+
+# v4: the engine's events took the one style the others had (`subject.what_happened`);
+# `run_resumed` became `run.relaunched`, since `run.resumed` is the operator's resume.
+RENAMED_EVENTS = {
+    "run_started": EventType.RUN_STARTED,
+    "run_resumed": EventType.RUN_RELAUNCHED,
+    "run_completed": EventType.RUN_COMPLETED,
+    "run_waiting": EventType.RUN_WAITING,
+    "run_failed": EventType.RUN_FAILED,
+    "run_timed_out": EventType.RUN_TIMED_OUT,
+    "run_cancelled": EventType.RUN_CANCELLED,
+    "node_started": EventType.NODE_STARTED,
+    "node_finished": EventType.NODE_FINISHED,
+    "node_failed": EventType.NODE_FAILED,
+    "agent_prompt_sent": EventType.AGENT_PROMPT_SENT,
+    "agent_transcript_recorded": EventType.AGENT_TRANSCRIPT_RECORDED,
+    "update_published": EventType.UPDATE_PUBLISHED,
+}
 
 
 def _v2_to_v3(db: peewee.Database, home: Home, where: str) -> None:
@@ -63,6 +82,20 @@ def _host_state_per_home(db: peewee.Database, home: Home, where: str) -> None:
     ).execute()
 
 
+def _v3_to_v4(db: peewee.Database, home: Home, where: str) -> None:
+    """v4: events renamed to one style (`RENAMED_EVENTS`).
+
+    Only the ``event_type`` column changes: an engine event's payload keeps the trace
+    event it was written with, old name and all (blobs are content-addressed and shared).
+    The transcript index is dropped; the open that upgrades creates it again with the new
+    name in its WHERE (`add_missing_indexes`).
+    """
+    Event.update(event_type=peewee.Case(Event.event_type, list(RENAMED_EVENTS.items()))).where(
+        Event.event_type.in_(list(RENAMED_EVENTS))
+    ).execute()
+    db.execute_sql(f"DROP INDEX IF EXISTS {TRANSCRIPT_INDEX}")
+
+
 def _refuse_live_hosts(db: peewee.Database, where: str) -> None:
     """A host of the older version may still write in the old layout: it stops first.
 
@@ -83,7 +116,10 @@ def _refuse_live_hosts(db: peewee.Database, where: str) -> None:
         )
 
 
-UPGRADES: dict[int, Callable[[peewee.Database, Home, str], None]] = {2: _v2_to_v3}
+UPGRADES: dict[int, Callable[[peewee.Database, Home, str], None]] = {
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+}
 
 
 def upgrade_schema(db: peewee.Database, home: Home, where: str, target: int) -> None:

@@ -3,7 +3,7 @@
 An executor fills an `AgentTranscript` during an agent attempt. While the attempt runs, the
 engine saves its new entries in chunks (`partial` records); when the attempt ends in its
 worker, the whole transcript (`run_state.record_transcript`: the entries as a blob, one
-`agent_transcript_recorded` event naming the node and attempt). An attempt whose worker was
+`agent.transcript_recorded` event naming the node and attempt). An attempt whose worker was
 stopped first — cancel, pause, a killed worker — has only its chunks: they are joined, and
 an `ended` entry says the rest was not saved.
 """

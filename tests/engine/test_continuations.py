@@ -76,7 +76,7 @@ def test_a_continuation_of_a_changed_workflow_is_refused(runs) -> None:
         runs.engine(changed, child).execute(command)
 
     assert Run.get_by_id(child).status == "queued"
-    assert Event.select().where(Event.run == child, Event.event_type == "run_started").count() == 0
+    assert Event.select().where(Event.run == child, Event.event_type == "run.started").count() == 0
 
 
 @pytest.mark.scenario("9.5")
@@ -91,10 +91,10 @@ def test_the_steps_a_continuation_carries_count_toward_max_steps(runs) -> None:
 
 
 class _DiesBeforeWaiting(LocalRunBackend):
-    """A worker that dies after the checkpoint's step was saved, before `run_waiting`."""
+    """A worker that dies after the checkpoint's step was saved, before `run.waiting`."""
 
     def write_snapshot(self, snapshot, trace_event):
-        if trace_event["type"] == "run_waiting":
+        if trace_event["type"] == "run.waiting":
             raise ClaimLostError("the worker died")
         return super().write_snapshot(snapshot, trace_event)
 

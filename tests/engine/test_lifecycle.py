@@ -35,7 +35,7 @@ def test_cancel_ends_the_active_attempt_and_the_run(runs, tmp_path: Path) -> Non
     state = runs.state(run_id)
     assert [s["outcome"] for s in state["steps"]] == ["ok", "cancelled"]
     last = Event.select().where(Event.run == run_id).order_by(Event.revision.desc()).first()
-    assert last.event_type == "run_cancelled"
+    assert last.event_type == "run.cancelled"
     # The action noticed the signal and returned: it did happen, so it is settled applied.
     assert Effect.get(Effect.run == run_id).status == "applied"
 
@@ -98,7 +98,7 @@ def test_restart_starts_a_new_run_from_the_beginning(runs) -> None:
     child = runs.create(definition, {"x": 1}, parent=first["runId"], lineage="restart")
     outcome = runs.engine(definition, child).execute({"kind": "restart", "input": {"x": 1}})
     assert outcome["finalOutput"] == {"x": 1}
-    started = Event.get((Event.run == child) & (Event.event_type == "run_started"))
+    started = Event.get((Event.run == child) & (Event.event_type == "run.started"))
     from pi_workflows.storage import read_json
 
     assert read_json(started.payload_hash)["payload"]["restartOf"] == first["runId"]
@@ -180,11 +180,11 @@ def test_shell_output_is_bounded(runs) -> None:
 
 
 class _DiesAfterRunStarted(LocalRunBackend):
-    """A backend whose worker dies right after the continuation's `run_started` commit."""
+    """A backend whose worker dies right after the continuation's `run.started` commit."""
 
     def write_snapshot(self, snapshot, trace_event):
         revision = super().write_snapshot(snapshot, trace_event)
-        if trace_event["type"] == "run_started":
+        if trace_event["type"] == "run.started":
             raise ClaimLostError("the worker died")
         return revision
 

@@ -53,10 +53,10 @@ def test_hello_greets_by_name_or_world(runs) -> None:
     events = [e.event_type for e in Event.select().where(Event.run == outcome["runId"])]
     assert events == [
         "run.created",
-        "run_started",
-        "node_started",
-        "node_finished",
-        "run_completed",
+        "run.started",
+        "node.started",
+        "node.finished",
+        "run.completed",
     ]
     state = runs.state(outcome["runId"])
     assert state["schema"] == "pi-workflows.run-state.v1"

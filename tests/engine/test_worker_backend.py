@@ -63,9 +63,9 @@ def test_the_run_s_last_write_and_the_worker_s_goodbye_are_one_message():
     envelope = {"runId": "run-1", "generation": 1, "workerEpoch": "epoch-1"}
     pipe = HostPipe(envelope, os.fdopen(from_host, "rb"), os.fdopen(to_host, "wb"))
     backend = HostRunBackend(pipe)
-    node_finished = {"type": "node_finished", "nodeId": "c"}
+    node_finished = {"type": "node.finished", "nodeId": "c"}
     backend.write_snapshot({"status": "running"}, node_finished)
-    backend.write_snapshot({"status": "completed"}, {"type": "run_completed"})
+    backend.write_snapshot({"status": "completed"}, {"type": "run.completed"})
     assert received == []  # both wait for the goodbye
     backend.finish("completed")
     # A worker with nothing held back says goodbye alone.
@@ -78,8 +78,8 @@ def test_the_run_s_last_write_and_the_worker_s_goodbye_are_one_message():
     assert last_write["operation"] == "store.batch"
     steps = last_write["payload"]["steps"]
     assert [step["payload"]["trace_event"]["type"] for step in steps] == [
-        "node_finished",
-        "run_completed",
+        "node.finished",
+        "run.completed",
     ]
     assert last_write["payload"]["exiting"] == {"status": "completed"}
     assert goodbye["operation"] == "worker.exiting"

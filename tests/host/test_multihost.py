@@ -143,7 +143,7 @@ def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
         run_id: {"done": n} for run_id, n in run_ids.items()
     }
     completions = survivor.query(
-        "SELECT run_id, COUNT(*) FROM events WHERE event_type = 'run_completed' GROUP BY run_id"
+        "SELECT run_id, COUNT(*) FROM events WHERE event_type = 'run.completed' GROUP BY run_id"
     )
     assert dict(completions) == dict.fromkeys(run_ids, 1)
 

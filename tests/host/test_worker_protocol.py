@@ -251,7 +251,7 @@ def test_a_worker_whose_goodbye_rode_on_its_last_write_exits_cleanly(harness: Ho
         "greeting": "Hello, Ada!"
     }
     harness.wait_for_status(waiting, "waiting")
-    # The last write (run_completed, run_waiting) carried worker.exiting: the host saw
+    # The last write (run.completed, run.waiting) carried worker.exiting: the host saw
     # the goodbye, so each worker's exit is recorded clean, not as a crash.
     for run_id in (completed, waiting):
         wait_until(
@@ -344,13 +344,13 @@ def snapshot(status, event, **fields):
 
 
 big = {"big": "x" * (64 * 2**20 - 200 * 2**10)}
-pipe.call("store.writeSnapshot", snapshot("running", "run_started", outputs=big))
+pipe.call("store.writeSnapshot", snapshot("running", "run.started", outputs=big))
 try:
     pipe.call("store.readRunState", {})
     heard = "the whole state"
 except Exception as error:
     heard = str(error)
-pipe.call("store.writeSnapshot", snapshot("failed", "run_failed", error=heard))
+pipe.call("store.writeSnapshot", snapshot("failed", "run.failed", error=heard))
 """
 
 

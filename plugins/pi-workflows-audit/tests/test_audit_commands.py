@@ -38,12 +38,12 @@ def test_events_and_summary_of_runs_a_host_executed(workflow_host: WorkflowHost)
     summary = json.loads(workflow_host.cli("audit", "summary", "--json").stdout)
 
     assert [event["revision"] for event in events] == list(range(1, len(events) + 1))
-    assert events[0]["type"] == "run.created" and events[-1]["type"] == "run_completed"
+    assert events[0]["type"] == "run.created" and events[-1]["type"] == "run.completed"
     assert {event["runId"] for event in events} == {first}
     assert len(text) == summary["events"] == 2 * len(events)
     assert text[0].split()[1:4] == [first, "r1", "run.created"]
     assert summary["runs"] == {"completed": 2}
-    assert summary["eventsByType"]["run_completed"] == 2 and summary["blobs"] > 0
+    assert summary["eventsByType"]["run.completed"] == 2 and summary["blobs"] > 0
 
 
 def test_an_unknown_run_fails_with_one_line(workflow_home: WorkflowHome):
