@@ -21,6 +21,7 @@ from pi_workflows.storage import SCHEMA_VERSION, open_state, run_events
 from pi_workflows.storage.models import TRANSCRIPT_INDEX
 from pi_workflows.storage.schema_upgrade import RENAMED_EVENTS
 from pi_workflows.testing import WorkflowHost, short_temp_dir
+from tests.host.workflows import WATCHED
 
 # host_state as schema v2 had it before several hosts shared a database: one row, id 1.
 V2_HOST_STATE = """
@@ -209,29 +210,6 @@ def test_state_status_and_verify_only_read_an_older_database(home_env, database_
     assert (upgraded["schemaVersion"], upgraded["upgradeNeeded"]) == (SCHEMA_VERSION, False)
 
 
-# a → b → c; b publishes an update: every kind of event `run watch` reads.
-THREE_STEPS = """
-from pi_workflows import action, compute, edge, idempotent_effect, workflow
-
-
-def b(ctx):
-    ctx.publish_update("progress", "b", {"done": 1})
-    return {"b": 2}
-
-
-WORKFLOW = workflow(
-    name="three-steps",
-    start_at="a",
-    nodes={
-        "a": compute(lambda ctx: {"a": 1}),
-        "b": action(b, idempotent_effect("b")),
-        "c": compute(lambda ctx: {"c": 3}),
-    },
-    edges=[edge("a", "b"), edge("b", "c")],
-)
-"""
-
-
 def _make_v3(database_url: str | None, home_env) -> None:
     """Turn a current database back into schema v3: the engine's events under the names
     v3 gave them, and the transcript index that names the old type."""
@@ -276,9 +254,12 @@ def _transcript_index(database_url: str | None, home_env) -> str:
 def test_a_v3_database_with_the_old_event_names_reads_the_same_after_a_host_upgrades_it(
     home_env, database_url
 ):
-    home_env.write_workflow("three-steps", THREE_STEPS)
+    # a → b → c, b an action that publishes an update: every kind of event `run watch`
+    # reads. Released at once: nothing follows it mid-way here.
+    home_env.write_workflow("watched", WATCHED)
+    (home_env.project / "release-b").touch()
     home_env.start()
-    run_id = home_env.start_run("three-steps")
+    run_id = home_env.start_run("watched")
     home_env.wait_for_status(run_id, "completed")
     before = _history(home_env, run_id)
     home_env.stop()
@@ -319,5 +300,5 @@ def test_a_v3_database_with_the_old_event_names_reads_the_same_after_a_host_upgr
     ]
     assert "'agent.transcript_recorded'" in _transcript_index(database_url, home_env)
     # Runs go on as before on the upgraded database.
-    second = home_env.start_run("three-steps")
-    assert home_env.wait_for_status(second, "completed")["finalOutput"] == {"c": 3}
+    second = home_env.start_run("watched")
+    assert home_env.wait_for_status(second, "completed")["finalOutput"] == {"sum": 3}
