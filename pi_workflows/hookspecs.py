@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import pluggy
 
 from .records import (
+    ChannelGaveUp,
     Claim,
     HostInfo,
     MessageContent,
@@ -411,10 +412,8 @@ def piw_register_decision_channels(register: RegisterChannel) -> None:
       recorded ``applied`` in the commit that resolved the decision, with no call;
     - ``close()`` (optional): the host is stopping;
     - ``gave_up(request, purpose, error)`` (optional): the host stopped trying a
-      delivery (``purpose`` ``delivery``) or settlement (``settlement``) of ``request``
-      after the channel's last attempt raised ``ChannelDeliveryError`` (``error`` its
-      text); it stays ``rejected (gave up)`` until an operator runs ``pi-workflows
-      effects retry``. A report: what it returns or raises changes nothing;
+      delivery (``purpose`` ``delivery``) or settlement (``settlement``) of ``request``;
+      called by the built-in :func:`piw_channel_gave_up`, which says when;
     - ``answer_actor(answer)`` (optional): who a client answering through
       ``decision.answer`` with this channel is. ``answer`` is ``{decisionId, runId,
       originSessionId, sessionId}``; return the actor's name, or raise
@@ -425,14 +424,48 @@ def piw_register_decision_channels(register: RegisterChannel) -> None:
     loop. Raise ``pi_workflows.plugin.ChannelDeliveryError`` when a call definitely did
     not happen (the host retries it — ``delivery_attempts`` in all, 3 unless the
     channel's table in channels.toml says, the n-th retry ``retry_delay_ms`` × n later,
-    default 1000 — then gives it up, tells ``gave_up``, and the effect stays ``rejected``
-    until an operator runs ``pi-workflows effects retry``, see docs/decisions.md); any
+    default 1000 — then gives it up, announces it (:func:`piw_channel_gave_up`), and the
+    effect stays ``rejected`` until an operator runs ``pi-workflows effects retry``, see
+    docs/decisions.md); any
     other exception, or no
     return within the call timeout, makes the effect ambiguous until an operator runs
     ``pi-workflows effects confirm|retry``. Answers are reported through ``report_answer``;
     the host accepts them only from channels of the decision's audience and actors the
     channel allows. The built-in (``pi_workflows.builtin.decision_channels``) registers
     ``session`` and ``cli``.
+    """
+
+
+@hook(NOTIFICATION)
+def piw_channel_gave_up(gave_up: ChannelGaveUp) -> None:
+    """Notification: the host stopped retrying a decision channel's delivery or settlement.
+
+    :param gave_up: a :class:`~pi_workflows.records.ChannelGaveUp`: the channel's name
+        and kind, ``purpose`` (``delivery`` or ``settlement``), the channel effect's id,
+        the attempts made, the last attempt's ``ChannelDeliveryError`` text, when, the
+        request (presentation and choices, never the private subject) and the channel
+        object itself.
+
+    Called when a channel's last attempt (``delivery_attempts``, 3 unless channels.toml
+    says) raised ``ChannelDeliveryError``: the effect stays ``rejected (gave up)`` —
+    ``effects list``, ``host status`` and ``channel.status`` show it so — that channel is
+    not called again for the decision, and only an operator's ``pi-workflows effects
+    retry`` tries it once more (after which a failure is announced again). It is for the
+    channel's plugin (tell your channels by ``gave_up.channel_kind`` or
+    ``isinstance(gave_up.channel, ...)``) or an operator's (page someone when any
+    channel gives up). An attempt that ended otherwise (another exception, no answer
+    within the call timeout) is ambiguous, not given up, and is not announced here.
+
+    Delivery: in the host that made the attempts, after the commit that recorded the
+    last one, outside any transaction; once per giving up, at most once (a host killed
+    between the commit and the call never makes it). Delivered like
+    :func:`piw_run_transition`: on the plugin's notification thread, in order with its
+    other notifications, under the hook deadline — not on the channel's own thread, so a
+    call into the channel may run beside its other calls. Every implementation runs; an
+    exception is logged with the plugin's name and never reaches the host. The built-in
+    (``pi_workflows.builtin.decision_channels``) calls the channel's own optional
+    ``gave_up(request, purpose, error)`` method (the channel interface of
+    :func:`piw_register_decision_channels`), on its notification thread.
     """
 
 

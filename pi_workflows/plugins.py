@@ -36,6 +36,7 @@ from .plugin_set import ENTRY_POINT_GROUP, names_from_env
 from .plugin_set import PLUGINS_ENV as PLUGINS_ENV
 from .plugin_set import plugin_set_digest as plugin_set_digest
 from .records import (
+    ChannelGaveUp,
     HostInfo,
     MessageContent,
     NodeAttemptRecord,
@@ -745,6 +746,11 @@ def _collect_registrations(hook_name: str, what: str) -> dict[str, Any]:
 def decision_channel_factories() -> dict[str, Any]:
     """Channel kind → factory, from `piw_register_decision_channels`."""
     return _collect_registrations("piw_register_decision_channels", "decision channel")
+
+
+def channel_gave_up(gave_up: ChannelGaveUp) -> None:
+    """Notify `piw_channel_gave_up` (delivered in order with the other notifications)."""
+    _post("piw_channel_gave_up", gave_up=gave_up)
 
 
 def agent_executor_factories() -> dict[str, Any]:

@@ -568,6 +568,33 @@ class ChannelContext:
         return self.settings.credentials
 
 
+@dataclass(frozen=True)
+class ChannelGaveUp:
+    """A channel call the host stopped retrying, as ``piw_channel_gave_up`` sees it."""
+
+    #: the channel's name in channels.toml.
+    channel_name: str
+    #: the registered kind that built it (``webhook``, …).
+    channel_kind: str
+    #: ``delivery`` (offering the decision) or ``settlement`` (taking it back).
+    purpose: str
+    #: the channel effect; ``pi-workflows effects retry <effect_id>`` tries it once more.
+    effect_id: str
+    #: the attempts made, every one rejected (the channel's ``delivery_attempts``).
+    attempts: int
+    #: the text of the last attempt's ``ChannelDeliveryError``, as the channel wrote it.
+    error: str
+    #: when the host gave up, epoch ms.
+    at: int
+    #: what the channel was asked to show (``decisionId``, ``runId``, ``workflowName``,
+    #: presentation and choices; never the private subject).
+    request: ChannelRequest
+    #: the channel object the kind's factory built, so a plugin knows its own channels
+    #: (``isinstance``) and can tell them; a notification thread is not the channel's
+    #: own, so only call what may run beside its other calls.
+    channel: Any = field(repr=False)
+
+
 class TurnContext(Protocol):
     """What ``piw_adjudicate_turn_report`` may read and write (its ``ctx``).
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import AnswerNotAllowedError
 from ..hookspecs import hookimpl
-from ..records import MessageContent, RegisterChannel
+from ..records import ChannelGaveUp, MessageContent, RegisterChannel
 from ..storage import decision_records
 from ..storage.runs import origin_session_id
 from ..storage.workflow_messages import create_workflow_message
@@ -138,3 +138,12 @@ def _host_user() -> str:
 def piw_register_decision_channels(register: RegisterChannel) -> None:
     register("session", SessionChannel)
     register("cli", CliChannel)
+
+
+@hookimpl
+def piw_channel_gave_up(gave_up: ChannelGaveUp) -> None:
+    """Tell the channel itself, when it has the optional ``gave_up`` method: what it does
+    about it (page someone, say) is its business."""
+    tell = getattr(gave_up.channel, "gave_up", None)
+    if tell is not None:
+        tell(gave_up.request, gave_up.purpose, gave_up.error)

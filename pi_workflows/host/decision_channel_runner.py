@@ -43,7 +43,7 @@ from .. import plugins
 from ..canonical import is_json_value
 from ..clock import now_ms
 from ..errors import ChannelConfigError, ChannelDeliveryError
-from ..records import AnswerResult, ChannelContext, ChannelSettings
+from ..records import AnswerResult, ChannelContext, ChannelGaveUp, ChannelSettings
 from ..settings import number as setting_number
 from ..storage import channel_effects, decision_records
 from ..storage.models import HumanDecision
@@ -507,21 +507,19 @@ class ChannelRunner:
                 attempt,
                 effect_id,
             )
-            await self._report_gave_up(name, request, purpose, error or "")
-
-    async def _report_gave_up(self, name: str, request: Any, purpose: str, error: str) -> None:
-        """Tell the channel (its optional ``gave_up``), on its lane, that the host stopped
-        trying; what it does about it (page someone, say) is its business."""
-        channel = self.channels[name]
-        if not hasattr(channel, "gave_up"):
-            return
-        try:
-            await asyncio.wait_for(
-                asyncio.shield(self.lanes[name].call(channel.gave_up, request, purpose, error)),
-                self.call_timeout_s,
+            plugins.channel_gave_up(
+                ChannelGaveUp(
+                    channel_name=name,
+                    channel_kind=self.config.channels[name].kind,
+                    purpose=purpose,
+                    effect_id=effect_id,
+                    attempts=attempt,
+                    error=error or "",
+                    at=now_ms(),
+                    request=request,
+                    channel=channel,
+                )
             )
-        except Exception as failure:  # a report, never a reason to stop
-            log.warning("decision channel %s gave_up failed: %s", name, _describe(failure))
 
 
 def _calls(channel: Any, purpose: str) -> bool:

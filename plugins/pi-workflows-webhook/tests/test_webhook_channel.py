@@ -25,6 +25,7 @@ from pi_workflows.testing import (
     WorkflowHost,
     channel_context,
     channel_effects,
+    wait_until,
 )
 
 SECRET = "test-webhook-secret"
@@ -53,9 +54,12 @@ WORKFLOW = workflow(
 
 
 class Receiver:
-    """The receiving side of the webhook: a stdlib HTTP server that keeps what it got."""
+    """The receiving side of the webhook: a stdlib HTTP server that keeps what it got and
+    answers `status` (204, or an error to make the channel fail)."""
 
     def __init__(self) -> None:
+        self.status = 204
+        receiver = self
         self.received: queue.Queue[tuple[dict[str, Any], bytes, dict[str, str]]] = queue.Queue()
         # Every decision request's latest answer URL, and each (decision id, type) that came.
         self.answer_urls: dict[str, str] = {}
@@ -72,7 +76,7 @@ class Receiver:
                     seen.add((parsed["request"]["decisionId"], "delivery"))
                 else:
                     seen.add((parsed["decisionId"], "settlement"))
-                self.send_response(204)
+                self.send_response(receiver.status)
                 self.end_headers()
 
             def log_message(self, format: str, *args: Any) -> None:
@@ -113,7 +117,7 @@ def _send(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str
         return error.code, json.loads(error.read())
 
 
-def _configure(host: WorkflowHost, url: str, listen_port: int = 0) -> None:
+def _configure(host: WorkflowHost, url: str, listen_port: int = 0, **policy: int) -> None:
     secret_file = host.config_dir / "hook.secret"
     secret_file.write_text(SECRET + "\n")
     channels = host.config_dir / "channels.json"
@@ -128,6 +132,7 @@ def _configure(host: WorkflowHost, url: str, listen_port: int = 0) -> None:
                         "secret_file": str(secret_file),
                         "allowed_actors": ["alice"],
                         "listen_port": listen_port,
+                        **policy,
                     }
                 },
             }
@@ -270,3 +275,78 @@ def test_the_plugins_survive_a_kill_at_every_durable_boundary(
     print(report.summary())
     assert report.boundaries and report.kills
     report.assert_clean()
+
+
+# Records what the host announces of a channel that gave up.
+GAVE_UP_RECORDER = """
+import json
+import os
+
+from piw_webhook.channel import WebhookChannel
+
+from pi_workflows.plugin import hookimpl
+
+
+@hookimpl
+def piw_channel_gave_up(gave_up):
+    entry = {
+        "channel": gave_up.channel_name,
+        "kind": gave_up.channel_kind,
+        "purpose": gave_up.purpose,
+        "effectId": gave_up.effect_id,
+        "attempts": gave_up.attempts,
+        "error": gave_up.error,
+        "at": gave_up.at,
+        "decisionId": gave_up.request["decisionId"],
+        "runId": gave_up.request["runId"],
+        "request": sorted(gave_up.request),
+        "isWebhook": isinstance(gave_up.channel, WebhookChannel),
+    }
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        handle.write(json.dumps(entry) + "\\n")
+"""
+
+
+@pytest.mark.hook_effect("piw_channel_gave_up")
+def test_a_plugin_hears_when_the_webhook_delivery_gives_up_and_again_after_a_retry(
+    workflow_host: WorkflowHost, receiver: Receiver
+):
+    record = workflow_host.root / "gave-up.jsonl"
+    workflow_host.use_entry_points("webhook")
+    workflow_host.add_plugin("gave_up_recorder", GAVE_UP_RECORDER)
+    receiver.status = 503  # the receiver is up and refuses every request
+    _configure(workflow_host, receiver.url, delivery_attempts=2, retry_delay_ms=50)
+    workflow_host.write_workflow("decide", DECIDE)
+    workflow_host.start(PIW_TEST_RECORD=str(record))
+    run_id = workflow_host.start_run("decide", {"plan": "release"})
+
+    def heard() -> list[dict[str, Any]]:
+        return [json.loads(line) for line in record.read_text().splitlines()]
+
+    (gave_up,) = wait_until(
+        lambda: record.exists() and heard(), timeout=30, what="the plugin to hear it gave up"
+    )
+    attempts = [receiver.next("decision.request") for _ in range(2)]
+    assert {body["request"]["runId"] for body, _, _ in attempts} == {run_id}
+    assert gave_up["channel"] == "hook" and gave_up["kind"] == "webhook"
+    assert (gave_up["purpose"], gave_up["attempts"]) == ("delivery", 2)
+    assert gave_up["error"] == "webhook answered HTTP 503"
+    assert gave_up["runId"] == run_id and gave_up["isWebhook"] is True
+    assert "subject" not in gave_up["request"]  # the private subject never reaches plugins
+    assert gave_up["at"] > 0
+    # The effect it names is the one the operator sees given up (the `cli` channel of
+    # the audience has its own, applied).
+    client = workflow_host.client()
+    try:
+        effects = {e["effectId"]: e for e in client.list_effects() if e["scope"] == "channel"}
+    finally:
+        client.close()
+    given_up = effects[gave_up["effectId"]]
+    assert (given_up["status"], given_up["gaveUp"], given_up["attempts"]) == ("rejected", True, 2)
+
+    # An operator's retry is one more attempt: it fails too, and is announced again.
+    workflow_host.cli("effects", "retry", gave_up["effectId"])
+    wait_until(lambda: len(heard()) == 2, timeout=30, what="the retry to give up again")
+    assert heard()[1]["attempts"] == 3
+    assert receiver.next("decision.request")[0]["request"]["decisionId"] == gave_up["decisionId"]
+    assert SECRET not in workflow_host.host_log()
