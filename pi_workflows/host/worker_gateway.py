@@ -88,6 +88,10 @@ class WorkerGateway:
         self._status: str | None = None
         # worker.ready's answer when it went with the launch (`prepare_ready`).
         self._prepared: dict[str, Any] | None = None
+        # The message ids whose replies this gateway recorded. The worker epoch is made
+        # for this gateway's launch (`worker_lives`), so no other writer stores a reply
+        # under it: a message id not here has none stored, and needs no look-up.
+        self._recorded: set[str] = set()
 
     async def handle(self, message: dict[str, Any]) -> dict[str, Any]:
         """Answer one worker message; while the database is unreachable the worker waits
@@ -138,7 +142,9 @@ class WorkerGateway:
             except PiWorkflowsError as error:
                 return worker_response(message_id, "rejected", error=one_line_error(error))
         fingerprint = digest(message)
-        stored = statements.worker_message(active.worker_epoch, message_id)
+        stored = None
+        if message_id in self._recorded:  # sent again: its stored reply, if it committed
+            stored = statements.worker_message(active.worker_epoch, message_id)
         if stored is not None:
             stored_fingerprint, _, revision, result_hash, error_hash = stored
             if stored_fingerprint != fingerprint:
@@ -188,6 +194,7 @@ class WorkerGateway:
         return self._store_operation(message)
 
     def _record(self, message: dict[str, Any], fingerprint: str, reply: dict[str, Any]) -> None:
+        self._recorded.add(message["messageId"])
         with self.store.transaction():
             statements.insert_worker_message(
                 self.active.worker_epoch,

@@ -85,7 +85,16 @@ def record_run_change(
     :class:`RevisionConflictError` and nothing changes. Returns the new revision.
     """
     stamp = now_ms()
-    revision = statements.bump_revision(run_id, stamp, updates, expected_revision)
+    if statements.bumps_with_event():
+        # One round trip: the event's payload is stored first (a refused bump leaves an
+        # unreferenced blob, which the caller's rollback or the next prune removes).
+        event_hash = payload_hash or put_json_in_parts(payload if payload is not None else {})
+        event = (event_type, actor, lease_generation, event_hash)
+        revision = statements.bump_revision_with_event(
+            run_id, stamp, updates, expected_revision, event
+        )
+    else:
+        revision = statements.bump_revision(run_id, stamp, updates, expected_revision)
     if revision is None:
         current = Run.get_or_none(Run.run_id == run_id)
         if current is None:
@@ -95,14 +104,15 @@ def record_run_change(
             f"{expected_revision}; read it again and retry."
         )
     _note(run_id, revision)
-    statements.insert_event(
-        run_id,
-        revision,
-        event_type,
-        actor,
-        lease_generation,
-        payload_hash or put_json_in_parts(payload if payload is not None else {}),
-        stamp,
-    )
+    if not statements.bumps_with_event():
+        statements.insert_event(
+            run_id,
+            revision,
+            event_type,
+            actor,
+            lease_generation,
+            payload_hash or put_json_in_parts(payload if payload is not None else {}),
+            stamp,
+        )
     run_transitions.note(run_id, event_type)
     return revision

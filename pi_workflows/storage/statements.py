@@ -165,11 +165,48 @@ def bump_revision(
 ) -> int | None:
     """Apply `updates` (model field names) and bump the revision; None when no row matched."""
     sql, converters = _bump(tuple(updates), expected_revision is not None)
+    found = rows(sql, _bump_params(run_id, stamp, updates, converters, expected_revision))
+    return found[0][0] if found else None
+
+
+def _bump_params(
+    run_id: str,
+    stamp: int,
+    updates: dict[str, Any],
+    converters: tuple[Callable[[Any], Any], ...],
+    expected_revision: int | None,
+) -> list[Any]:
     # Callers pass plain values here, never expressions such as `Run.revision + 1`.
     params = [stamp, *map(_converted, converters, updates.values()), run_id]
     if expected_revision is not None:
         params.append(expected_revision)
-    found = rows(sql, params)
+    return params
+
+
+def bumps_with_event() -> bool:
+    """Whether the open database takes the bump and its event in one statement (a
+    data-modifying WITH, which PostgreSQL has and SQLite has not)."""
+    return isinstance(database_proxy.obj, peewee.PostgresqlDatabase)
+
+
+def bump_revision_with_event(
+    run_id: str,
+    stamp: int,
+    updates: dict[str, Any],
+    expected_revision: int | None,
+    event: tuple[str, str, int | None, str],
+) -> int | None:
+    """`bump_revision` and `insert_event` of the revision it reached, in one round trip:
+    ``event`` is (type, actor, lease generation, payload hash). None when no row matched
+    (and no event was inserted). Only where `bumps_with_event`."""
+    sql, converters = _bump(tuple(updates), expected_revision is not None)
+    params = _bump_params(run_id, stamp, updates, converters, expected_revision)
+    found = rows(
+        f"WITH bumped AS ({sql}) INSERT INTO events (run_id, revision, event_type, actor, "
+        "lease_generation, payload_hash, recorded_at) "
+        "SELECT ?, revision, ?, ?, ?, ?, ? FROM bumped RETURNING revision",
+        [*params, run_id, *event, stamp],
+    )
     return found[0][0] if found else None
 
 

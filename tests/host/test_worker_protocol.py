@@ -17,7 +17,13 @@ from pi_workflows.storage.runs import create_run
 from pi_workflows.testing.host import TERMINAL_STATUSES
 
 from .conftest import HostHarness, wait_until
-from .workflows import CHECKPOINTED, GATED_IMPORT, STALE_LAUNCH_PLUGIN, STEPS
+from .workflows import (
+    CHECKPOINTED,
+    GATED_IMPORT,
+    RESENDING_WORKER_PLUGIN,
+    STALE_LAUNCH_PLUGIN,
+    STEPS,
+)
 
 # worker.ready keeps no replay record (it is a read), so the commands the host answered
 # are logged by a plugin wrapping the built-in launch hook.
@@ -398,3 +404,35 @@ def test_an_answer_longer_than_a_pipe_line_reaches_the_worker_as_a_bounded_refus
     )
     assert harness.host_process.poll() is None
     assert harness.status()["state"] == "running"
+
+
+TWO_STEPS = """
+from pi_workflows import compute, edge, workflow
+
+WORKFLOW = workflow(
+    name="two",
+    start_at="a",
+    nodes={
+        "a": compute(lambda ctx: {"a": 1}),
+        "b": compute(lambda ctx: {"sum": ctx.outputs["a"]["a"] + 1}),
+    },
+    edges=[edge("a", "b")],
+)
+"""
+
+
+def test_a_write_sent_again_is_answered_from_its_stored_reply(harness: HostHarness):
+    harness.write_workflow("two", TWO_STEPS)
+    harness.add_plugin("resending_worker", RESENDING_WORKER_PLUGIN)
+    harness.start_host()
+    run_id = harness.start_run("two")
+
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 2}
+    first, again = (json.loads(line) for line in (harness.project / "replies.jsonl").open())
+    # Applied once: the second copy gets the first one's reply, not a revision conflict.
+    assert first["outcome"] == "accepted" and again["outcome"] == "adopted"
+    assert (again["revision"], again["result"]) == (first["revision"], first["result"])
+    recorded = harness.query(
+        "SELECT COUNT(*) FROM worker_messages WHERE message_id = ?", first["messageId"]
+    )
+    assert recorded == [(1,)]

@@ -352,3 +352,56 @@ WORKFLOW = workflow(
     edges=[edge("a", "b"), edge("b", "c")],
 )
 '''
+
+# The built-in worker behind a relay that sends its first write to the host twice, as a
+# worker that lost the reply and asked again would, and logs the host's two replies to
+# <project>/replies.jsonl instead of passing the second to the worker.
+RESENDING_WORKER_PLUGIN = '''
+import dataclasses
+import sys
+
+from pi_workflows import hookimpl
+from pi_workflows.builtin import launch
+
+RELAY = """
+import json, subprocess, sys, threading
+
+READS = {"worker.ready", "worker.exiting", "store.readRunState"}
+worker = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+resent = []
+
+
+def to_worker():
+    seen = 0
+    for line in sys.stdin.buffer:
+        frame = json.loads(line)
+        if resent and frame.get("messageId") == resent[0]:
+            seen += 1
+            with open("replies.jsonl", "a") as log:
+                log.write(json.dumps(frame) + "\\\\n")
+            if seen == 2:
+                continue
+        worker.stdin.write(line)
+        worker.stdin.flush()
+    worker.stdin.close()
+
+
+threading.Thread(target=to_worker, daemon=True).start()
+for line in worker.stdout:
+    sys.stdout.buffer.write(line)
+    message = json.loads(line)
+    if not resent and message["operation"] not in READS:
+        resent.append(message["messageId"])
+        sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
+sys.exit(worker.wait())
+"""
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    spec = launch.piw_worker_process(envelope, settings)
+    return dataclasses.replace(
+        spec, argv=[sys.executable, "-c", RELAY, *spec.argv], forkable=False
+    )
+'''
