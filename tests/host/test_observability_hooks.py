@@ -3,6 +3,8 @@ happen, and run transitions with their workflow and time, in the order they happ
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,24 +80,52 @@ WORKFLOW = workflow(
 """
 
 
-def _attempts(entries: list[dict[str, Any]], run_id: str) -> list[tuple[str, str]]:
-    return [(e["hook"], e["node"]) for e in entries if e["run"] == run_id and "node" in e]
+@dataclass
+class Observer:
+    """What the OBSERVER plugin of a harness's host recorded."""
+
+    path: Path
+
+    def entries(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path)
+
+    def attempts(self, run_id: str) -> list[tuple[str, str]]:
+        """(hook, node) of each node-attempt notification of `run_id`, in order."""
+        return [
+            (e["hook"], e["node"]) for e in self.entries() if e["run"] == run_id and "node" in e
+        ]
+
+    def first(self, what: str, **fields: Any) -> dict[str, Any]:
+        """The first entry with `fields`, once there is one."""
+        return wait_until(
+            lambda: next((e for e in self.entries() if fields.items() <= e.items()), None),
+            what=what,
+        )
+
+
+@pytest.fixture
+def observer(harness: HostHarness) -> Observer:
+    """The OBSERVER plugin, in every host the harness starts."""
+    path = harness.root / "observed.jsonl"
+    harness.add_plugin("observer", OBSERVER)
+    harness.env["PIW_TEST_RECORD"] = str(path)
+    return Observer(path)
 
 
 @pytest.mark.hook_effect("piw_node_attempt_started", "piw_node_attempt_finished")
-def test_node_attempts_reach_a_plugin_live_in_order_with_times(harness: HostHarness):
-    record = harness.root / "observed.jsonl"
-    harness.add_plugin("observer", OBSERVER)
+def test_node_attempts_reach_a_plugin_live_in_order_with_times(
+    harness: HostHarness, observer: Observer
+):
     harness.write_workflow("steps", STEPS)
-    harness.start_host(PIW_TEST_RECORD=str(record))
+    harness.start_host()
     run_id = harness.start_run("steps")
 
     # Node b blocks until released: the plugin has seen a finish while the run runs.
     wait_until(
-        lambda: ("started", "b") in _attempts(read_jsonl(record), run_id),
+        lambda: ("started", "b") in observer.attempts(run_id),
         what="the plugin to see node b start",
     )
-    assert _attempts(read_jsonl(record), run_id) == [
+    assert observer.attempts(run_id) == [
         ("started", "a"),
         ("finished", "a"),
         ("started", "b"),
@@ -105,11 +135,11 @@ def test_node_attempts_reach_a_plugin_live_in_order_with_times(harness: HostHarn
     (harness.project / "release-b").touch()
     harness.wait_for_status(run_id, "completed")
     wait_until(
-        lambda: ("finished", "c") in _attempts(read_jsonl(record), run_id),
+        lambda: ("finished", "c") in observer.attempts(run_id),
         what="the plugin to see node c finish",
     )
-    entries = read_jsonl(record)
-    assert _attempts(entries, run_id) == [
+    entries = observer.entries()
+    assert observer.attempts(run_id) == [
         (hook, node) for node in "abc" for hook in ("started", "finished")
     ]
     finished = [e for e in entries if e.get("hook") == "finished"]
@@ -139,23 +169,15 @@ def test_node_attempts_reach_a_plugin_live_in_order_with_times(harness: HostHarn
     assert times == sorted(times) and times[0] > 0
 
 
-def test_a_failing_node_attempt_reports_its_error_class_and_message(harness: HostHarness):
-    record = harness.root / "observed.jsonl"
-    harness.add_plugin("observer", OBSERVER)
+def test_a_failing_node_attempt_reports_its_error_class_and_message(
+    harness: HostHarness, observer: Observer
+):
     harness.write_workflow("failing", FAILING)
-    harness.start_host(PIW_TEST_RECORD=str(record))
+    harness.start_host()
     run_id = harness.start_run("failing")
     harness.wait_for_status(run_id, "failed")
-    entry = wait_until(
-        lambda: next(
-            (
-                e
-                for e in read_jsonl(record)
-                if e["hook"] == "finished" and e["run"] == run_id and e["node"] == "broken"
-            ),
-            None,
-        ),
-        what="the plugin to see the broken node finish",
+    entry = observer.first(
+        "the plugin to see the broken node finish", hook="finished", run=run_id, node="broken"
     )
     assert entry["outcome"] == "failed"
     assert entry["errorClass"] == "ValueError"
@@ -189,21 +211,15 @@ WORKFLOW = workflow(name="agentic", start_at="work", nodes={"work": agent("Do it
 """
 
 
-def test_an_agent_attempt_reports_its_executor_model_and_tokens(harness: HostHarness):
-    record = harness.root / "observed.jsonl"
-    harness.add_plugin("observer", OBSERVER)
+def test_an_agent_attempt_reports_its_executor_model_and_tokens(
+    harness: HostHarness, observer: Observer
+):
     harness.add_plugin("reporting_executor", REPORTING_EXECUTOR)
     harness.write_workflow("agentic", AGENT_STEP)
-    harness.start_host(PIW_TEST_RECORD=str(record), PI_WORKFLOWS_AGENT_EXECUTOR="reporting")
+    harness.start_host(PI_WORKFLOWS_AGENT_EXECUTOR="reporting")
     run_id = harness.start_run("agentic")  # headless: the step goes to the executor
     harness.wait_for_status(run_id, "completed")
-    entry = wait_until(
-        lambda: next(
-            (e for e in read_jsonl(record) if e["hook"] == "finished" and e["run"] == run_id),
-            None,
-        ),
-        what="the plugin to see the agent step finish",
-    )
+    entry = observer.first("the plugin to see the agent step finish", hook="finished", run=run_id)
     assert entry["kind"] == "agent" and entry["outcome"] == "completed"
     assert entry["agent"] == {
         "executor": "reporting",
@@ -211,28 +227,28 @@ def test_an_agent_attempt_reports_its_executor_model_and_tokens(harness: HostHar
         "model": "tiny-1",
         "usage": {"input": 120, "output": 7},
     }
-    started = next(e for e in read_jsonl(record) if e["hook"] == "started" and e["run"] == run_id)
+    started = observer.first("the started attempt", hook="started", run=run_id)
     assert started["agent"] is None
 
 
-def test_cancelling_a_run_finishes_its_running_attempt_as_cancelled(harness: HostHarness):
-    record = harness.root / "observed.jsonl"
-    harness.add_plugin("observer", OBSERVER)
+def test_cancelling_a_run_finishes_its_running_attempt_as_cancelled(
+    harness: HostHarness, observer: Observer
+):
     harness.write_workflow("steps", STEPS)
-    harness.start_host(PIW_TEST_RECORD=str(record))
+    harness.start_host()
     run_id = harness.start_run("steps")
     wait_until(
-        lambda: ("started", "b") in _attempts(read_jsonl(record), run_id),
+        lambda: ("started", "b") in observer.attempts(run_id),
         what="the plugin to see node b start",
     )
     harness.cli("run", "cancel", run_id)
     harness.wait_for_status(run_id, "cancelled")
     wait_until(
-        lambda: ("finished", "b") in _attempts(read_jsonl(record), run_id),
+        lambda: ("finished", "b") in observer.attempts(run_id),
         what="the plugin to see node b end",
     )
-    entries = read_jsonl(record)
-    assert _attempts(entries, run_id) == [
+    entries = observer.entries()
+    assert observer.attempts(run_id) == [
         ("started", "a"),
         ("finished", "a"),
         ("started", "b"),
@@ -273,15 +289,13 @@ def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at
 
 
 def test_a_hanging_observer_is_skipped_and_the_host_and_other_observers_go_on(
-    harness: HostHarness,
+    harness: HostHarness, observer: Observer
 ):
-    record, hung_record = harness.root / "observed.jsonl", harness.root / "hung.jsonl"
-    harness.add_plugin("observer", OBSERVER)
+    hung_record = harness.root / "hung.jsonl"
     harness.add_plugin("hanging_observer", HANGING_OBSERVER)
     (harness.root / "hang").touch()
     harness.start_host(
         PIW_TEST_GATES=str(harness.root),
-        PIW_TEST_RECORD=str(record),
         PIW_TEST_HUNG_RECORD=str(hung_record),
         PI_WORKFLOWS_HOOK_TIMEOUT_MS="300",
     )
@@ -295,7 +309,7 @@ def test_a_hanging_observer_is_skipped_and_the_host_and_other_observers_go_on(
         for run_id in later:
             wait_until(
                 lambda run_id=run_id: (
-                    [e["new"] for e in read_jsonl(record) if e["run"] == run_id and "new" in e]
+                    [e["new"] for e in observer.entries() if e["run"] == run_id and "new" in e]
                     == ["queued", "claimed", "running", "completed"]
                 ),
                 what=f"the other observer to see run {run_id} in order",

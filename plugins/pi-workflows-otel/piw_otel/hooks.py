@@ -37,6 +37,17 @@ _telemetry: Telemetry | None = None
 _pending: list[Action] = []
 
 
+def use(telemetry: Telemetry | None) -> None:
+    """Hand this process's notifications to `telemetry` from now on, instead of the one the
+    ``OTEL_*`` variables describe: an application that embeds a host with exporters of its
+    own, or a test with the SDK's in-memory exporter and reader. ``None`` goes back to the
+    variables, read at the next notification. Call it before the host starts."""
+    global _state, _telemetry, _pending
+    with _lock:
+        _telemetry, _pending = telemetry, []
+        _state = "unset" if telemetry is None else "ready"
+
+
 def _deliver(action: Action) -> None:
     """Run `action` on this process's telemetry, once it is built (in order)."""
     global _state
@@ -70,7 +81,7 @@ def _build() -> None:
     try:
         from .telemetry import Telemetry
 
-        built = Telemetry(settings.from_environment())
+        built = Telemetry.from_settings(settings.from_environment())
     except Exception as error:  # the host runs on without telemetry
         log.error("pi-workflows-otel exports nothing: %s: %s", type(error).__name__, error)
         with _lock:

@@ -18,9 +18,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -34,12 +34,12 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 
-from pi_workflows.plugin import NodeAttemptRecord, RunRecord, state_view
+from pi_workflows.plugin import NodeAttemptRecord, RunRecord, StateView, state_view
 
 from .settings import Settings
 
@@ -51,6 +51,7 @@ TERMINAL = ("completed", "failed", "timed_out", "cancelled")
 MAX_TRACKED_RUNS = 10_000
 MAX_EVENTS_PER_RUN = 64
 _MS = 1_000_000  # nanoseconds in a millisecond
+_Read = TypeVar("_Read")
 
 log = logging.getLogger("piw_otel")
 
@@ -96,65 +97,70 @@ class _RunSeen:
     waiting_since: int | None = None  # epoch ms of its `waiting` transition
 
 
-class Telemetry:
-    """The providers, instruments and bookkeeping of one process."""
+# The counters: key -> (metric name, unit, description).
+COUNTERS = {
+    "runs_started": ("pi_workflows.runs.started", "{run}", "Runs created."),
+    "runs_finished": ("pi_workflows.runs.finished", "{run}", "Runs ended, by status."),
+    "node_attempts": ("pi_workflows.node_attempts", "{attempt}", "Node attempts ended."),
+    "worker_crashes": (
+        "pi_workflows.worker.crashes",
+        "{worker}",
+        "Workers that died or broke the protocol without saying they would.",
+    ),
+    "agent_tokens": ("pi_workflows.agent.tokens", "{token}", "Tokens agent steps used."),
+}
+# The histograms, all in seconds: key -> (metric name, description).
+DURATIONS = {
+    "run_duration": ("pi_workflows.run.duration", "From a run's creation to its end."),
+    "claim_latency": (
+        "pi_workflows.claim.latency",
+        "From when a run could be claimed to when a host claimed it.",
+    ),
+    "wait_duration": (
+        "pi_workflows.run.wait.duration",
+        "How long a run waited for input (a human decision, a checkpoint, a session's agent "
+        "step) before it went on.",
+    ),
+    "node_attempt_duration": ("pi_workflows.node_attempt.duration", "Node attempt durations."),
+}
 
-    def __init__(self, settings: Settings) -> None:
+
+class Telemetry:
+    """The providers, instruments and bookkeeping of one process.
+
+    Spans go to `span_processor` (none: no traces) and metrics to `metric_readers`;
+    :meth:`from_settings` builds them from the ``OTEL_*`` variables, and an application
+    that embeds a host (or a test, with the SDK's in-memory exporter and reader) passes
+    its own and hands the result to :func:`piw_otel.hooks.use`.
+    """
+
+    def __init__(
+        self,
+        *,
+        span_processor: SpanProcessor | None = None,
+        metric_readers: Sequence[MetricReader] = (),
+    ) -> None:
         resource = _resource()
         version = _own_version()
         self._ids = _RunIds()
         self._lock = threading.Lock()
         self._runs: OrderedDict[str, _RunSeen] = OrderedDict()
         self.tracer_provider: TracerProvider | None = None
-        self.meter_provider: MeterProvider | None = None
         self._tracer: trace.Tracer | None = None
-        if settings.traces != "none":
+        if span_processor is not None:
             self.tracer_provider = TracerProvider(resource=resource, id_generator=self._ids)
-            exporter = OTLPSpanExporter() if settings.traces == "otlp" else ConsoleSpanExporter()
-            self.tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+            self.tracer_provider.add_span_processor(span_processor)
             self._tracer = self.tracer_provider.get_tracer(SCOPE, version)
-        readers: list[MetricReader] = []
-        if settings.metrics != "none":
-            metric_exporter = (
-                OTLPMetricExporter() if settings.metrics == "otlp" else ConsoleMetricExporter()
-            )
-            readers.append(PeriodicExportingMetricReader(metric_exporter))
-        self.meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        self.meter_provider = MeterProvider(resource=resource, metric_readers=list(metric_readers))
         meter = self.meter_provider.get_meter(SCOPE, version)
-        self._runs_started = meter.create_counter(
-            "pi_workflows.runs.started", unit="{run}", description="Runs created."
-        )
-        self._runs_finished = meter.create_counter(
-            "pi_workflows.runs.finished", unit="{run}", description="Runs ended, by status."
-        )
-        self._run_duration = meter.create_histogram(
-            "pi_workflows.run.duration", unit="s", description="From a run's creation to its end."
-        )
-        self._claim_latency = meter.create_histogram(
-            "pi_workflows.claim.latency",
-            unit="s",
-            description="From when a run could be claimed to when a host claimed it.",
-        )
-        self._wait_time = meter.create_histogram(
-            "pi_workflows.run.wait.duration",
-            unit="s",
-            description="How long a run waited for input (a human decision, a checkpoint, "
-            "a session's agent step) before it went on.",
-        )
-        self._attempts = meter.create_counter(
-            "pi_workflows.node_attempts", unit="{attempt}", description="Node attempts ended."
-        )
-        self._attempt_duration = meter.create_histogram(
-            "pi_workflows.node_attempt.duration", unit="s", description="Node attempt durations."
-        )
-        self._crashes = meter.create_counter(
-            "pi_workflows.worker.crashes",
-            unit="{worker}",
-            description="Workers that died or broke the protocol without saying they would.",
-        )
-        self._tokens = meter.create_counter(
-            "pi_workflows.agent.tokens", unit="{token}", description="Tokens agent steps used."
-        )
+        self._count = {
+            key: meter.create_counter(name, unit=unit, description=description)
+            for key, (name, unit, description) in COUNTERS.items()
+        }
+        self._seconds = {
+            key: meter.create_histogram(name, unit="s", description=description)
+            for key, (name, description) in DURATIONS.items()
+        }
         meter.create_observable_gauge(
             "pi_workflows.queue.depth",
             callbacks=[self._observe_queue_depth],
@@ -168,6 +174,26 @@ class Telemetry:
             description="Runs with a worker, in the whole state database, by workflow.",
         )
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Telemetry:
+        """Exporters as the ``OTEL_*`` variables chose: spans in batches, metrics at the
+        export interval."""
+        processor = None
+        if settings.traces != "none":
+            exporter = OTLPSpanExporter() if settings.traces == "otlp" else ConsoleSpanExporter()
+            processor = BatchSpanProcessor(exporter)
+        readers: list[MetricReader] = []
+        if settings.metrics != "none":
+            metric_exporter = (
+                OTLPMetricExporter() if settings.metrics == "otlp" else ConsoleMetricExporter()
+            )
+            readers.append(PeriodicExportingMetricReader(metric_exporter))
+        return cls(span_processor=processor, metric_readers=readers)
+
+    def _record_seconds(self, key: str, since: int, until: int, attributes: Any) -> None:
+        """Record `until - since` (epoch ms; never below 0) in seconds on histogram `key`."""
+        self._seconds[key].record(max(0, until - since) / 1000, attributes)
+
     # --- notifications ---------------------------------------------------------------
 
     def run_transition(
@@ -176,7 +202,7 @@ class Telemetry:
         attributes = {"pi_workflows.workflow.name": workflow}
         created = old is None and new == "queued"
         if created:
-            self._runs_started.add(1, attributes)
+            self._count["runs_started"].add(1, attributes)
         with self._lock:
             seen = self._forget(run_id)
             if len(seen.events) < MAX_EVENTS_PER_RUN:
@@ -188,7 +214,7 @@ class Telemetry:
                 while len(self._runs) > MAX_TRACKED_RUNS:
                     self._runs.popitem(last=False)
         if waited_since is not None:
-            self._wait_time.record(max(0, at - waited_since) / 1000, attributes)
+            self._record_seconds("wait_duration", waited_since, at, attributes)
         if new in TERMINAL:
             self._run_ended(run_id, new, detail, workflow, at, seen.events)
         elif created:
@@ -205,8 +231,10 @@ class Telemetry:
             parent = self._forget(parent_id)
         parent_workflow = record.workflow_name
         if parent.waiting_since is not None:
-            self._wait_time.record(
-                max(0, at - parent.waiting_since) / 1000,
+            self._record_seconds(
+                "wait_duration",
+                parent.waiting_since,
+                at,
                 {"pi_workflows.workflow.name": parent_workflow},
             )
         self._run_span(
@@ -225,9 +253,11 @@ class Telemetry:
 
     def run_claimed(self, run: RunRecord) -> None:
         claimable_since = max(run.available_at, run.created_at)
-        latency_ms = max(0, int(time.time() * 1000) - claimable_since)
-        self._claim_latency.record(
-            latency_ms / 1000, {"pi_workflows.workflow.name": run.workflow_name}
+        self._record_seconds(
+            "claim_latency",
+            claimable_since,
+            int(time.time() * 1000),
+            {"pi_workflows.workflow.name": run.workflow_name},
         )
 
     def worker_exited(self, run_id: str, outcome: str, signal: int | None) -> None:
@@ -239,7 +269,7 @@ class Telemetry:
         }
         if signal is not None:
             attributes["pi_workflows.worker.signal"] = signal
-        self._crashes.add(1, attributes)
+        self._count["worker_crashes"].add(1, attributes)
 
     def node_attempt_finished(self, attempt: NodeAttemptRecord) -> None:
         finished_at = attempt.finished_at or attempt.started_at
@@ -249,11 +279,11 @@ class Telemetry:
             "pi_workflows.node.kind": attempt.node_kind,
             "pi_workflows.node.outcome": outcome,
         }
-        self._attempts.add(1, attributes)
-        self._attempt_duration.record(max(0, finished_at - attempt.started_at) / 1000, attributes)
+        self._count["node_attempts"].add(1, attributes)
+        self._record_seconds("node_attempt_duration", attempt.started_at, finished_at, attributes)
         agent = attempt.agent or {}
         for kind, count in _token_counts(agent.get("usage")):
-            self._tokens.add(
+            self._count["agent_tokens"].add(
                 count,
                 {
                     "pi_workflows.workflow.name": attempt.workflow_name,
@@ -300,9 +330,9 @@ class Telemetry:
     ) -> None:
         created_at = self._run_span(run_id, status, detail, workflow, at, events)
         attributes = {"pi_workflows.workflow.name": workflow, "pi_workflows.run.status": status}
-        self._runs_finished.add(1, attributes)
+        self._count["runs_finished"].add(1, attributes)
         if created_at is not None:
-            self._run_duration.record(max(0, at - created_at) / 1000, attributes)
+            self._record_seconds("run_duration", created_at, at, attributes)
 
     def _run_span(
         self,
@@ -366,17 +396,12 @@ class Telemetry:
     # --- gauges, read from the state database on the metric reader's thread ----------
 
     def _observe_queue_depth(self, _options: CallbackOptions) -> Iterable[Observation]:
-        try:
-            return [Observation(state_view().queue_depth())]
-        except Exception as error:  # the gauge is skipped this time, never the export
-            log.debug("queue depth not observed: %s", type(error).__name__)
-            return []
+        depth = _read_state("queue depth", lambda view: view.queue_depth())
+        return [] if depth is None else [Observation(depth)]  # skipped this time, if unread
 
     def _observe_running(self, _options: CallbackOptions) -> Iterable[Observation]:
-        try:
-            running = state_view().running_runs()
-        except Exception as error:
-            log.debug("running runs not observed: %s", type(error).__name__)
+        running = _read_state("running runs", lambda view: view.running_runs())
+        if running is None:
             return []
         counts: dict[str, int] = {}
         for run in running:
@@ -390,16 +415,22 @@ class Telemetry:
         """Export what is left and stop the exporters' threads."""
         if self.tracer_provider is not None:
             self.tracer_provider.shutdown()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def _read_state(what: str, read: Callable[[StateView], _Read]) -> _Read | None:
+    """`read` of this process's state view, or None when it cannot be read (no state
+    database here, or it is unavailable): what needed it does without, this time."""
+    try:
+        return read(state_view())
+    except Exception as error:
+        log.debug("%s not read: %s", what, type(error).__name__)
+        return None
 
 
 def _run_record(run_id: str) -> RunRecord | None:
-    try:
-        return state_view().run(run_id)
-    except Exception as error:  # no state here: the span starts at the first change seen
-        log.debug("run record not read: %s", type(error).__name__)
-        return None
+    """The run's record; without it a span starts at the first change this process saw."""
+    return _read_state("run record", lambda view: view.run(run_id))
 
 
 def _token_counts(usage: Any) -> list[tuple[str, int]]:
