@@ -27,31 +27,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from pi_workflows.testing import WorkflowHost, short_temp_dir, wait_until
 
-# Answers the built-in `branch` example's two agent steps, and says what it used.
-EXECUTOR = """
-from pi_workflows.plugin import hookimpl
-
-ANSWERS = {
-    "classify": {"route": "continue", "reason": "The task is clear."},
-    "continue_lane": {"summary": "Tidied the README."},
-}
-
-
-class Scripted:
-    def run_agent_step(self, request, signal):
-        return {
-            "output": ANSWERS[request["contract"]["nodeId"]],
-            "provider": "local",
-            "model": "tiny-1",
-            "usage": {"input": 120, "output": 7},
-        }
-
-
-@hookimpl
-def piw_register_agent_executors(register):
-    register("scripted", Scripted)
-"""
-
 FAILING = """
 from pi_workflows import compute, edge, workflow
 
@@ -243,9 +218,9 @@ def _spans_of(
 
 
 def test_the_branch_example_is_one_trace_whose_spans_match_its_nodes(
-    otel_host: WorkflowHost, collector: Collector
+    otel_host: WorkflowHost, collector: Collector, branch_executor: str
 ):
-    otel_host.add_plugin("scripted_executor", EXECUTOR)
+    otel_host.add_plugin("scripted_executor", branch_executor)
     otel_host.start(PI_WORKFLOWS_AGENT_EXECUTOR="scripted")
     run_id = otel_host.start_run("branch", {"task": "Tidy up the README."})
     otel_host.wait_for_status(run_id, "completed")

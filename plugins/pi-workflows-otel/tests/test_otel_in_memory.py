@@ -21,33 +21,8 @@ from piw_otel.telemetry import COUNTERS, DURATIONS, Telemetry
 from pi_workflows.testing import wait_until
 from pi_workflows.testing.in_process import InProcessHost
 
-# Answers the built-in `branch` example's two agent steps, and says what it used.
-EXECUTOR = """
-from pi_workflows.plugin import hookimpl
-
-ANSWERS = {
-    "classify": {"route": "continue", "reason": "The task is clear. OUTPUT-91c2"},
-    "continue_lane": {"summary": "Tidied the README. OUTPUT-91c2"},
-}
-
-
-class Scripted:
-    def run_agent_step(self, request, signal):
-        return {
-            "output": ANSWERS[request["contract"]["nodeId"]],
-            "provider": "local",
-            "model": "tiny-1",
-            "usage": {"input": 120, "output": 7},
-        }
-
-
-@hookimpl
-def piw_register_agent_executors(register):
-    register("scripted", Scripted)
-"""
-
-# In a run's input, its outputs and its origin session: none may reach telemetry.
-PAYLOAD, OUTPUT, SESSION = "PAYLOAD-7f3a", "OUTPUT-91c2", "sess-5d1e-private"
+# In a run's input (so in its output too) and its origin session: neither may reach telemetry.
+PAYLOAD, SESSION = "PAYLOAD-7f3a", "sess-5d1e-private"
 
 
 @dataclass
@@ -102,11 +77,11 @@ def telemetry(in_process_host: InProcessHost) -> Iterator[InMemory]:
 
 
 def test_a_run_is_a_span_with_a_child_span_per_node_attempt_and_its_metrics(
-    in_process_host: InProcessHost, telemetry: InMemory
+    in_process_host: InProcessHost, telemetry: InMemory, branch_executor: str
 ):
-    in_process_host.add_plugin("scripted_executor", EXECUTOR)
+    in_process_host.add_plugin("scripted_executor", branch_executor)
     in_process_host.start(PI_WORKFLOWS_AGENT_EXECUTOR="scripted")
-    run_id = in_process_host.start_run("branch", {"task": f"Tidy the README. {PAYLOAD}"})
+    run_id = in_process_host.start_run("branch", {"task": "Tidy up the README."})
     in_process_host.wait_for_status(run_id, "completed")
 
     run, classify, lane = telemetry.spans_of(run_id, 3)
@@ -198,10 +173,10 @@ def test_no_input_output_or_session_id_reaches_a_span_or_a_metric(
     in_process_host: InProcessHost, telemetry: InMemory
 ):
     in_process_host.start()
-    # An interactive run from a session, whose input and output carry markers.
+    # An interactive run from a session; its output greets its input.
     run_id = in_process_host.start_run("hello", {"name": PAYLOAD}, session=SESSION)
     status = in_process_host.wait_for_status(run_id, "completed")
-    assert PAYLOAD in str(status)  # the run did carry it (its output greets it)
+    assert PAYLOAD in str(status)  # the run did carry it
 
     spans = telemetry.spans_of(run_id, 2)
     assert [span.name for span in spans] == ["run hello", "node greet"]
@@ -209,5 +184,5 @@ def test_no_input_output_or_session_id_reaches_a_span_or_a_metric(
     points = telemetry.points()
     carried = [text for span in spans for text in _texts(span)]
     carried += [f"{name} {attributes}" for name, found in points.items() for attributes, _ in found]
-    for secret in (PAYLOAD, OUTPUT, SESSION):
+    for secret in (PAYLOAD, SESSION):
         assert not [text for text in carried if secret in text], secret
