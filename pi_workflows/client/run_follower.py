@@ -71,21 +71,32 @@ def follow_run(
 def _subscribe(
     home: Home, run_id: str, after: int, database_url: str | None, autostart: bool
 ) -> SessionConnection:
+    """Subscribe again until a host takes the watch; a host that stops before it answers
+    (a restart that crosses the subscription) is waited out like one that is not there."""
     give_up = time.monotonic() + RECONNECT_WINDOW_S
     while True:
         try:
-            connect(home, database_url, autostart=autostart).close()
-            connection = SessionConnection(home.socket_path)
-            break
+            return _watch(home, run_id, after, database_url, autostart)
         except HostUnavailableError:
             if time.monotonic() >= give_up:
                 raise
             time.sleep(TICK_S)
-    reply = connection.request(
-        "view.run.watch",
-        {"subscriptionId": f"run-watch-{secrets.token_hex(6)}", "afterRevision": after},
-        run_id=run_id,
-    )
+
+
+def _watch(
+    home: Home, run_id: str, after: int, database_url: str | None, autostart: bool
+) -> SessionConnection:
+    connect(home, database_url, autostart=autostart).close()
+    connection = SessionConnection(home.socket_path)
+    try:
+        reply = connection.request(
+            "view.run.watch",
+            {"subscriptionId": f"run-watch-{secrets.token_hex(6)}", "afterRevision": after},
+            run_id=run_id,
+        )
+    except BaseException:
+        connection.close()
+        raise
     if not reply.ok:
         connection.close()
         raise RequestFailed(reply)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import pty
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -13,9 +14,11 @@ import threading
 import pytest
 
 from pi_workflows.cli.progress_display import CLEAR_LINE, SPINNER
+from pi_workflows.client.connection import HostConnection
 from pi_workflows.client.session_client import SessionConnection
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.errors import HostBusyError, RunWaitTimedOut
+from pi_workflows.protocol.framing import encode_frame
 
 from .conftest import HostHarness, wait_until
 from .workflows import WATCHED
@@ -186,6 +189,72 @@ def test_run_watch_follows_the_run_across_a_host_restart(harness: HostHarness):
     # Every ended attempt is shown once: b's interrupted attempt never ended.
     assert ended == [["a", "attempt 1", "ok"], ["b", "attempt 2", "ok"], ["c", "attempt 1", "ok"]]
     assert lines[-1].startswith(f"{run_id}: completed at ")
+
+
+class VanishingHost:
+    """A stand-in on the home's socket for a host that stops between greeting a client
+    and answering its request: it greets with the real host's hello, reads one line and
+    hangs up."""
+
+    def __init__(self, socket_path: os.PathLike[str], hello: dict) -> None:
+        self.socket_path = socket_path
+        self.hello = encode_frame(hello)
+        self.requests: list[bytes] = []
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(os.fspath(socket_path))
+        os.chmod(socket_path, 0o600)
+        self.server.listen()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:  # closed: the stand-in is gone
+                return
+            with connection:
+                connection.sendall(self.hello)
+                line = connection.makefile("rb").readline()
+                if line:  # a probe hangs up after the hello; a request comes as a line
+                    self.requests.append(line)
+
+    def close(self) -> None:
+        self.server.shutdown(socket.SHUT_RDWR)
+        self.server.close()
+        os.unlink(self.socket_path)
+        self.thread.join(timeout=10)
+
+
+@pytest.mark.integration
+def test_run_watch_subscribes_again_when_a_host_stops_before_answering_it(harness: HostHarness):
+    """A restart that crosses the subscription (the host accepts the watcher, then stops
+    before it answers) is waited out like a host that is down; `run watch` does not fail."""
+    run_id = _watched_run(harness)
+    greeting = HostConnection(harness.home.socket_path)
+    greeting.close()
+    harness.stop()
+    vanishing = VanishingHost(harness.home.socket_path, greeting.hello)
+    try:
+        watcher = _cli(
+            harness,
+            "--no-autostart",
+            "run",
+            "watch",
+            run_id,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wait_until(lambda: vanishing.requests, what="the watcher's subscription")
+        assert b"view.run.watch" in vanishing.requests[0]
+    finally:
+        vanishing.close()
+    harness.start_host()
+    (harness.project / "release-b").touch()
+    output, _ = watcher.communicate(timeout=90)
+    assert watcher.returncode == 0, output
+    assert output.splitlines()[-1].startswith(f"{run_id}: completed at ")
 
 
 def test_a_status_watch_pushes_the_run_status_object_each_time_it_changes(harness: HostHarness):
