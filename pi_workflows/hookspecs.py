@@ -24,8 +24,9 @@ there costs the host one deadline, not its loop; being on another thread, it doe
 share the host's database connection), and whether it is called inside or outside a
 state-store transaction. Hooks must be fast: slow work (network, agents) belongs in
 channel adapters and executors. The notifications (``piw_run_claimed``,
-``piw_run_transition``, ``piw_node_attempt_started``/``_finished``) are delivered on a
-thread of each plugin's own, in order, under the hook deadline: a plugin whose call is
+``piw_run_transition``, ``piw_node_attempt_started``/``_finished``,
+``piw_worker_exited``, ``piw_channel_gave_up``) are delivered on a thread of each
+plugin's own, in order, under the hook deadline: a plugin whose call is
 past it is named once in the log and misses what is announced until that call returns,
 and nothing else waits for it.
 The invariants — claim fencing, receipts, message ids, one winner per decision — are

@@ -18,8 +18,7 @@ from opentelemetry.trace import StatusCode
 from piw_otel import hooks
 from piw_otel.telemetry import COUNTERS, DURATIONS, Telemetry
 
-from pi_workflows.testing import wait_until
-from pi_workflows.testing.in_process import InProcessHost
+from pi_workflows.testing import InProcessHost, wait_until
 
 # In a run's input (so in its output too) and its origin session: neither may reach telemetry.
 PAYLOAD, SESSION = "PAYLOAD-7f3a", "sess-5d1e-private"
