@@ -21,6 +21,10 @@ How a feature adds something (implement the hook on the feature's class with
 - periodic work: ``piwh_poll()`` runs on every poll tick (2 s); keep an idle tick
   read-only, so it takes no write lock;
 - startup work: ``piwh_startup()`` runs after recovery and before the socket listens;
+- after an outage: ``piwh_reconnected()`` runs once the lost database connection is
+  back. A commit in flight when it dropped may or may not have happened, and what was
+  to follow it did not: re-read the state and do what it still needs (read-only when
+  nothing is missing);
 - stop work: ``piwh_stopping()`` runs after workers were stopped and before the host
   gives up its epoch (close adapters, threads);
 - reactions to runs: ``piwh_run_stopped(run_id, old_status, new_status)`` after a run
@@ -33,7 +37,7 @@ How a feature adds something (implement the hook on the feature's class with
 - a part of ``host status``: ``piwh_host_status()`` returns fields to add (read-only;
   one that fails is logged and left out, so the status still answers).
 
-Calls are isolated: a failing ``poll``, ``stopping``, ``run_stopped`` or
+Calls are isolated: a failing ``poll``, ``reconnected``, ``stopping``, ``run_stopped`` or
 ``ensure_terminal_message`` implementation is logged with the feature's name and the
 others still run. ``startup``, ``register_operations`` and ``worker_operation`` raise,
 because their caller must not go on as if they had succeeded.
@@ -71,6 +75,10 @@ class FeatureSpecs:
     @feature_hookspec
     def piwh_poll(self) -> None:
         """One poll tick."""
+
+    @feature_hookspec
+    def piwh_reconnected(self) -> None:
+        """The lost database connection is back; a commit's outcome may be unknown."""
 
     @feature_hookspec
     def piwh_stopping(self) -> None:
@@ -133,6 +141,9 @@ class HostFeatures:
 
     def poll(self) -> None:
         self._each("piwh_poll", False)
+
+    def reconnected(self) -> None:
+        self._each("piwh_reconnected", False)
 
     def stopping(self) -> None:
         self._each("piwh_stopping", False)

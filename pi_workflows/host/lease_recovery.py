@@ -27,18 +27,23 @@ DATABASE_WAIT_POLL_S = 0.2
 DISK_FULL_RETRY_S = 0.5
 
 
-def watch_connection(store: StateStore, heartbeat: Callable[[], None]) -> None:
-    """Beat once as soon as a lost connection is back: the lease is checked (and the
-    workers' claims renewed) at once instead of a heartbeat period later."""
+def watch_connection(
+    store: StateStore, heartbeat: Callable[[], None], reconcile: Callable[[], None]
+) -> None:
+    """As soon as a lost connection is back: beat once, so the lease is checked (and the
+    workers' claims renewed) at once instead of a heartbeat period later; then
+    `reconcile`: the connection may have dropped at a COMMIT, which then may or may not
+    have happened, and what was to follow it was dropped either way."""
     guard = store.connection_guard
     if guard is None:
         return
     loop = asyncio.get_running_loop()
 
-    def wake_heartbeat() -> None:
+    def carry_on() -> None:
         loop.call_soon(heartbeat)
+        loop.call_soon(reconcile)
 
-    guard.on_reconnect = wake_heartbeat
+    guard.on_reconnect = carry_on
 
 
 async def wait_for_database(

@@ -194,7 +194,7 @@ class Host:
             assert epoch is not None
             self.workers.open(self.store, self.worker_commits, epoch)
             self.slots.open(self.store, epoch, self.workers)
-            lease_recovery.watch_connection(self.store, self.lease.heartbeat)
+            lease_recovery.watch_connection(self.store, self.lease.heartbeat, self._reconnected)
             # Commands the previous host's workers started die before any run is claimed.
             await process_groups.stop_orphaned_groups(self.store)
             self.features.startup()
@@ -309,6 +309,17 @@ class Host:
             except Exception as error:
                 if not is_disk_full(error):  # a full disk was said once by the store
                     log.exception("timer action failed")
+
+    def _reconnected(self) -> None:
+        """The lost database connection is back. It may have dropped at a COMMIT that
+        happened unseen, and what was to follow that commit (a launch, a message) did
+        not: reconcile from what the database says. If it is lost again meanwhile, the
+        next reconnect reconciles."""
+        try:
+            self.slots.settle_unknown_claims()
+        except (DatabaseUnavailableError, HostLeaseLostError) as error:
+            log.warning("claims not reconciled after the reconnect: %s", error)
+        self.features.reconnected()
 
     def _poll(self) -> None:
         if not self.store.is_sqlite:

@@ -212,6 +212,22 @@ class WorkerSlots:
             del self._vetoes[run_id]
         self.schedule_pass()
 
+    def settle_unknown_claims(self) -> None:
+        """After the database connection came back: a live claim of this host's with no
+        worker here is one whose commit seemed to fail (the connection dropped at its
+        COMMIT) but happened. Let go of it and its never-launched worker at once, so the
+        run does not wait out its lease, and claim again."""
+        store, launcher = self.store, self._launcher
+        if store is None or launcher is None or not self._open:
+            return
+        with store.transaction():
+            for run_id, generation in run_claims.own_live_claims(self.host_id):
+                if run_id in self.active_runs or run_id in self.pending_claims:
+                    continue
+                if run_claims.release_claim(run_id, generation):
+                    launcher.drop_unlaunched(run_id)
+        self.schedule_pass()
+
     def claim_free_slots(self, freed: Collection[ActiveRun] = ()) -> None:
         """The claim pass: claim runs until the host is full or no candidate is left.
 
@@ -455,6 +471,8 @@ class WorkerSlots:
             )
             if claim is None:
                 return None
+            if run_id not in self.active_runs and run_id not in self.pending_claims:
+                launcher.drop_unlaunched(run_id)
             worker = launcher.record_worker(run_id, claim)
             store.after_commit(
                 functools.partial(self._launch, run_id, token, claim, worker, record)

@@ -3,7 +3,9 @@
 A terminal state always commits first; the message follows after the commit (SPEC §7.5,
 §10). If building or storing it fails — a rendering plugin raises, the host dies in
 between — the run joins a pending set that the poll timer retries at most once a
-second, and a starting host finds every missing message before it serves clients.
+second; a starting host finds every missing message before it serves clients, and so
+does a host whose lost database connection came back (the commit that ended a run may
+have happened without the host hearing of it).
 """
 
 from __future__ import annotations
@@ -144,6 +146,11 @@ class TerminalMessages:
 
     @feature_hook
     def piwh_startup(self) -> None:
+        self.discover_missing()
+
+    @feature_hook
+    def piwh_reconnected(self) -> None:
+        # The commit that ended a run may have happened unseen, its message never made.
         self.discover_missing()
 
     def discover_missing(self) -> None:

@@ -113,6 +113,17 @@ class WorkerLives:
         )
         return PreparedWorker(worker_epoch, envelope, progress)
 
+    def drop_unlaunched(self, run_id: str) -> None:
+        """Before a claim's worker row: the row of an earlier claim of this host whose
+        commit's outcome it never learnt (the connection dropped at COMMIT) and whose
+        worker therefore never launched. Only for a run the host runs no worker for."""
+        if run_workers.drop_unlaunched(run_id, self.epoch):
+            log.warning(
+                "run %s: an earlier claim committed although its commit seemed to fail; "
+                "its worker never started, so the run is claimed again",
+                run_id,
+            )
+
     def launch(self, run_id: str, token: str, claim: Claim, worker: PreparedWorker) -> None:
         """After the claim committed (`WorkerSlots`): the worker's life begins."""
         self.spawn(self.activate(run_id, token, claim.generation, worker))

@@ -222,6 +222,26 @@ _RELEASE_CLAIM = PreparedQuery(
 )
 
 
+_OWN_LIVE_CLAIMS = PreparedQuery(
+    lambda p: Lease.select(Lease.run, Lease.generation).where(
+        (Lease.owner_id == p.owner_id) & (Lease.expires_at > p.now)
+    )
+)
+
+
+def own_live_claims(owner_id: str) -> list[tuple[str, int]]:
+    """(run id, generation) of every live claim of this owner."""
+    rows = _OWN_LIVE_CLAIMS.rows(owner_id=owner_id, now=now_ms())
+    return [(run_id, generation) for run_id, generation in rows]
+
+
+def release_claim(run_id: str, generation: int) -> bool:
+    """Clear the owner of the run's claim of `generation`; False if it has moved on. For a
+    claim its owner holds no token of (it never learnt that the claim committed)."""
+    released: int = _RELEASE_CLAIM.changed(run_id=run_id, generation=generation)
+    return released == 1
+
+
 def _release(run_id: str, token: str) -> int | None:
     """Clear the owner of a live claim; returns its generation, or None if not ours."""
     generation = live_claim_generation(run_id, token)

@@ -30,6 +30,13 @@ _DROP = PreparedQuery(
         (RunWorker.worker_epoch == p.worker_epoch) & (RunWorker.status == "starting")
     )
 )
+_DROP_UNLAUNCHED = PreparedQuery(
+    lambda p: RunWorker.update(status="cancelled", finished_at=p.now).where(
+        (RunWorker.run == p.run_id)
+        & (RunWorker.host_epoch == p.host_epoch)
+        & (RunWorker.status == "starting")
+    )
+)
 _FINISH = PreparedQuery(
     lambda p: RunWorker.update(
         status=p.outcome,
@@ -74,6 +81,14 @@ def mark_running(worker_epoch: str, pid: int | None, identity: str | None) -> bo
 def drop_worker(worker_epoch: str) -> None:
     """A recorded worker that will never launch."""
     _DROP.changed(worker_epoch=worker_epoch, now=now_ms())
+
+
+def drop_unlaunched(run_id: str, host_epoch: int) -> int:
+    """The run's `starting` worker row of this host epoch, recorded with a claim whose
+    commit the host never heard of (its connection dropped at COMMIT): that worker never
+    launched. How many rows it dropped."""
+    dropped: int = _DROP_UNLAUNCHED.changed(run_id=run_id, host_epoch=host_epoch, now=now_ms())
+    return dropped
 
 
 def finish_worker(
