@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from pi_workflows.client.start_request import start_payload
+from pi_workflows.event_types import EventType
 from pi_workflows.testing import installed_entry_points, short_temp_dir, wait_until
 from tests.faults.commit_cut import CommitCutProxy, Cut
 from tests.host.conftest import HostHarness
@@ -92,7 +93,7 @@ def test_a_claim_whose_commit_is_cut_runs_the_run_once_without_waiting_for_its_l
     harness, proxy, when
 ):
     harness.start_host()
-    cut = proxy.arm("'lease.claimed'", when)
+    cut = proxy.arm(f"'{EventType.LEASE_CLAIMED}'", when)
     run_id = harness.start_run("load", {"n": 3})
     _was_cut(harness, cut)
 
@@ -106,7 +107,7 @@ def test_a_worker_write_whose_commit_is_cut_loses_no_message(harness, proxy, whe
     again, it is adopted or applied, never both), and the run's origin session still gets
     its one terminal message."""
     harness.start_host()
-    cut = proxy.arm("'run_completed'", when)
+    cut = proxy.arm(f"'{EventType.RUN_COMPLETED}'", when)
     run_id = harness.start_run("load", {"n": 5}, session="session-cut")
     _was_cut(harness, cut)
 
@@ -117,5 +118,7 @@ def test_a_worker_write_whose_commit_is_cut_loses_no_message(harness, proxy, whe
     terminal = [m for m in harness.session_messages("session-cut") if m["kind"] == "terminal"]
     assert len(terminal) == 1
     assert harness.query(
-        "SELECT count(*) FROM events WHERE run_id = ? AND event_type = 'run_completed'", run_id
+        "SELECT count(*) FROM events WHERE run_id = ? AND event_type = ?",
+        run_id,
+        EventType.RUN_COMPLETED,
     ) == [(1,)]
