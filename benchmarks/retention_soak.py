@@ -149,7 +149,8 @@ def main() -> None:
                 f"wave {index + 1:3d}: {(index + 1) * args.per_wave:6d} runs done, "
                 f"{runs:5d} in the database, {used / 2**20:6.1f} MiB used, "
                 f"{on_disk / 2**20:6.1f} MiB on disk, host RSS {rss[-1] / 2**20:6.1f} MiB, "
-                f"last sweep pruned {last.get('runs', 0)} runs ({last['outcome']})"
+                f"last sweep pruned {last.get('runs', 0)} runs in {last.get('durationMs', 0)} ms "
+                f"({last['outcome']})"
             )
         elapsed = time.monotonic() - began
         total = args.waves * args.per_wave

@@ -17,10 +17,13 @@ from pi_workflows.clock import now_ms
 from pi_workflows.errors import HostAlreadyRunningError, SchemaMismatchError
 from pi_workflows.event_types import EventType
 from pi_workflows.home import DATABASE_ENV, home_key
-from pi_workflows.storage import SCHEMA_VERSION, open_state, run_events
-from pi_workflows.storage.models import TRANSCRIPT_INDEX
-from pi_workflows.storage.schema_upgrade import RENAMED_EVENTS
+from pi_workflows.storage import SCHEMA_VERSION, open_state, put_json_in_parts, run_events
+from pi_workflows.storage.models import Blob, Run, RunQueue
+from pi_workflows.storage.retention import DAY_MS
+from pi_workflows.storage.run_state import record_transcript
+from pi_workflows.storage.schema_upgrade import RENAMED_EVENTS, TRANSCRIPT_INDEX
 from pi_workflows.testing import WorkflowHost, short_temp_dir
+from tests.conftest import create_test_run
 from tests.host.workflows import WATCHED
 
 # host_state as schema v2 had it before several hosts shared a database: one row, id 1.
@@ -53,6 +56,7 @@ def _make_v2(database_url: str | None, home_env, host_row: str | None) -> None:
     """Turn a current database into schema v2 as it was before host_state per home."""
     open_state(home_env.home, database_url).close()
     statements = [
+        "DROP TABLE nested_blobs",
         "DROP TABLE forwarded_commands",
         "DROP TABLE host_state",
         V2_HOST_STATE,
@@ -92,6 +96,7 @@ def test_a_v2_database_is_upgraded_on_open_and_its_epochs_keep_growing(home_env,
     )
     assert rows == [(7, home_key(home_env.home), None, stopped_at)]
     assert _execute(database_url, home_env, "SELECT COUNT(*) FROM forwarded_commands") == [(0,)]
+    assert _execute(database_url, home_env, "SELECT COUNT(*) FROM nested_blobs") == [(0,)]
     if database_url is not None:
         assert _execute(
             database_url,
@@ -212,15 +217,17 @@ def test_state_status_and_verify_only_read_an_older_database(home_env, database_
 
 def _make_v3(database_url: str | None, home_env) -> None:
     """Turn a current database back into schema v3: the engine's events under the names
-    v3 gave them, and the transcript index that names the old type."""
+    v3 gave them, the partial indexes pruning read the nesting values through (the
+    transcript one names the old type), and no `nested_blobs`."""
     back = " ".join(f"WHEN '{new}' THEN '{old}'" for old, new in RENAMED_EVENTS.items())
     _execute(
         database_url,
         home_env,
         f"UPDATE events SET event_type = CASE event_type {back} ELSE event_type END",
-        f"DROP INDEX {TRANSCRIPT_INDEX}",
+        "DROP TABLE nested_blobs",
         f"CREATE INDEX {TRANSCRIPT_INDEX} ON events (payload_hash) "
         "WHERE event_type = 'agent_transcript_recorded'",
+        "CREATE INDEX blobs_split_values ON blobs (blob_hash)",
         "UPDATE schema_meta SET schema_version = 3",
     )
 
@@ -241,13 +248,18 @@ def _history(home_env, run_id: str) -> dict:
     }
 
 
-def _transcript_index(database_url: str | None, home_env) -> str:
-    if database_url is None:
-        query = f"SELECT sql FROM sqlite_master WHERE name = '{TRANSCRIPT_INDEX}'"
-    else:
-        query = f"SELECT indexdef FROM pg_indexes WHERE indexname = '{TRANSCRIPT_INDEX}'"
-    ((definition,),) = _execute(database_url, home_env, query)
-    return definition
+def _indexes_named(database_url: str | None, home_env, names: tuple[str, ...]) -> set[str]:
+    listed = ", ".join(f"'{name}'" for name in names)
+    catalog = (
+        f"SELECT name FROM sqlite_master WHERE type = 'index' AND name IN ({listed})"
+        if database_url is None
+        else f"SELECT indexname FROM pg_indexes WHERE indexname IN ({listed})"
+    )
+    return {row[0] for row in _execute(database_url, home_env, catalog)}
+
+
+# Partial indexes v3 and v4 databases had for pruning, which read the values nesting blobs.
+OLD_NESTING_INDEXES = ("blobs_split_values", TRANSCRIPT_INDEX)
 
 
 @pytest.mark.integration
@@ -298,7 +310,73 @@ def test_a_v3_database_with_the_old_event_names_reads_the_same_after_a_host_upgr
         "run.started",
         "run.completed",
     ]
-    assert "'agent.transcript_recorded'" in _transcript_index(database_url, home_env)
+    # Through v4 to v5: the nesting values' indexes went, their table came.
+    assert _indexes_named(database_url, home_env, OLD_NESTING_INDEXES) == set()
+    assert _execute(database_url, home_env, "SELECT COUNT(*) FROM nested_blobs") == [(0,)]
     # Runs go on as before on the upgraded database.
     second = home_env.start_run("watched")
     assert home_env.wait_for_status(second, "completed")["finalOutput"] == {"sum": 3}
+
+
+# --- v5: the blobs stored values name ----------------------------------------------------
+
+LARGE = {"report": "r" * 10_000}  # split off into a part of its own
+
+
+def _runs_with_nested_blobs(database_url: str | None, home_env) -> list[tuple]:
+    """An old run and a recent one, each with a transcript and a snapshot with a part (the
+    part shared), written by the current code; returns the nested_blobs rows it wrote."""
+    store = open_state(home_env.home, database_url)
+    try:
+        with store.transaction():
+            for run_id, finished_at in (("old", now_ms() - 40 * DAY_MS), ("recent", now_ms())):
+                create_test_run(run_id)
+                entries = [{"kind": "text", "text": f"said in {run_id}"}]
+                record_transcript(
+                    run_id, {"nodeId": "agent", "attemptId": f"{run_id}-1", "entries": entries}
+                )
+                state_hash = put_json_in_parts({"out": LARGE, "run": run_id})
+                Run.update(
+                    state_hash=state_hash, status="completed", finished_at=finished_at
+                ).where(Run.run_id == run_id).execute()
+                RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
+            # Old enough that the pass over blobs no row names would take the nested ones.
+            Blob.update(created_at=now_ms() - 40 * DAY_MS).execute()
+    finally:
+        store.close()
+    return _nested_rows(database_url, home_env)
+
+
+def _nested_rows(database_url: str | None, home_env) -> list[tuple]:
+    return _execute(
+        database_url,
+        home_env,
+        "SELECT blob_hash, holder_hash FROM nested_blobs ORDER BY blob_hash, holder_hash",
+    )
+
+
+def test_a_v3_database_gets_its_nested_blobs_filled_in_and_the_host_prunes_by_them(
+    home_env, database_url
+):
+    written = _runs_with_nested_blobs(database_url, home_env)
+    assert len(written) == 4  # two transcripts, the shared part in two snapshots
+    _make_v3(database_url, home_env)
+    stored = {row[0] for row in _execute(database_url, home_env, "SELECT event_type FROM events")}
+    assert "agent_transcript_recorded" in stored  # v4 renames it before v5 reads it
+
+    home_env.start(PI_WORKFLOWS_RETENTION="0")  # its open upgrades it; no sweep of its own
+
+    assert _execute(database_url, home_env, "SELECT schema_version FROM schema_meta") == [
+        (SCHEMA_VERSION,)
+    ]
+    assert _nested_rows(database_url, home_env) == written
+    assert _indexes_named(database_url, home_env, OLD_NESTING_INDEXES) == set()
+    pruned = json.loads(
+        home_env.cli("state", "prune", "--older-than", "30d", "--apply", "--json").stdout
+    )
+    assert (pruned["runs"], pruned["transcripts"]) == (1, 1)
+    (transcript,) = json.loads(home_env.cli("run", "transcript", "recent", "--json").stdout)
+    assert transcript["entries"] == [{"kind": "text", "text": "said in recent"}]
+    # The shared part and the recent run's transcript stay; the old run's transcript went.
+    assert len(_nested_rows(database_url, home_env)) == 2
+    assert home_env.cli("state", "verify").stdout.strip() == "state ok"

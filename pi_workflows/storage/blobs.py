@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Collection
 from typing import Any
 
 from ..canonical import canonical_bytes, sha256_hex
 from ..clock import now_ms
 from ..errors import BlobConflictError
 from . import statements
-from .models import JSON
+from .models import JSON, SPLIT_PREFIX
 
 TEXT = "text/plain"
 
@@ -71,11 +72,15 @@ def transaction_ended(committed: bool) -> None:
         _committed.update(blobs)
 
 
-def _put(content: bytes, media_type: str) -> str:
-    return _put_hashed(sha256_hex(content), content, media_type)
+def _put(content: bytes, media_type: str, names: Collection[str] = ()) -> str:
+    return _put_hashed(sha256_hex(content), content, media_type, names)
 
 
-def _put_hashed(blob_hash: str, content: bytes, media_type: str) -> str:
+def _put_hashed(
+    blob_hash: str, content: bytes, media_type: str, names: Collection[str] = ()
+) -> str:
+    """Store `content` (a value that names the blobs `names` by their address) unless it
+    is stored already; returns its address."""
     written = _written.blobs
     if written is not None and written.get(blob_hash) == media_type:
         return blob_hash
@@ -83,13 +88,25 @@ def _put_hashed(blob_hash: str, content: bytes, media_type: str) -> str:
     # what is stored with what was asked for (read first for an address seen stored).
     seen = _committed.get(blob_hash) == media_type
     if not seen and statements.insert_blob(blob_hash, media_type, content, now_ms()):
-        _note_written(blob_hash, media_type)
+        _inserted(blob_hash, content, media_type, names)
         return blob_hash
-    _reuse(blob_hash, content, media_type)
+    _reuse(blob_hash, content, media_type, names)
     return blob_hash
 
 
-def _reuse(blob_hash: str, content: bytes, media_type: str) -> None:
+def _inserted(blob_hash: str, content: bytes, media_type: str, names: Collection[str]) -> None:
+    """A blob row this transaction inserted: the blobs its content names are recorded with
+    it (`NestedBlob`). A row stored already has its names recorded: they follow from its
+    content, and every writer of a value that names blobs says so."""
+    _note_written(blob_hash, media_type)
+    nested = set(names)
+    if media_type == JSON and content.startswith(SPLIT_PREFIX):
+        nested |= split_part_hashes(content)
+    if nested:
+        statements.insert_nested(blob_hash, sorted(nested))
+
+
+def _reuse(blob_hash: str, content: bytes, media_type: str, names: Collection[str] = ()) -> None:
     """Take up a blob stored already: compare it with what was asked for and hold its row
     until the transaction ends, so a prune cannot delete it before this transaction's
     reference to it commits (`retention` skips a held blob).
@@ -100,7 +117,7 @@ def _reuse(blob_hash: str, content: bytes, media_type: str) -> None:
     """
     while (stored := statements.select_blob(blob_hash, reuse=True)) is None:
         if statements.insert_blob(blob_hash, media_type, content, now_ms()):
-            _note_written(blob_hash, media_type)
+            _inserted(blob_hash, content, media_type, names)
             return
     _check_stored(blob_hash, stored, media_type, content)
 
@@ -139,7 +156,7 @@ def _put_together(contents: list[bytes], media_type: str) -> list[str]:
         new = statements.insert_blobs(rows, now_ms())
         for blob_hash, content in fresh.items():
             if blob_hash in new:
-                _note_written(blob_hash, media_type)
+                _inserted(blob_hash, content, media_type, ())
             else:
                 _reuse(blob_hash, content, media_type)
     else:
@@ -155,9 +172,10 @@ def _json_content(value: Any) -> bytes:
     return canonical_bytes(value)
 
 
-def put_json(value: Any) -> str:
-    """Store a JSON value by the sha256 of its canonical bytes; returns the hash."""
-    return _put(_json_content(value), JSON)
+def put_json(value: Any, names: Collection[str] = ()) -> str:
+    """Store a JSON value by the sha256 of its canonical bytes; returns the hash. A value
+    that names other blobs by their address (`names`) keeps them while it is kept."""
+    return _put(_json_content(value), JSON, names)
 
 
 def _in_parts_content(value: Any) -> bytes:

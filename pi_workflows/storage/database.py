@@ -59,9 +59,10 @@ KILL_POINT_ENV = "PI_WORKFLOWS_TEST_KILL_POINT"
 SCHEMA_NAME = "pi-workflows-state"
 # 2: run_queue.priority, runs.announced_status; 3: host_state one row per home,
 # forwarded_commands (several hosts on PostgreSQL); 4: event types in one style
-# (schema_upgrade.RENAMED_EVENTS). Older versions that schema_upgrade.UPGRADES has a step
-# for are upgraded on open.
-SCHEMA_VERSION = 4
+# (schema_upgrade.RENAMED_EVENTS); 5: nested_blobs (the blobs a stored value names, for
+# pruning). Older versions that schema_upgrade.UPGRADES has a step for are upgraded on
+# open.
+SCHEMA_VERSION = 5
 
 log = logging.getLogger("pi_workflows.storage")
 

@@ -8,10 +8,13 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import peewee
+
 from ..canonical import sha256_hex
 from ..errors import InvalidInputError, PiWorkflowsError
 from .database import SCHEMA_NAME, SCHEMA_VERSION, StateStore
-from .models import Blob, Event, HumanDecision, Run, RunQueue, SchemaMeta
+from .models import Blob, Event, HumanDecision, NestedBlob, Run, RunQueue, SchemaMeta
+from .prepared import tuple_rows
 
 
 def state_status(store: StateStore) -> dict[str, Any]:
@@ -107,6 +110,8 @@ def _problems(store: StateStore) -> list[str]:
         problems.append("schema_meta: missing or of another schema")
     elif meta.schema_version != SCHEMA_VERSION:
         problems.append(upgrade_needed(meta.schema_version))
+    else:  # an older version may lack the table
+        problems.extend(_missing_nested_blobs())
     for blob in Blob.select():
         content = bytes(blob.content)
         if sha256_hex(content) != blob.blob_hash or len(content) != blob.byte_length:
@@ -120,6 +125,21 @@ def _problems(store: StateStore) -> list[str]:
                 f"run {run.run_id}: revision {run.revision} but {len(revisions)} events"
             )
     return problems
+
+
+def _missing_nested_blobs() -> list[str]:
+    """A kept value that names a blob no longer stored (pruning deleted it too soon)."""
+    holder, nested = Blob.alias(), Blob.alias()
+    missing = (
+        NestedBlob.select(NestedBlob.holder_hash, NestedBlob.blob_hash)
+        .join(holder, on=holder.blob_hash == NestedBlob.holder_hash)
+        .join(nested, peewee.JOIN.LEFT_OUTER, on=nested.blob_hash == NestedBlob.blob_hash)
+        .where(nested.blob_hash.is_null())
+    )
+    return [
+        f"blob {holder_hash[:12]}: names blob {blob_hash[:12]}, which is missing"
+        for holder_hash, blob_hash in tuple_rows(missing)
+    ]
 
 
 def state_backup(store: StateStore, destination: Path) -> dict[str, Any]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import peewee
 
-from ..event_types import EventType
-
 database_proxy = peewee.DatabaseProxy()
 
 RUN_STATUSES = ("queued", "running", "waiting", "completed", "failed", "timed_out", "cancelled")
@@ -30,10 +28,8 @@ def _check_in(column: str, values: tuple[str, ...]) -> peewee.SQL | peewee.NodeL
 
 #: The media type of a JSON blob (storage.blobs).
 JSON = "application/json"
-#: The partial index of the transcript events (its WHERE names the event type).
-TRANSCRIPT_INDEX = "events_transcripts"
 #: How a stored split value's bytes begin (storage.blobs; canonical JSON sorts the parts
-#: key first): indexed, so pruning finds the values that nest other blobs.
+#: key first).
 SPLIT_PREFIX = b'{"$piw-parts":'
 
 
@@ -64,6 +60,22 @@ class Blob(BaseModel):
 
     class Meta:
         table_name = "blobs"
+
+
+class NestedBlob(BaseModel):
+    """A blob named inside another blob's content (`holder_hash`): a part of a split value,
+    or the transcript an `agent_transcript_recorded` payload names. Written in the
+    transaction that stores the holder, so pruning proves a blob unreferenced by lookups
+    instead of reading every value that could nest it (storage.retention)."""
+
+    blob_hash = peewee.CharField(max_length=64)
+    holder_hash = peewee.CharField(max_length=64)
+
+    class Meta:
+        table_name = "nested_blobs"
+        primary_key = peewee.CompositeKey("blob_hash", "holder_hash")
+        # The primary key finds a blob's holders; this, what a holder nests.
+        indexes = ((("holder_hash",), False),)
 
 
 class HostState(BaseModel):
@@ -579,6 +591,7 @@ Run.add_index(
 ALL_MODELS = (
     SchemaMeta,
     Blob,
+    NestedBlob,
     HostState,
     Run,
     RunQueue,
@@ -604,6 +617,8 @@ ALL_MODELS = (
 def blob_columns(model: type[peewee.Model]) -> list[peewee.Field]:
     """The columns of `model` that hold a blob's address: `*_hash` (not `token_hash`, a
     secret's) and a run's `definition_digest` (its definition snapshot's, run_graph.py)."""
+    if model in (Blob, NestedBlob):  # addresses of blobs, not rows that reference them
+        return []
     return [
         f
         for f in model._meta.sorted_fields
@@ -617,7 +632,7 @@ def _blob_column_indexes() -> list[tuple[type[BaseModel], peewee.ModelIndex]]:
     NULL (most rows leave an error's empty) is indexed only where it is set."""
     indexes: list[tuple[type[BaseModel], peewee.ModelIndex]] = []
     for model in ALL_MODELS:
-        for column in blob_columns(model) if model is not Blob else ():
+        for column in blob_columns(model):
             index = model.index(column, name=f"{model._meta.table_name}_{column.column_name}")
             indexes.append((model, index.where(column.is_null(False)) if column.null else index))
     return indexes
@@ -650,35 +665,8 @@ ADDED_INDEXES: tuple[tuple[type[BaseModel], peewee.ModelIndex], ...] = (
 )
 
 
-class _BeginsWith(peewee.ColumnBase):
-    """`column` begins with `prefix`, spelled out without parameters: an index's WHERE
-    takes none, and a query uses that index only if its WHERE says the same."""
-
-    def __init__(self, column: peewee.Field, prefix: bytes) -> None:
-        super().__init__()
-        self.column = column
-        self.prefix = prefix.decode("ascii")  # printable, no quotes or backslashes
-
-    def __sql__(self, ctx: peewee.Context) -> peewee.Context:
-        blob = ctx.state.field_types["BLOB"]
-        ctx.literal("(SUBSTR(").sql(self.column).literal(f", 1, {len(self.prefix)}) = ")
-        return ctx.literal(f"CAST('{self.prefix}' AS {blob}))")
-
-
-#: A blob that holds a split value (storage.blobs), as its index says it.
-IS_SPLIT_VALUE = _BeginsWith(Blob.content, SPLIT_PREFIX)
-
 ADDED_INDEXES += (
     *_blob_column_indexes(),
-    # Pruning reads the stored split values and the transcript events (the values that
-    # nest other blobs), and only those, when a candidate could be nested in one.
-    (Blob, Blob.index(Blob.blob_hash, name="blobs_split_values").where(IS_SPLIT_VALUE)),
-    (
-        Event,
-        Event.index(Event.payload_hash, name=TRANSCRIPT_INDEX).where(
-            Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
-        ),
-    ),
     # Old blobs nothing references are found by age, not by reading the whole table.
     (Blob, Blob.index(Blob.created_at, Blob.blob_hash, name="blobs_created_at")),
 )

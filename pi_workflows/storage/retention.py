@@ -10,16 +10,16 @@ since the plan keeps its lineage (on PostgreSQL too, where other writers do not 
 the batch: see `_prune_batch`). A dry run does the same work and rolls each batch back.
 
 A blob (content-addressed, shared by any row that stores the same bytes) is deleted only
-when no remaining row references it, directly in a `*_hash` column or nested: the parts of
-a split value (`blobs.put_json_in_parts`) and an agent transcript named by its event.
+when no remaining row references it, directly in a `*_hash` column or nested in a blob that
+is kept: the parts of a split value (`blobs.put_json_in_parts`) and an agent transcript
+named by its event's payload, which `nested_blobs` lists (`NestedBlob`).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,13 +27,10 @@ import peewee
 
 from ..event_types import EventType
 from . import statements
-from .blobs import PART_MIN_BYTES, split_part_hashes
 from .database import StateStore
 from .models import (
     ACTIVE_WORKER_STATUSES,
     ALL_MODELS,
-    IS_SPLIT_VALUE,
-    JSON,
     TERMINAL_RUN_STATUSES,
     Blob,
     Effect,
@@ -45,6 +42,7 @@ from .models import (
     InteractiveRequest,
     InteractiveSubmission,
     Lease,
+    NestedBlob,
     NodeAttempt,
     Run,
     RunProcess,
@@ -212,8 +210,7 @@ def _prune_batch(batch: list[str], report: PruneReport) -> None:
     report.transcripts += events.where(
         Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
     ).count()
-    candidates = _hashes_of_rows(run_ids)
-    candidates |= _nested(candidates, _transcripts_of(run_ids))
+    candidates = _with_nested(_hashes_of_rows(run_ids))
     _delete_rows(run_ids)
     _delete_unreferenced(candidates, report)
 
@@ -233,6 +230,7 @@ def _delete_unreferenced(candidates: set[str], report: PruneReport) -> None:
         size = Blob.select(peewee.fn.SUM(Blob.byte_length)).where(Blob.blob_hash.in_(chunk))
         report.bytes += int(size.scalar() or 0)
         Blob.delete().where(Blob.blob_hash.in_(chunk)).execute()
+        NestedBlob.delete().where(NestedBlob.holder_hash.in_(chunk)).execute()
 
 
 def _lock_unheld(candidates: set[str]) -> set[str]:
@@ -310,65 +308,50 @@ def _delete_rows(run_ids: list[str]) -> None:
         model.delete().where(where).execute()
 
 
-def _transcripts_of(run_ids: list[str] | None) -> set[str]:
-    """The transcript blobs the transcript events of `run_ids` (None: of every run) name."""
-    events = Event.select(Event.payload_hash).where(
-        Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
-    )
-    if run_ids is not None:
-        events = events.where(Event.run.in_(run_ids))
-    payloads = {row[0] for row in tuple_rows(events)}
-    named: set[str] = set()
-    for chunk in _chunks(sorted(payloads)):
-        for (content,) in tuple_rows(Blob.select(Blob.content).where(Blob.blob_hash.in_(chunk))):
-            value = json.loads(bytes(content))
-            if isinstance(value, dict) and isinstance(value.get("transcriptHash"), str):
-                named.add(value["transcriptHash"])
-    return named
-
-
-def _split_parts(hashes: Iterable[str] | None) -> dict[str, set[str]]:
-    """Split blob -> its parts, for the split blobs among `hashes` (None: all of them)."""
-    query = Blob.select(Blob.blob_hash, Blob.content).where(
-        IS_SPLIT_VALUE & (Blob.media_type == JSON)
-    )
-    chunks = [None] if hashes is None else _chunks(sorted(hashes))
-    parts: dict[str, set[str]] = {}
-    for chunk in chunks:
-        selected = query if chunk is None else query.where(Blob.blob_hash.in_(chunk))
-        for blob_hash, content in tuple_rows(selected):
-            parts[blob_hash] = split_part_hashes(bytes(content))
-    return parts
-
-
-def _nested(hashes: set[str], transcripts: set[str]) -> set[str]:
-    """`hashes` with the transcripts given and the parts of every split value among them."""
-    found = hashes | transcripts
-    for parts in _split_parts(found).values():
-        found |= parts
+def _with_nested(hashes: set[str]) -> set[str]:
+    """`hashes` and every blob nested in one of them, however deep."""
+    found, holders = set(hashes), set(hashes)
+    while holders:
+        nested: set[str] = set()
+        for chunk in _chunks(sorted(holders)):
+            query = NestedBlob.select(NestedBlob.blob_hash).where(NestedBlob.holder_hash.in_(chunk))
+            nested.update(row[0] for row in tuple_rows(query))
+        holders = nested - found
+        found |= holders
     return found
 
 
 def _still_referenced(candidates: set[str]) -> set[str]:
     """Of `candidates`, those a remaining row references directly or through a value it
-    references (after the pruned rows were deleted)."""
+    references (after the pruned rows were deleted).
+
+    A candidate nested in a blob that is not a candidate is kept: that blob is not being
+    deleted (or a writer holds it). One nested only in candidates is kept when one of
+    them is.
+    """
     referenced = _directly_referenced(candidates)
-    nested = candidates - referenced
-    if not nested:
-        return referenced
-    # Nested references: look into the split values and transcript events that remain,
-    # each only when an unreferenced candidate could be what they nest (reading them all
-    # is the costly part of a prune step).
-    may_be_part, may_be_transcript = _nested_kinds(nested)
-    holders = _transcripts_of(None) if may_be_transcript else set()
-    splits = _split_parts(None) if may_be_part else {}
+    holders = _holders(candidates - referenced)
     while True:
-        live = referenced | (set(splits) - candidates)
-        reached = {part for holder in live & set(splits) for part in splits[holder]}
-        grown = referenced | ((holders | reached) & candidates)
+        grown = referenced | {
+            blob_hash
+            for blob_hash, its_holders in holders.items()
+            if any(holder in referenced or holder not in candidates for holder in its_holders)
+        }
         if grown == referenced:
             return referenced
         referenced = grown
+
+
+def _holders(hashes: set[str]) -> dict[str, set[str]]:
+    """The blobs each of `hashes` is nested in (those nested in none are left out)."""
+    holders: dict[str, set[str]] = {}
+    for chunk in _chunks(sorted(hashes)):
+        query = NestedBlob.select(NestedBlob.blob_hash, NestedBlob.holder_hash).where(
+            NestedBlob.blob_hash.in_(chunk)
+        )
+        for blob_hash, holder_hash in tuple_rows(query):
+            holders.setdefault(blob_hash, set()).add(holder_hash)
+    return holders
 
 
 def _directly_referenced(candidates: set[str]) -> set[str]:
@@ -392,22 +375,6 @@ def _references_sql(count: int) -> tuple[str, ...]:
         for model in _REFERENCING
         for column in blob_columns(model)
     )
-
-
-def _nested_kinds(hashes: set[str]) -> tuple[bool, bool]:
-    """Whether any of `hashes` could be a split value's part (JSON of at least
-    `PART_MIN_BYTES`) and whether any could be a transcript (a JSON list: a transcript is
-    never split)."""
-    may_be_part = may_be_transcript = False
-    first = peewee.fn.SUBSTR(Blob.content, 1, 1)
-    for chunk in _chunks(sorted(hashes)):
-        query = Blob.select(Blob.byte_length, first).where(
-            Blob.blob_hash.in_(chunk) & (Blob.media_type == JSON)
-        )
-        for byte_length, head in tuple_rows(query):
-            may_be_part |= byte_length >= PART_MIN_BYTES
-            may_be_transcript |= bytes(head) == b"["
-    return may_be_part, may_be_transcript
 
 
 def _unreferenced_before(before: int) -> Iterator[set[str]]:

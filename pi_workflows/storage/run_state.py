@@ -756,17 +756,20 @@ def record_transcript(
     if not isinstance(entries, list):
         raise InvalidInputError("A transcript's entries must be a list.")
     transcript_hash = put_json(entries)
-    revision = _change(
+    payload = {
+        "nodeId": transcript["nodeId"],
+        "attemptId": transcript["attemptId"],
+        "transcriptHash": transcript_hash,
+        "entryCount": len(entries),
+        **({"partial": True} if transcript.get("partial") else {}),
+    }
+    # The payload names the transcript: pruning keeps the transcript while it is kept.
+    revision = record_run_change(
         run_id,
-        EventType.AGENT_TRANSCRIPT_RECORDED,
-        {
-            "nodeId": transcript["nodeId"],
-            "attemptId": transcript["attemptId"],
-            "transcriptHash": transcript_hash,
-            "entryCount": len(entries),
-            **({"partial": True} if transcript.get("partial") else {}),
-        },
-        expected_revision,
+        event_type=EventType.AGENT_TRANSCRIPT_RECORDED,
+        actor=ACTOR,
+        payload_hash=put_json(payload, names=[transcript_hash]),
+        expected_revision=expected_revision,
     )
     return {"transcriptHash": transcript_hash, "revision": revision}
 

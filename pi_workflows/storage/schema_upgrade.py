@@ -7,7 +7,7 @@ line by `check_schema_meta`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import peewee
 
@@ -15,8 +15,24 @@ from ..clock import now_ms
 from ..errors import HostAlreadyRunningError
 from ..event_types import EventType
 from ..home import Home, home_key, machine_name
-from .models import TRANSCRIPT_INDEX, Event, ForwardedCommand, HostState, SchemaMeta
+from . import statements
+from .blobs import read_json, split_part_hashes
+from .models import (
+    JSON,
+    SPLIT_PREFIX,
+    Blob,
+    Event,
+    ForwardedCommand,
+    HostState,
+    NestedBlob,
+    SchemaMeta,
+)
+from .prepared import tuple_rows
 
+#: Split values read per query while filling in `nested_blobs`.
+BACKFILL_PAGE = 200
+#: The partial index of transcript events that v3 and v4 databases had (v5 drops it).
+TRANSCRIPT_INDEX = "events_transcripts"
 # v4: the engine's events took the one style the others had (`subject.what_happened`);
 # `run_resumed` became `run.relaunched`, since `run.resumed` is the operator's resume.
 RENAMED_EVENTS = {
@@ -87,13 +103,52 @@ def _v3_to_v4(db: peewee.Database, home: Home, where: str) -> None:
 
     Only the ``event_type`` column changes: an engine event's payload keeps the trace
     event it was written with, old name and all (blobs are content-addressed and shared).
-    The transcript index is dropped; the open that upgrades creates it again with the new
-    name in its WHERE (`add_missing_indexes`).
+    The transcript index, whose WHERE names the old type, is dropped (v5 has none: it
+    has `nested_blobs` instead).
     """
     Event.update(event_type=peewee.Case(Event.event_type, list(RENAMED_EVENTS.items()))).where(
         Event.event_type.in_(list(RENAMED_EVENTS))
     ).execute()
     db.execute_sql(f"DROP INDEX IF EXISTS {TRANSCRIPT_INDEX}")
+
+
+def _v4_to_v5(db: peewee.Database, home: Home, where: str) -> None:
+    """v5: `nested_blobs`, filled in from the stored values that name other blobs (split
+    values, transcript events' payloads). Pruning read those values themselves before;
+    it no longer does, so their partial indexes go."""
+    db.create_tables([NestedBlob], safe=True)
+    for holder_hash, nested in _stored_nestings():
+        statements.insert_nested(holder_hash, sorted(nested))
+    for index in ("blobs_split_values", TRANSCRIPT_INDEX):
+        db.execute_sql(f"DROP INDEX IF EXISTS {index}")
+
+
+def _stored_nestings() -> Iterator[tuple[str, set[str]]]:
+    """(holder, the blobs it names) of every stored value that names blobs, a page of
+    split values at a time (their content may be large)."""
+    is_split = peewee.fn.SUBSTR(Blob.content, 1, len(SPLIT_PREFIX)) == SPLIT_PREFIX
+    after = ""
+    while True:
+        page = list(
+            tuple_rows(
+                Blob.select(Blob.blob_hash, Blob.content)
+                .where((Blob.media_type == JSON) & is_split & (Blob.blob_hash > after))
+                .order_by(Blob.blob_hash)
+                .limit(BACKFILL_PAGE)
+            )
+        )
+        if not page:
+            break
+        for blob_hash, content in page:
+            yield blob_hash, split_part_hashes(bytes(content))
+        after = page[-1][0]
+    payloads = Event.select(Event.payload_hash).where(
+        Event.event_type == EventType.AGENT_TRANSCRIPT_RECORDED
+    )
+    for (payload_hash,) in tuple_rows(payloads.distinct()):
+        payload = read_json(payload_hash)
+        if isinstance(payload, dict) and isinstance(payload.get("transcriptHash"), str):
+            yield payload_hash, {payload["transcriptHash"]}
 
 
 def _refuse_live_hosts(db: peewee.Database, where: str) -> None:
@@ -119,6 +174,7 @@ def _refuse_live_hosts(db: peewee.Database, where: str) -> None:
 UPGRADES: dict[int, Callable[[peewee.Database, Home, str], None]] = {
     2: _v2_to_v3,
     3: _v3_to_v4,
+    4: _v4_to_v5,
 }
 
 

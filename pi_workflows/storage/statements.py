@@ -106,6 +106,22 @@ def insert_blobs(blobs: list[tuple[str, str, bytes]], stamp: int) -> set[str]:
     return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), params)}
 
 
+@functools.lru_cache(maxsize=8)
+def _insert_nested_sql(count: int) -> str:
+    values = ", ".join(["(?, ?)"] * count)
+    return (
+        f"INSERT INTO nested_blobs (blob_hash, holder_hash) VALUES {values} ON CONFLICT DO NOTHING"
+    )
+
+
+def insert_nested(holder_hash: str, nested: Sequence[str]) -> None:
+    """Record that the blob `holder_hash` names each of `nested` in its content."""
+    params: list[Any] = []
+    for blob_hash in nested:
+        params += [blob_hash, holder_hash]
+    execute(_insert_nested_sql(len(nested)), params)
+
+
 # A blob row locked against deletion until the transaction ends (PostgreSQL's weakest row
 # lock: it lets other writers share it and only a delete or key change wait).
 SELECT_BLOB_TO_REUSE = SELECT_BLOB + " FOR KEY SHARE"

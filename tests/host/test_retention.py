@@ -9,8 +9,11 @@ import pytest
 
 from pi_workflows.client import HostConnection
 from pi_workflows.clock import now_ms
-from pi_workflows.storage.models import Run, RunQueue
+from pi_workflows.storage import put_json, put_json_in_parts, read_json
+from pi_workflows.storage.blobs import PART_MIN_BYTES
+from pi_workflows.storage.models import Blob, Run, RunQueue
 from pi_workflows.storage.retention import DAY_MS
+from pi_workflows.storage.run_state import record_transcript
 from tests.conftest import create_test_run
 
 from .conftest import HostHarness, request_frame, send_together, wait_until
@@ -25,12 +28,16 @@ def _old_finished_runs(harness: HostHarness, *run_ids: str) -> None:
         with store.transaction():
             for run_id in run_ids:
                 create_test_run(run_id)
-                Run.update(status="completed", finished_at=OLD, updated_at=OLD).where(
-                    Run.run_id == run_id
-                ).execute()
-                RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
+                _finish(run_id, OLD)
     finally:
         store.close()
+
+
+def _finish(run_id: str, at: int) -> None:
+    Run.update(status="completed", finished_at=at, updated_at=at).where(
+        Run.run_id == run_id
+    ).execute()
+    RunQueue.update(status="done").where(RunQueue.run == run_id).execute()
 
 
 def _run_ids(harness: HostHarness) -> set[str]:
@@ -200,3 +207,103 @@ def test_a_retry_of_a_prune_still_running_waits_for_it_and_adopts_its_receipt(
     assert {event["event"] for event in events} == {"prune_progress"}
     assert {event["subscriptionId"] for event in events} == {"prune-1"}
     assert _run_ids(harness) == set()
+
+
+# --- blobs nested in other values --------------------------------------------------------
+
+LARGE = {"report": "r" * (2 * PART_MIN_BYTES)}  # a member split off into a part of its own
+
+
+def _run_with_nested_blobs(
+    harness: HostHarness, run_id: str, finished_at: int, entries: list, state: dict | None = None
+) -> None:
+    """A finished run with an agent transcript (its event's payload names it) and, with
+    `state`, a snapshot whose large members are parts; written beside the host."""
+    store = harness.open_store()
+    try:
+        with store.transaction():
+            create_test_run(run_id)
+            attempt = {"nodeId": "agent", "attemptId": f"{run_id}-agent-1", "entries": entries}
+            record_transcript(run_id, attempt)
+            if state is not None:
+                state_hash = put_json_in_parts(state)
+                Run.update(state_hash=state_hash).where(Run.run_id == run_id).execute()
+            _finish(run_id, finished_at)
+    finally:
+        store.close()
+
+
+def _age_every_blob(harness: HostHarness, created_at: int) -> None:
+    """Every blob older than any cut-off the test uses: the pass over old blobs that no row
+    names looks at each of them, nested ones included."""
+    store = harness.open_store()
+    try:
+        with store.transaction():
+            Blob.update(created_at=created_at).execute()
+    finally:
+        store.close()
+
+
+def _prune(harness: HostHarness, *cut_off: str) -> dict:
+    return json.loads(harness.cli("state", "prune", *cut_off, "--apply", "--json").stdout)
+
+
+def _stored(harness: HostHarness, blob_hash: str) -> bool:
+    return bool(harness.query("SELECT 1 FROM blobs WHERE blob_hash = ?", blob_hash))
+
+
+def test_blobs_a_kept_run_shares_with_a_pruned_one_survive_and_read_back(harness: HostHarness):
+    """The pruned run's snapshot and transcript payload go; the part and the transcript they
+    nest stay, because the kept run's values nest them too."""
+    harness.start_host(PI_WORKFLOWS_RETENTION="0")  # no sweep: the command does it all
+    words = [{"kind": "text", "text": "the same words in both runs"}]
+    _run_with_nested_blobs(harness, "gone", OLD, words, {"out": LARGE, "n": 1})
+    _run_with_nested_blobs(harness, "kept", now_ms(), words, {"out": LARGE, "n": 2})
+    _age_every_blob(harness, OLD - DAY_MS)
+    (state_hash,) = harness.query("SELECT state_hash FROM runs WHERE run_id = ?", "kept")[0]
+
+    report = _prune(harness, "--older-than", "30d")
+
+    assert (report["runs"], report["transcripts"]) == (1, 1)
+    assert report["blobs"] >= 3  # its input, snapshot and transcript payload at least
+    assert _run_ids(harness) == {"kept"}
+    (transcript,) = json.loads(harness.cli("run", "transcript", "kept", "--json").stdout)
+    assert transcript["entries"] == words
+    store = harness.open_store()
+    try:
+        assert read_json(state_hash) == {"out": LARGE, "n": 2}
+    finally:
+        store.close()
+    assert harness.cli("state", "verify").stdout.strip() == "state ok"
+
+
+def test_a_transcript_goes_with_its_run_and_not_before(harness: HostHarness):
+    """Only the transcript's event payload names it, and no row does directly: while its
+    run is kept the pass over old blobs leaves it, and it goes with the run."""
+    harness.start_host(PI_WORKFLOWS_RETENTION="0")
+    _run_with_nested_blobs(harness, "old", OLD, [{"kind": "text", "text": "said only here"}])
+    store = harness.open_store()
+    try:
+        with store.transaction():
+            orphan = put_json({"a snapshot": "replaced while its run ran"})  # named by no row
+    finally:
+        store.close()
+    _age_every_blob(harness, OLD - 2 * DAY_MS)
+    named = harness.query("SELECT blob_hash FROM nested_blobs")
+    assert len(named) == 1
+    (transcript_hash,) = named[0]
+
+    # A cut-off before the run finished: the run stays; the old blobs nothing names go.
+    kept = _prune(harness, "--before", _iso(OLD - DAY_MS))
+
+    assert kept["runs"] == 0 and kept["blobs"] >= 1
+    assert not _stored(harness, orphan) and _stored(harness, transcript_hash)
+    (shown,) = json.loads(harness.cli("run", "transcript", "old", "--json").stdout)
+    assert shown["entries"] == [{"kind": "text", "text": "said only here"}]
+
+    pruned = _prune(harness, "--older-than", "30d")
+
+    assert (pruned["runs"], pruned["transcripts"]) == (1, 1)
+    assert not _stored(harness, transcript_hash)
+    assert harness.query("SELECT COUNT(*) FROM nested_blobs") == [(0,)]
+    assert harness.cli("state", "verify").stdout.strip() == "state ok"
