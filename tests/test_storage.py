@@ -23,6 +23,7 @@ from pi_workflows.records import RunRecord
 from pi_workflows.storage import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
+    StateStore,
     open_state,
     put_json,
     put_json_in_parts,
@@ -32,9 +33,10 @@ from pi_workflows.storage import (
     record_run_change,
     run_claims,
     run_events,
+    run_state,
 )
 from pi_workflows.storage.blobs import put_json_in_parts_together
-from pi_workflows.storage.models import Blob, Event, Run, RunQueue
+from pi_workflows.storage.models import Blob, Event, NodeAttempt, Run, RunQueue
 from pi_workflows.storage.prepared import PreparedQuery, model_instance
 from pi_workflows.storage.runs import run_record, run_records, run_status, run_statuses
 from pi_workflows.storage.statements import insert_blob, run_sql
@@ -747,3 +749,106 @@ def test_run_statuses_page_newest_first_and_filter_by_status_and_workflow(store,
     assert [s["runId"] for s in run_statuses(10, status="completed", before="run-4")] == ["run-1"]
     with pytest.raises(NotFoundError):
         run_statuses(2, before="no-such-run")
+
+
+# --- node attempts kept in step with snapshots ------------------------------------------
+
+
+def _snapshot(run_id: str, current: str | None, *, done: list[str] = ()) -> dict:
+    """A running run's snapshot: the steps `done` (attempt ids of node `n-<id>`) and the
+    attempt `current` in flight."""
+    snapshot = {
+        "schema": run_state.RUN_STATE_SCHEMA,
+        "runId": run_id,
+        "status": "running",
+        "steps": [
+            {
+                "attemptId": attempt,
+                "nodeId": f"n-{attempt}",
+                "nodeType": "compute",
+                "outcome": "ok",
+                "output": {},
+                "startedAt": 1,
+                "finishedAt": 2,
+            }
+            for attempt in done
+        ],
+    }
+    if current is not None:
+        snapshot.update(
+            currentAttemptId=current,
+            currentNode=f"n-{current}",
+            currentNodeType="compute",
+            currentNodeStartedAt=3,
+        )
+    return snapshot
+
+
+def _write(store: StateStore, run_id: str, snapshot: dict) -> int:
+    with store.transaction():
+        return run_state.write_snapshot(run_id, snapshot, {"type": "node.started"})
+
+
+def _attempts(run_id: str) -> dict[str, tuple[str, int | None]]:
+    return {
+        row.attempt_id: (row.status, row.finished_at)
+        for row in NodeAttempt.select().where(NodeAttempt.run == run_id)
+    }
+
+
+def _other_writer(store: StateStore, database_url: str | None, sql: list[str]) -> None:
+    """`sql` committed over a connection of its own, as another host would."""
+    if database_url is None:
+        with sqlite3.connect(store.home.database_path) as connection:
+            for statement in sql:
+                connection.execute(statement)
+        return
+    import psycopg2
+
+    connection = psycopg2.connect(database_url)
+    try:
+        with connection, connection.cursor() as cursor:
+            for statement in sql:
+                cursor.execute(statement)
+    finally:
+        connection.close()
+
+
+def test_a_snapshot_write_sees_attempts_another_writer_changed(store, make_run, database_url):
+    with store.transaction():
+        make_run("r-1")
+    _write(store, "r-1", _snapshot("r-1", "a-1"))
+    # Another host interrupts the attempt, bumping the revision as every such change does.
+    _other_writer(
+        store,
+        database_url,
+        [
+            "UPDATE node_attempts SET status = 'interrupted', finished_at = 123 "
+            "WHERE attempt_id = 'a-1'",
+            "UPDATE runs SET revision = revision + 1 WHERE run_id = 'r-1'",
+        ],
+    )
+
+    _write(store, "r-1", _snapshot("r-1", "a-2"))
+
+    # a-1 was no longer active: left as the other host left it, not interrupted again.
+    assert _attempts("r-1") == {"a-1": ("interrupted", 123), "a-2": ("running", None)}
+
+
+def test_attempts_of_a_rolled_back_snapshot_are_not_taken_for_stored_ones(store, make_run):
+    with store.transaction():
+        make_run("r-1")
+    _write(store, "r-1", _snapshot("r-1", "a-1"))
+    with pytest.raises(RuntimeError), store.transaction():
+        run_state.write_snapshot(
+            "r-1", _snapshot("r-1", "a-2", done=["a-1"]), {"type": "node.started"}
+        )
+        raise RuntimeError("the commit group's next step failed")
+    with store.transaction():  # a change that leaves the attempts alone
+        record_run_change("r-1", event_type="lease.claimed", actor="host")
+
+    _write(store, "r-1", _snapshot("r-1", "a-3"))
+
+    attempts = _attempts("r-1")
+    assert attempts["a-1"][0] == "interrupted" and "a-2" not in attempts
+    assert attempts["a-3"] == ("running", None)

@@ -28,7 +28,7 @@ from ..errors import (
     UnsafeHomeError,
 )
 from ..home import Home, check_private_dir, prepare_home
-from . import blobs, file_watch, revisions, run_transitions
+from . import blobs, file_watch, known_attempts, revisions, run_transitions
 from .connection_guard import ConnectionGuard
 from .models import (
     ADDED_INDEXES,
@@ -156,6 +156,7 @@ class StateStore:
         run_transitions.forget()
         blobs.transaction_began()
         revisions.transaction_began()
+        known_attempts.transaction_began()
         committed = False
         deferred: list[Callable[[], None]] = []
         try:
@@ -209,6 +210,7 @@ class StateStore:
             tx.depth = 0
             blobs.transaction_ended(committed)
             revisions.transaction_ended()
+            known_attempts.transaction_ended(committed)
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()
@@ -235,6 +237,7 @@ class StateStore:
             del tx.after_commit[callbacks:]
             blobs.rolled_back_to(blobs_written)
             revisions.rolled_back()
+            known_attempts.rolled_back()
             tx.doomed = doomed
             raise
         finally:

@@ -19,7 +19,14 @@ from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..event_types import EventType
 from ..records import MessageContent, NodeAttemptRecord
-from . import decision_records, decision_resolutions, effects, run_transitions, statements
+from . import (
+    decision_records,
+    decision_resolutions,
+    effects,
+    known_attempts,
+    run_transitions,
+    statements,
+)
 from .blobs import put_json, put_json_in_parts_together, put_text, read_json
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -312,17 +319,21 @@ def write_snapshot(
         error_hash=put_text(snapshot["error"]) if snapshot.get("error") else None,
         finished_at=now_ms() if status in TERMINAL_RUN_STATUSES else None,
     )
-    _sync_attempts(run_id, snapshot)
+    _sync_attempts(run_id, snapshot, revision)
     return revision
 
 
-def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
-    existing = {
-        attempt_id: (node_id, number, status, node_type, started_at)
-        for attempt_id, node_id, number, status, node_type, started_at in statements.run_attempts(
-            run_id
-        )
-    }
+def _sync_attempts(run_id: str, snapshot: dict[str, Any], revision: int) -> None:
+    """Bring the run's attempts in step with the snapshot its write of `revision` holds."""
+    existing = known_attempts.known(run_id, revision - 1)
+    if existing is None:
+        existing = {
+            attempt_id: (node_id, number, status, node_type, started_at)
+            for attempt_id, node_id, number, status, node_type, started_at in (
+                statements.run_attempts(run_id)
+            )
+        }
+    synced = dict(existing)
     numbers: dict[str, int] = {}
     for node_id, number, *_ in existing.values():
         numbers[node_id] = max(numbers.get(node_id, 0), number)
@@ -358,6 +369,13 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
     for attempt_id, (node_id, _, status, node_type, started_at) in existing.items():
         if status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
             _INTERRUPT_ATTEMPT.changed(attempt_id=attempt_id, now=now)
+            synced[attempt_id] = (
+                node_id,
+                existing[attempt_id][1],
+                "interrupted",
+                node_type,
+                started_at,
+            )
             note_attempt_finished(
                 attempt_record(run_id, attempt_id, node_id, node_type, started_at),
                 "interrupted",
@@ -378,9 +396,23 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
                 run_id, attempt_id, fields["node_id"], fields["node_type"], fields["started_at"]
             )
             run_transitions.note_attempt("started", record)
+            synced[attempt_id] = (
+                fields["node_id"],
+                numbers[fields["node_id"]],
+                fields["status"],
+                fields["node_type"],
+                fields["started_at"],
+            )
         elif known[2] != fields["status"]:
             _attempt_update(tuple(fields)).changed(**fields, attempt_id=attempt_id)
             record = attempt_record(run_id, attempt_id, known[0], known[3], known[4])
+            synced[attempt_id] = (
+                fields.get("node_id", known[0]),
+                known[1],
+                fields["status"],
+                fields.get("node_type", known[3]),
+                fields.get("started_at", known[4]),
+            )
         else:
             continue
         step = steps.get(attempt_id)
@@ -389,6 +421,7 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any]) -> None:
             error, error_class = step.get("error"), step.get("errorClass")
             record = dataclasses.replace(record, agent=step.get("agent"))
             note_attempt_finished(record, fields["status"], step["finishedAt"], error, error_class)
+    known_attempts.note(run_id, revision, synced)
 
 
 def attempt_record(
