@@ -16,12 +16,12 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from private_host import private_host
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload as build_start_payload
@@ -36,35 +36,6 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def start_payload(project: Path, name: str) -> dict:
     return build_start_payload("hello", project, {"name": name})
-
-
-def start_host(home: Home, env: dict[str, str]) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "pi_workflows", "--home", str(home.root), "host", "run"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            WorkflowClient(home, autostart=False).host_status()
-            return process
-        except Exception:
-            time.sleep(0.05)
-    raise SystemExit("host did not start")
-
-
-def private_home(prefix: str) -> tuple[Path, Home, Path, dict[str, str]]:
-    """A new private directory with a home and a project in it, and the environment of a
-    host there (none of this shell's PI_WORKFLOWS_ settings)."""
-    root = Path(tempfile.mkdtemp(prefix=prefix))
-    os.chmod(root, 0o700)
-    project = root / "project"
-    project.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PI_WORKFLOWS_")}
-    env["PI_WORKFLOWS_CONFIG_DIR"] = str(root / "config")
-    return root, Home(root / "home"), project, env
 
 
 def bench_latency(client: WorkflowClient, project: Path, runs: int) -> list[float]:
@@ -157,28 +128,21 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     args = parser.parse_args()
 
-    root, home, project, env = private_home("piw-bench-")
-    host = start_host(home, env)
-    client = WorkflowClient(home, autostart=False)
-    try:
-        latencies = bench_latency(client, project, args.runs)
+    with private_host("piw-bench-") as bench:
+        client = bench.client
+        latencies = bench_latency(client, bench.project, args.runs)
         print(
             f"hello start->completed over {args.runs} sequential runs: "
             f"p50 {percentile(latencies, 0.5):.1f} ms, p95 {percentile(latencies, 0.95):.1f} ms"
         )
-        throughput = bench_throughput(client, project, args.queued)
+        throughput = bench_throughput(client, bench.project, args.queued)
         print(f"throughput of {args.queued} queued headless hello runs: {throughput:.1f} runs/s")
         run_id = client.list_runs(1)[0]["runId"]
-        samples = bench_status(home, run_id, args.clients, 200)
+        samples = bench_status(bench.home, run_id, args.clients, 200)
         print(
             f"run.status round trip, {args.clients} concurrent clients x 200: "
             f"p50 {percentile(samples, 0.5):.2f} ms, p99 {percentile(samples, 0.99):.2f} ms"
         )
-    finally:
-        client.close()
-        host.terminate()
-        host.wait(timeout=30)
-        shutil.rmtree(root, ignore_errors=True)
     small, large = bench_claim_cost(100), bench_claim_cost(10_000)
     print(
         f"claim cost: {small:.2f} ms with 100 queued, {large:.2f} ms with 10,000 queued "

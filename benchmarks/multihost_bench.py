@@ -30,7 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg2
-from host_bench import percentile, queue_runs, start_host
+from host_bench import percentile, queue_runs
+from private_host import start_host
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload

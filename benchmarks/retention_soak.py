@@ -16,18 +16,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sqlite3
 import time
 from pathlib import Path
 
 import psutil
-from host_bench import percentile, private_home, start_host
+from host_bench import percentile
+from private_host import private_host
 from timing import timed_samples
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload
+from pi_workflows.clock import now_ms
 from pi_workflows.home import Home
+from pi_workflows.testing.seeding import seed_finished_runs
 
 
 def database_figures(home: Home) -> tuple[int, int, int]:
@@ -63,48 +65,34 @@ def wait_for_sweep(client: WorkflowClient, after_ms: int, timeout_s: float = 60)
     raise SystemExit("no sweep after the wave")
 
 
-def keep_runs(home: Home, project: Path, count: int, prefix: str = "kept", age_ms: int = 0) -> None:
-    """`count` completed runs written beside the live host in batches; finished an hour
-    ahead (the 1-minute retention does not reach them while the measurement runs), or
-    `age_ms` ago."""
-    from pi_workflows.clock import now_ms
-    from pi_workflows.storage import open_state
-    from pi_workflows.storage.models import Run, RunQueue
-    from pi_workflows.storage.runs import create_run
-
-    store = open_state(home)
-    try:
-        for start in range(0, count, 1000):
-            with store.transaction():
-                ids = [f"{prefix}-{index:07d}" for index in range(start, min(count, start + 1000))]
-                for run_id in ids:
-                    create_run(
-                        run_id=run_id,
-                        workflow_name="hello",
-                        workflow_ref="hello",
-                        workflow_source={"kind": "builtin", "id": "hello", "revision": "1"},
-                        definition_digest="0" * 64,
-                        project_path=str(project),
-                        input={"name": run_id},
-                        actor="bench",
-                    )
-                stamp = now_ms() - age_ms if age_ms else now_ms() + 3_600_000
-                Run.update(status="completed", finished_at=stamp).where(
-                    Run.run_id.in_(ids)
-                ).execute()
-                RunQueue.update(status="done").where(RunQueue.run.in_(ids)).execute()
-    finally:
-        store.close()
+def keep_runs(home: Home, project: Path, count: int) -> None:
+    """`count` completed runs written beside the live host, 1,000 per transaction; finished
+    an hour ahead, so the 1-minute retention does not reach them while the measurement
+    runs."""
+    seed_finished_runs(
+        home,
+        project,
+        count,
+        first_created_at=now_ms() + 3_600_000,
+        prefix="kept",
+        per_transaction=1000,
+    )
 
 
 def prune_steps(home: Home, project: Path) -> str:
     """How long each prune step holds the write lock with the kept runs beside 1,000
     expired ones (in this process, as `state prune --apply` does beside the host)."""
-    from pi_workflows.clock import now_ms
     from pi_workflows.storage import open_state
     from pi_workflows.storage.retention import DAY_MS, PruneReport, prune_batches
 
-    keep_runs(home, project, 1000, "expired", 40 * DAY_MS)
+    seed_finished_runs(
+        home,
+        project,
+        1000,
+        first_created_at=now_ms() - 40 * DAY_MS,
+        prefix="expired",
+        per_transaction=1000,
+    )
     store = open_state(home)
     try:
         report = PruneReport(before=now_ms() - 30 * DAY_MS, applied=True)
@@ -129,16 +117,14 @@ def main() -> None:
     parser.add_argument("--kept", type=int, default=20_000)
     args = parser.parse_args()
 
-    root, home, project, env = private_home("piw-soak-")
-    env["PI_WORKFLOWS_RETENTION"] = "1m"
-    env["PI_WORKFLOWS_RETENTION_SWEEP_S"] = "5"
-    host = start_host(home, env)
-    process = psutil.Process(host.pid)
-    client = WorkflowClient(home, autostart=False)
     print(f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     rss: list[int] = []
-    began = time.monotonic()
-    try:
+    with private_host(
+        "piw-soak-", PI_WORKFLOWS_RETENTION="1m", PI_WORKFLOWS_RETENTION_SWEEP_S="5"
+    ) as bench:
+        home, project, client = bench.home, bench.project, bench.client
+        process = psutil.Process(bench.process.pid)
+        began = time.monotonic()
         for index in range(args.waves):
             wave_began = int(time.time() * 1000)
             wave(client, project, args.per_wave, index)
@@ -166,7 +152,7 @@ def main() -> None:
         keep_runs(home, project, args.kept)
         runs, used, _ = database_figures(home)
         listing = timed_samples(lambda: client.list_runs(50), 50)
-        deep = f"kept-{args.kept // 2:07d}"
+        deep = f"kept-{args.kept // 2:06d}"
         paging = timed_samples(lambda: client.list_runs(50, before=deep), 50)
         status = timed_samples(lambda: client.run_status(deep), 200)
         print(
@@ -176,16 +162,6 @@ def main() -> None:
         )
         print(prune_steps(home, project))
         print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    except BaseException:
-        log = home.logs_dir / "host.log"
-        if log.exists():
-            print("host log (last lines):", *log.read_text().splitlines()[-30:], sep="\n")
-        raise
-    finally:
-        client.close()
-        host.terminate()
-        host.wait(timeout=30)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

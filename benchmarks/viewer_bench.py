@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import time
 from pathlib import Path
 
-from host_bench import percentile, private_home, start_host
+from host_bench import percentile
+from private_host import BenchHost, private_host
 
 from pi_workflows.client import WorkflowClient
 from pi_workflows.client.start_request import start_payload
@@ -127,42 +127,35 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
 
-    root, home, project, env = private_home("piw-view-")
-    (root / "piw_bench_commit_clock.py").write_text(COMMIT_CLOCK)
-    commits = root / "commits.txt"
-    env.update(
-        PYTHONPATH=str(root),
-        PI_WORKFLOWS_PLUGINS="piw_bench_commit_clock",
-        PIW_BENCH_COMMITS=str(commits),
-    )
-    seed_finished_runs(
-        home,
-        project,
-        args.runs,
-        first_created_at=int(time.time() * 1000) - args.runs * 60_000,
-        step_ms=60_000,
-    )
-    host = start_host(home, env)
-    client = WorkflowClient(home, autostart=False)
-    try:
-        opens = bench_open(client, args.opens, min(args.runs, 100))
+    def prepare(bench: BenchHost) -> None:
+        (bench.root / "piw_bench_commit_clock.py").write_text(COMMIT_CLOCK)
+        bench.env.update(
+            PYTHONPATH=str(bench.root),
+            PI_WORKFLOWS_PLUGINS="piw_bench_commit_clock",
+            PIW_BENCH_COMMITS=str(bench.root / "commits.txt"),
+        )
+        seed_finished_runs(
+            bench.home,
+            bench.project,
+            args.runs,
+            first_created_at=int(time.time() * 1000) - args.runs * 60_000,
+            step_ms=60_000,
+        )
+
+    with private_host("piw-view-", prepare) as bench:
+        opens = bench_open(bench.client, args.opens, min(args.runs, 100))
         wall, cpu = [o[0] for o in opens], [o[1] for o in opens]
         print(
             f"runs list open with {args.runs} runs, first page of 100 shown ({args.opens} opens): "
             f"p50 {percentile(wall, 0.5):.0f} ms, p95 {percentile(wall, 0.95):.0f} ms, "
             f"max {max(wall):.0f} ms; the viewer's CPU p50 {percentile(cpu, 0.5):.0f} ms"
         )
-        follow = bench_follow(project, client, commits, args.steps)
+        follow = bench_follow(bench.project, bench.client, bench.root / "commits.txt", args.steps)
         print(
             f"node end committed by the host -> shown in the run view ({len(follow)} steps): "
             f"p50 {percentile(follow, 0.5):.0f} ms, p95 {percentile(follow, 0.95):.0f} ms, "
             f"max {max(follow):.0f} ms"
         )
-    finally:
-        client.close()
-        host.terminate()
-        host.wait(timeout=30)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
