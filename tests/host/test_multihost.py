@@ -68,15 +68,23 @@ def _host_id(harness: HostHarness) -> str:
     return next(h["hostId"] for h in status["hosts"] if h["self"])
 
 
+# The takeover test's queue: FREE runs that complete at once, then HELD runs whose last
+# node waits for <project>/go, more than the three hosts' worker slots hold.
+TAKEOVER_WORKERS = 2
+FREE_RUNS = 24
+HELD_RUNS = 12
+ALL_RUNS = FREE_RUNS + HELD_RUNS
+
+
 @pytest.mark.integration
 @pytest.mark.scenario("2.18")
-def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
+def test_three_hosts_share_a_queue_and_take_over_from_a_killed_host(
     hosts: list[HostHarness],
 ):
     project = hosts[0].project
     hosts[0].write_workflow("load", LOAD)
     for harness in hosts:
-        harness.start_host()
+        harness.start_host(PI_WORKFLOWS_MAX_WORKERS=str(TAKEOVER_WORKERS))
     ids = [_host_id(harness) for harness in hosts]
     listed = json.loads(hosts[2].cli("host", "status", "--json").stdout)["hosts"]
     assert sorted(h["hostId"] for h in listed) == sorted(ids)
@@ -86,8 +94,9 @@ def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
     clients = [harness.client() for harness in hosts]
     run_ids = {}
     try:
-        for n in range(300):
-            started = clients[n % 3].start_run({**payload, "input": {"n": n}})
+        for n in range(ALL_RUNS):
+            run_input = {"n": n, "hold": n >= FREE_RUNS}
+            started = clients[n % 3].start_run({**payload, "input": run_input})
             run_ids[started["runId"]] = n
     except Exception as error:
         logs = "\n".join(harness.host_log() for harness in hosts)
@@ -96,26 +105,30 @@ def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
         client.close()
     victim, survivor = hosts[1], hosts[0]
 
-    def victim_owns_runs() -> list[str]:
+    # The free runs are done and the victim's slots are full of held runs: they stay its
+    # own (their last node waits) until it is killed.
+    def victim_holds_runs() -> list[str]:
         done = survivor.query("SELECT COUNT(*) FROM runs WHERE status = 'completed'")[0][0]
         owned = survivor.query(
             "SELECT l.run_id FROM leases l JOIN run_queue q ON q.run_id = l.run_id "
             "WHERE l.owner_id = ? AND q.status = 'running'",
             ids[1],
         )
-        return [row[0] for row in owned] if done >= 60 and owned else []
+        full = done == FREE_RUNS and len(owned) == TAKEOVER_WORKERS
+        return [row[0] for row in owned] if full else []
 
     owned_at_kill = wait_until(
-        victim_owns_runs, timeout=120, what="the victim to hold runs", interval=0.1
+        victim_holds_runs, timeout=120, what="the victim to hold runs", interval=SLOW_LOOK_S
     )
     victim.host_process.send_signal(signal.SIGKILL)
     victim.host_process.wait()
+    (project / "go").touch()
 
     def all_completed() -> bool:
         rows = survivor.query("SELECT status, COUNT(*) FROM runs GROUP BY status")
-        return dict(rows) == {"completed": 300}
+        return dict(rows) == {"completed": ALL_RUNS}
 
-    wait_until(all_completed, timeout=300, what="all 300 runs to complete", interval=SLOW_LOOK_S)
+    wait_until(all_completed, timeout=120, what="every run to complete", interval=SLOW_LOOK_S)
 
     # Takeover: within one lease of the victim's last heartbeat, plus a poll and a second
     # for a loaded machine; then the survivors resume its runs as worker slots free up.
@@ -159,7 +172,7 @@ def test_three_hosts_share_300_runs_and_take_over_from_a_killed_host(
     by_node: dict[tuple[str, str], list[str]] = {}
     for run_id, node_id, _, status in attempts:
         by_node.setdefault((str(run_ids[run_id]), node_id), []).append(status)
-    assert set(by_node) == {(str(n), node) for n in range(300) for node in "abc"}
+    assert set(by_node) == {(str(n), node) for n in range(ALL_RUNS) for node in "abc"}
     for key, statuses in by_node.items():
         assert statuses.count("completed") == 1 and statuses[-1] == "completed", (key, statuses)
         # An attempt whose start committed may never have run (its worker died first).

@@ -282,7 +282,8 @@ WORKFLOW = workflow(
 """
 
 # a → b → c: each node appends "<n> <node>" to <project>/load-trace; b is a managed,
-# idempotent effect that takes a moment, so a killed host has runs in flight.
+# idempotent effect that takes a moment, so a killed host has runs in flight. With
+# `"hold": true` in its input, c waits for <project>/go: its host provably holds the run.
 LOAD = """
 import time
 from pathlib import Path
@@ -310,6 +311,11 @@ def b(ctx):
 
 def c(ctx):
     _mark(ctx, "c")
+    deadline = time.monotonic() + 120
+    while ctx.input.get("hold") and not (Path.cwd() / "go").exists():
+        if time.monotonic() > deadline:
+            raise RuntimeError("go never appeared")
+        time.sleep(0.05)
     return {"done": ctx.input["n"]}
 
 
