@@ -154,7 +154,13 @@ class InProcessHarness(HostHarness, InProcessHost):
 # Suites whose host-driven tests run on the in-process host, except those marked
 # `integration` (they kill, signal or restart the host process). The others still start a
 # host process per test.
-IN_PROCESS_SUITES = ("tests/decisions/", "tests/terminal/", "tests/sessions/", "tests/host/")
+IN_PROCESS_SUITES = (
+    "tests/decisions/",
+    "tests/terminal/",
+    "tests/sessions/",
+    "tests/host/",
+    "tests/pi/",
+)
 
 
 def runs_in_process(request: pytest.FixtureRequest) -> bool:

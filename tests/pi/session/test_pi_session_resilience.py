@@ -17,6 +17,7 @@ from tests.pi.session.workflow_pi import CLI, WorkflowPi, submit, two_turn_scrip
 from tests.polling import process_gone, wait_until
 
 
+@pytest.mark.integration
 @pytest.mark.scenario("1.11")
 def test_a_host_killed_mid_step_is_replaced_and_the_run_completes_without_duplicates(
     pi_session: WorkflowPi,
