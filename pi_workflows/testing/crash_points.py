@@ -88,8 +88,13 @@ class Boundary:
     last_event: int  # the number of that event among all the execution's run events
     has_worker: bool  # a worker of those runs was alive at the commit
 
+    @property
+    def kind(self) -> frozenset[str]:
+        """The run events its commit wrote: boundaries of one kind die and recover alike."""
+        return frozenset(self.events.values())
+
     def describe(self) -> str:
-        return f"#{self.number} ({', '.join(sorted(set(self.events.values())))})"
+        return f"#{self.number} ({', '.join(sorted(self.kind))})"
 
 
 @dataclass(frozen=True)
@@ -195,10 +200,29 @@ def _trial(
     return Trial(boundary, spec["when"], spec["target"], tuple(killed or ()), tuple(failures))
 
 
+def first_of_each_kind() -> Callable[[Boundary], bool]:
+    """A `where` for :func:`explore_crash_points` that accepts the first boundary of each
+    kind (:attr:`Boundary.kind`) and no later one of the same kind (boundaries come in
+    order): every kind of crash point once, for a fraction of the trials."""
+    seen: set[frozenset[str]] = set()
+
+    def first(boundary: Boundary) -> bool:
+        if boundary.kind in seen:
+            return False
+        seen.add(boundary.kind)
+        return True
+
+    return first
+
+
 @dataclass(frozen=True)
 class CrashPoints:
-    """What the ``crash_points`` fixture gives: the explorer, and the mode pytest runs in
-    (``full`` with ``--crash-points=full``: kill hosts as well as workers everywhere)."""
+    """What the ``crash_points`` fixture gives: the explorer, and the mode pytest runs in.
+
+    By default (``--crash-points=ci``) each case is killed at the first boundary of each
+    kind; with ``--crash-points=full`` (``full``) at every boundary, and tests kill hosts
+    as well as workers then.
+    """
 
     full: bool = False
 
@@ -209,7 +233,14 @@ class CrashPoints:
         targets: tuple[str, ...] = TARGETS,
         where: Callable[[Boundary], bool] | None = None,
     ) -> CrashReport:
-        return explore_crash_points(case, targets=targets, where=where)
+        if self.full:
+            return explore_crash_points(case, targets=targets, where=where)
+        first = first_of_each_kind()
+
+        def chosen(boundary: Boundary) -> bool:
+            return (where is None or where(boundary)) and first(boundary)
+
+        return explore_crash_points(case, targets=targets, where=chosen)
 
 
 def _compare(expected: Outcome, actual: Outcome) -> list[str]:

@@ -37,7 +37,9 @@ def mark_case(redirect: str) -> CrashCase:
 
 
 @pytest.mark.integration
-def test_the_docs_example_survives_a_worker_kill_at_every_boundary(crash_points: CrashPoints):
+def test_the_docs_example_survives_a_worker_kill_at_each_kind_of_boundary(
+    crash_points: CrashPoints,
+):
     report = crash_points.explore(mark_case(">"), targets=("worker",))
 
     assert report.kills >= 2 and not report.failures, report.summary()
