@@ -81,7 +81,7 @@ def keep_runs(home: Home, project: Path, count: int) -> None:
 
 def prune_steps(home: Home, project: Path) -> str:
     """How long each prune step holds the write lock with the kept runs beside 1,000
-    expired ones (in this process, as `state prune --apply` does beside the host)."""
+    expired ones (in this process, the host stopped: the steps its `state.prune` runs)."""
     from pi_workflows.storage import open_state
     from pi_workflows.storage.retention import DAY_MS, PruneReport, prune_batches
 
@@ -160,6 +160,10 @@ def main() -> None:
             f"{percentile(listing, 0.5):.1f} ms, deep page p50 {percentile(paging, 0.5):.1f} ms, "
             f"run status p50 {percentile(status, 0.5):.2f} ms"
         )
+        # Stopped first: its own sweep (every 5 s, 1-minute retention) would prune the
+        # expired runs under the measurement.
+        bench.process.terminate()
+        bench.process.wait(timeout=30)
         print(prune_steps(home, project))
         print(f"load average at end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
