@@ -16,10 +16,11 @@ server the benchmark starts (the test kit's PostgresCluster; fsync on, as in pro
 pg_stat_statements loaded), each run of a workload in a fresh database of its own.
 Besides the timings it reports, per run, the statements each system sent and the
 transactions it committed (pg_stat_statements calls and pg_stat_database xact_commit of
-that database over the system's whole life, read after it has exited: start-up and
-shut-down included, spread over the runs). `--statements` prints pi-workflows' most
-frequent statements of the 4-worker queue workload. The fsync row is left out (the
-server, not the systems, syncs).
+that database), and the server's time executing them (pg_stat_statements total_exec_time,
+the commits' WAL flushes included), each over the system's whole life, read after it
+has exited: start-up and shut-down included, spread over the runs. `--statements`
+prints pi-workflows' most frequent statements of the 4-worker queue workload. The fsync
+row is left out (the server, not the systems, syncs).
 
 Workloads (every round runs both systems, one after the other):
   seq      3-node workflow (three compute steps), start -> result, sequential p50/p95;
@@ -31,6 +32,12 @@ Workloads (every round runs both systems, one after the other):
            and 8 (how it scales with its workers);
            pi-workflows' starts also pipelined (one request per run, up to 32 sent ahead
            of their answers) and as one run.startBatch;
+  hosts    (PostgreSQL, pi-workflows alone) the queued runs on one host with 4 workers,
+           two hosts with 4 workers each and two with 2, each host in a home of its own
+           on one shared database; runs are started through the hosts in turn, whichever
+           host is free claims them, and completion is polled from the database (the
+           poll's statements are taken off the counts); runs/s, CPU of both process trees
+           per run, statements and commits per run, and how many runs each host ran;
   answer   a run waits (checkpoint / human decision; DBOS: recv) and the answer is
            timed until the continuation is done, p50;
   syncs    fsync/fdatasync calls per 3-node run under strace (pi-workflows: the host
@@ -38,9 +45,9 @@ Workloads (every round runs both systems, one after the other):
            one fdatasync per commit, DBOS's default rollback journal does several;
   cli      wall time of `--version` and of listing runs against a live system.
 
-Prints a table of medians over the rounds with the ratio pi-workflows / DBOS (for
-rates, DBOS / pi-workflows, so that > 1 always means pi-workflows is slower), and the
-machine's load average before and after.
+Prints a table of medians over the rounds with the ratio pi-workflows / DBOS (for rates,
+DBOS / pi-workflows, so that > 1 always means pi-workflows is slower) and pi-workflows'
+lowest and highest round, and the machine's load average before and after.
 """
 
 from __future__ import annotations
@@ -166,9 +173,11 @@ class Databases:
             if time.monotonic() > deadline:
                 raise SystemExit(f"connections to {name} outlived their system")
             time.sleep(0.05)
-        ((commits, statements),) = server.execute(
+        ((commits, statements, server_ms),) = server.execute(
             "SELECT d.xact_commit, (SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
-            f" WHERE s.dbid = d.datid) FROM pg_stat_database d WHERE d.datname = '{name}'"
+            " WHERE s.dbid = d.datid), (SELECT coalesce(sum(s.total_exec_time), 0) FROM"
+            f" pg_stat_statements s WHERE s.dbid = d.datid) FROM pg_stat_database d"
+            f" WHERE d.datname = '{name}'"
         )
         if keep_statements:
             self.statements = [
@@ -183,6 +192,8 @@ class Databases:
         return {
             "statements_per_run": int(statements) / runs,
             "commits_per_run": int(commits) / runs,
+            # The server's time executing them (commits' WAL flushes included).
+            "server_ms_per_run": float(server_ms) / runs,
         }
 
     def close(self) -> None:
@@ -301,8 +312,11 @@ def count_of(path: Path) -> int:
 class PiHost:
     """A private home with the benchmark workflows and a host process serving it."""
 
-    def __init__(self, max_workers: int = 4) -> None:
-        self.database_url = DATABASES.fresh()
+    def __init__(self, max_workers: int = 4, shared_database: str | None = None) -> None:
+        """With `shared_database` (PostgreSQL), serve that database beside the hosts
+        already on it, in a home of its own; else a fresh database of its own."""
+        self.shared = shared_database is not None
+        self.database_url = shared_database if self.shared else DATABASES.fresh()
         self.root = Path(tempfile.mkdtemp(prefix="piw-compare-"))
         os.chmod(self.root, 0o700)
         self.home = Home(self.root / "home")
@@ -366,6 +380,8 @@ class PiHost:
         self.process.terminate()
         self.process.wait(timeout=60)
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.shared:  # released by whoever made it, once every host has stopped
+            return {}
         return DATABASES.release(self.database_url, runs, keep_statements)
 
 
@@ -436,6 +452,59 @@ def pi_queue(count: int, max_workers: int) -> dict[str, Any]:
         host.close()
         raise
     return figures | host.close(count, keep_statements=max_workers == 4)
+
+
+def pi_queue_hosts(count: int, hosts: int, max_workers: int) -> dict[str, Any]:
+    """`count` queued runs on `hosts` hosts sharing one PostgreSQL database, each with
+    `max_workers` workers; the runs are started through the hosts in turn and whichever
+    host is free claims them. Completion is read from the database (a host pushes the
+    status of the runs it runs, not of the ones another host ran)."""
+    if DATABASES.cluster is None:
+        return {}
+    server, url = DATABASES.cluster.server, DATABASES.fresh()
+    assert url is not None
+    name = url.rsplit("/", 1)[1]
+    started: list[PiHost] = []
+    try:
+        started.extend(PiHost(max_workers, shared_database=url) for _ in range(hosts))
+        cpu_before = sum(host.tree_cpu_s() for host in started)
+        began = time.perf_counter()
+        for number in range(count):
+            host = started[number % hosts]
+            host.client.start_run(host.payloads["three"])
+        enqueued = time.perf_counter()
+        # One connection of our own polls; its statements and commits are taken off.
+        import psycopg2
+
+        watcher = psycopg2.connect(url)
+        watcher.autocommit = True
+        polls, done, deadline = 0, 0, time.monotonic() + 600
+        with watcher, watcher.cursor() as cursor:
+            while done < count:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{hosts} hosts finished {done} of {count} runs in 600 s")
+                time.sleep(0.02)
+                cursor.execute("SELECT count(*) FROM runs WHERE status IN ('completed', 'failed')")
+                polls, done = polls + 1, cursor.fetchone()[0]
+        watcher.close()
+        finished = time.perf_counter()
+        claimed = server.execute(
+            "SELECT host_epoch, count(DISTINCT run_id) FROM run_workers GROUP BY 1", database=name
+        )
+        polls += 1  # that read
+        figures = {
+            "starts_per_s": count / (enqueued - began),
+            "runs_per_s": count / (finished - began),
+            "cpu_s": sum(host.tree_cpu_s() for host in started) - cpu_before,
+            "runs_per_host": sorted(int(runs) for _, runs in claimed),
+        }
+    finally:
+        for host in started:
+            host.close()
+    counters = DATABASES.release(url, count)
+    for key in ("statements_per_run", "commits_per_run"):
+        counters[key] -= polls / count
+    return figures | counters
 
 
 def pi_answer(runs: int, kind: str) -> dict[str, Any]:
@@ -542,6 +611,17 @@ ROWS = (
     ("commits per run (3-node, sequential)", "seq.commits_per_run", "", False),
     ("statements per run ({queued} queued)", "queue4.statements_per_run", "", False),
     ("commits per run ({queued} queued)", "queue4.commits_per_run", "", False),
+    ("server time per run ({queued} queued)", "queue4.server_ms_per_run", "ms", False),
+    ("{queued} queued runs, 1 host x 4 workers, runs/s", "hosts1x4.runs_per_s", "/s", True),
+    ("{queued} queued runs, 2 hosts x 4 workers, runs/s", "hosts2x4.runs_per_s", "/s", True),
+    ("{queued} queued runs, 2 hosts x 2 workers, runs/s", "hosts2x2.runs_per_s", "/s", True),
+    ("CPU per run, 1 host x 4 workers", "hosts1x4.cpu_per_run_ms", "ms", False),
+    ("CPU per run, 2 hosts x 4 workers", "hosts2x4.cpu_per_run_ms", "ms", False),
+    ("statements per run, 1 host x 4 workers", "hosts1x4.statements_per_run", "", False),
+    ("statements per run, 2 hosts x 4 workers", "hosts2x4.statements_per_run", "", False),
+    ("commits per run, 2 hosts x 4 workers", "hosts2x4.commits_per_run", "", False),
+    ("server time per run, 1 host x 4 workers", "hosts1x4.server_ms_per_run", "ms", False),
+    ("server time per run, 2 hosts x 4 workers", "hosts2x4.server_ms_per_run", "ms", False),
     ("CLI --version wall", "cli.version_ms", "ms", False),
     ("CLI list runs wall (live system)", "cli.list_ms", "ms", False),
 )
@@ -561,7 +641,9 @@ def main() -> None:
     parser.add_argument("--answers", type=int, default=15)
     parser.add_argument("--sync-runs", type=int, default=50)
     parser.add_argument("--skip-dbos", action="store_true", help="pi-workflows figures only")
-    parser.add_argument("--only", default="seq,queue,answer,syncs,cli")
+    parser.add_argument(
+        "--only", default="seq,queue,answer,syncs,cli", help="and `hosts` (PostgreSQL only)"
+    )
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument(
         "--statements", action="store_true", help="print the host's most frequent statements"
@@ -570,6 +652,8 @@ def main() -> None:
     only = set(args.only.split(","))
     if args.backend == "postgresql":
         only.discard("syncs")  # the server syncs, not the systems: nothing to compare
+    else:
+        only.discard("hosts")  # hosts share a database only on a server
 
     global DATABASES
     DATABASES = Databases(args.backend)
@@ -600,6 +684,16 @@ def measure(args: argparse.Namespace, only: set[str]) -> None:
         steps.append(("queue8", lambda: {}, lambda: pi_queue(args.queued, 8)))
         steps.append(("pipelined", lambda: {}, lambda: pi_pipelined_start(args.queued)))
         steps.append(("batch", lambda: {}, lambda: pi_batch_start(args.queued)))
+    if "hosts" in only:
+        # One and two hosts on one database, measured the same way (PostgreSQL only).
+        for hosts, workers in ((1, 4), (2, 4), (2, 2)):
+            steps.append(
+                (
+                    f"hosts{hosts}x{workers}",
+                    lambda: {},
+                    lambda h=hosts, w=workers: pi_queue_hosts(args.queued, h, w),
+                )
+            )
     if "answer" in only:
         steps.append(
             (
@@ -638,6 +732,13 @@ def measure(args: argparse.Namespace, only: set[str]) -> None:
                 queue["cpu_per_run_ms"] = queue["cpu_s"] * 1000 / args.queued
             if queue and "host_cpu_s" in queue:
                 queue["host_cpu_per_run_ms"] = queue["host_cpu_s"] * 1000 / args.queued
+            for group in ("hosts1x4", "hosts2x4", "hosts2x2"):
+                if side.get(group):
+                    side[group]["cpu_per_run_ms"] = side[group]["cpu_s"] * 1000 / args.queued
+        for group in ("hosts1x4", "hosts2x4", "hosts2x2"):
+            if figures["pi"].get(group):
+                split = figures["pi"][group]["runs_per_host"]
+                print(f"{group}: runs per host {split}", file=sys.stderr)
         # DBOS has no worker count, batch or pipelined start: its one queue figure (its
         # enqueue calls, in-process, one after the other) stands for all.
         dbos_queue = figures["dbos"].get("queue4")
@@ -649,12 +750,14 @@ def measure(args: argparse.Namespace, only: set[str]) -> None:
         rounds["pi"].append(figures["pi"])
         print(f"round {number + 1} done: {load()}", file=sys.stderr)
 
-    print(f"{'workload':46} {'DBOS':>10} {'pi-workflows':>13} {'ratio':>7}")
+    print(f"{'workload':46} {'DBOS':>10} {'pi-workflows':>13} {'ratio':>7}  pi-workflows' rounds")
     for label, key, unit, higher_is_better in ROWS:
-        values = {}
+        values, spread = {}, ""
         for side in ("dbos", "pi"):
             found = [v for r in rounds[side] if (v := lookup(r, key)) is not None]
             values[side] = statistics.median(found) if found else None
+            if side == "pi" and len(found) > 1:
+                spread = f"{min(found):.1f} to {max(found):.1f}"
         dbos, pi = values["dbos"], values["pi"]
         if pi is None:
             continue
@@ -663,7 +766,7 @@ def measure(args: argparse.Namespace, only: set[str]) -> None:
             ratio = f"{(dbos / pi if higher_is_better else pi / dbos):.2f}x"
         shown = f"{dbos:.1f}{unit}" if dbos is not None else "-"
         label = label.format(queued=args.queued)
-        print(f"{label:46} {shown:>10} {pi:>11.1f}{unit:2} {ratio:>7}")
+        print(f"{label:46} {shown:>10} {pi:>11.1f}{unit:2} {ratio:>7}  {spread}")
     print("ratio > 1: pi-workflows is slower (or uses more); < 1: faster")
     print(f"after: {load()}")
     if args.statements and DATABASES.statements:
