@@ -852,3 +852,19 @@ def test_attempts_of_a_rolled_back_snapshot_are_not_taken_for_stored_ones(store,
     attempts = _attempts("r-1")
     assert attempts["a-1"][0] == "interrupted" and "a-2" not in attempts
     assert attempts["a-3"] == ("running", None)
+
+
+def test_one_commit_records_the_announced_status_of_each_of_its_runs(store, make_run):
+    # More runs than one statement records (ANNOUNCED_PER_STATEMENT), of two statuses.
+    with store.transaction():
+        for number in range(300):
+            make_run(f"r-{number:03}")
+        for number in range(0, 300, 3):
+            record_run_change(
+                f"r-{number:03}", event_type="run.cancelled", actor="test", status="cancelled"
+            )
+
+    announced = {run.run_id: run.announced_status for run in Run.select()}
+    assert announced == {
+        f"r-{number:03}": "cancelled" if number % 3 == 0 else "queued" for number in range(300)
+    }

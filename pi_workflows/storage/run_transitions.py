@@ -92,6 +92,7 @@ def collect(now: int) -> list[RunTransition]:
     if not noted:
         return []
     transitions = []
+    announced_now: dict[str, str] = {}
     for (
         run_id,
         run_status,
@@ -104,7 +105,7 @@ def collect(now: int) -> list[RunTransition]:
         status = lifecycle_status(run_status, queue_status, bool(paused))
         if status == announced:
             continue
-        statements.set_announced_status(run_id, status)
+        announced_now[run_id] = status
         if announced is None and status != "queued":
             # Created and claimed by one commit (run.start on a host with a free worker):
             # the creation is a change of its own.
@@ -115,6 +116,7 @@ def collect(now: int) -> list[RunTransition]:
         transitions.append(
             RunTransition(run_id, announced, status, detail or noted[run_id], workflow_name, now)
         )
+    statements.set_announced_statuses(announced_now)
     return transitions
 
 
