@@ -66,8 +66,9 @@ def calling_convention(hook: str) -> str:
         )
     if contract.deadline:
         rules.append(
-            "called on a helper thread, each implementation under the **hook deadline** "
-            "(`PI_WORKFLOWS_HOOK_TIMEOUT_MS`, default 1000 ms)"
+            "called on a helper thread under the **hook deadline** "
+            "(`PI_WORKFLOWS_HOOK_TIMEOUT_MS`, default 1000 ms): a plugin past it is left "
+            "out until its call returns"
         )
     if contract.transaction == "inside":
         rules.append(

@@ -20,8 +20,10 @@ required (when every implementation returns ``None`` — say the built-in was di
 disabled plugin), whether each implementation is called on its own (one that raises is
 reported by name and the others still run), whether it runs under the hook deadline on a
 helper thread (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms: a plugin that hangs
-there costs the host one deadline, not its loop; being on another thread, it does not
-share the host's database connection), and whether it is called inside or outside a
+there costs the host one deadline, not its loop, and is named in the log and ``host
+status``; being on another thread, it does not share the host's database connection,
+except through a turn report's ``ctx``) — the claim, launch, turn-adjudication,
+terminal-message and notification hooks — and whether it is called inside or outside a
 state-store transaction. Hooks must be fast: slow work (network, agents) belongs in
 channel adapters and executors. The notifications (``piw_run_claimed``,
 ``piw_run_transition``, ``piw_node_attempt_started``/``_finished``,
@@ -100,8 +102,11 @@ class HookContract:
     #: by name and the others still run; a plugin that wraps the hook is refused.
     isolated: bool = False
     transaction: Transaction = "outside"
-    #: Called on a helper thread, each implementation under the hook deadline
-    #: (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms).
+    #: Called on a helper thread under the hook deadline (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``,
+    #: default 1000 ms): each implementation on its own when ``isolated``, else the whole
+    #: hook call (wrappers included), and then only when a plugin implements it. A plugin
+    #: past the deadline is logged once, shown in ``host status`` and left out until its
+    #: call returns; what the hook's docstring says happens to that call.
     deadline: bool = False
     #: Filled in from the spec: its name and return annotation.
     name: str = ""
@@ -130,6 +135,8 @@ FIRST_RESULT = HookContract("first-result")
 REQUIRED = HookContract("first-result", required=True)
 REGISTRATION = HookContract("collect", isolated=True)
 NOTIFICATION = HookContract("notification", isolated=True, deadline=True)
+# A required first-result hook the host waits for, called under the hook deadline.
+REQUIRED_IN_TIME = HookContract("first-result", required=True, deadline=True)
 
 
 # --- storage ---------------------------------------------------------------------------
@@ -233,7 +240,7 @@ def piw_run_claimed(run: RunRecord, claim: Claim) -> None:
 # --- worker launch ---------------------------------------------------------------------
 
 
-@hook(REQUIRED)
+@hook(REQUIRED_IN_TIME)
 def piw_worker_run_command(
     record: RunRecord, resume_interaction_attempt_id: str | None
 ) -> WorkerRunCommand | None:
@@ -249,14 +256,18 @@ def piw_worker_run_command(
 
     Called by the host when a worker reports ``worker.ready``, or for a run that never
     ran when it launches the worker (the answer goes with the launch). ``firstresult``. A
-    ``ValueError`` raised here fails the launch with its message. The built-in
+    ``ValueError`` raised here fails the launch with its message. Under the hook deadline
+    (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms), on a helper thread: a plugin that
+    does not answer in time is named once in the log and in ``host status`` and left out
+    until its call returns; the next implementation answers, at last the built-in, so the
+    launch goes on after one deadline. The built-in
     (``pi_workflows.builtin.launch``) applies, in order: initialized run → ``resume``;
     ``restart`` lineage → ``restart``; ``continuation`` lineage → ``continue`` (error when
     the parent is missing); a parent without lineage → error; else ``start``.
     """
 
 
-@hook(REQUIRED)
+@hook(REQUIRED_IN_TIME)
 def piw_worker_process(
     envelope: WorkerLaunchEnvelope, settings: WorkerSettings
 ) -> WorkerProcessSpec | None:
@@ -277,14 +288,16 @@ def piw_worker_process(
     ``env``, ``nice`` or ``rlimits``: the worker is still forked from the pre-forked fork
     server and applies them before the workflow's code runs. A spec with another
     ``argv`` is spawned as given, the limits set on it right after it starts; a bad
-    ``nice`` or ``rlimits`` fails the launch with a sentence naming the plugin.
+    ``nice`` or ``rlimits`` fails the launch with a sentence naming the plugin. Under the
+    hook deadline like :func:`piw_worker_run_command`: a plugin that hangs costs the
+    launch one deadline, and the built-in's spec is used while its call hangs.
     """
 
 
 # --- turns -----------------------------------------------------------------------------
 
 
-@hook(HookContract("first-result", required=True, transaction="inside"))
+@hook(HookContract("first-result", required=True, transaction="inside", deadline=True))
 def piw_adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnReceipt | None:
     """Decide which workflow turn a session's model turn belongs to (SPEC §9.4).
 
@@ -313,7 +326,14 @@ def piw_adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnRece
         the saved turn), or ``None`` to defer to the next implementation.
 
     Called by the host **inside** the report's transaction; it must only use ``ctx`` to
-    read and write, and an exception rolls the whole report back. ``firstresult``. The
+    read and write, and an exception rolls the whole report back. ``firstresult``. When a
+    plugin implements it, the call runs on a helper thread under the hook deadline
+    (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms) while each ``ctx`` call runs on
+    the host's thread, in the transaction. A plugin past the deadline fails that one
+    report (the client hears the sentence naming it; what it wrote through ``ctx`` is
+    rolled back), is named once in the log and in ``host status``, and is left out of
+    later reports (the next implementation, at last the built-in, adjudicates them)
+    until its call returns. The
     built-in (``pi_workflows.builtin.turns``) implements the 0.16.2 rules: ownership
     ``absent``/``active``/``settled``, adoption of late and duplicate reports, rejection
     of conflicting ends, and the turn-end consequences (an ``aborted`` step turn pauses
@@ -337,7 +357,7 @@ def piw_unproductive_turn_limit(run: RunRecord, node_id: str) -> int | None:
 # --- terminal messages -----------------------------------------------------------------
 
 
-@hook(REQUIRED)
+@hook(REQUIRED_IN_TIME)
 def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str | None:
     """The instruction line of a terminal workflow message.
 
@@ -347,14 +367,17 @@ def piw_presentation_instructions(run: RunRecord, facts: TerminalFacts) -> str |
     :returns: one or more sentences telling the model how to present the result.
 
     Called in the host, after the run's terminal state committed and outside any
-    transaction, before rendering. ``firstresult``. The built-in
+    transaction, before rendering. ``firstresult``. Under the hook deadline
+    (``PI_WORKFLOWS_HOOK_TIMEOUT_MS``, default 1000 ms), on a helper thread: a plugin that
+    does not answer in time is named once in the log and in ``host status`` and left out
+    until its call returns; the built-in's instructions are used meanwhile. The built-in
     (``pi_workflows.builtin.terminal``) returns the run's ``presentation_prompt`` for a
     completed run, else "Explain the final workflow result to the user in a normal
     response."
     """
 
 
-@hook(REQUIRED)
+@hook(REQUIRED_IN_TIME)
 def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> MessageContent | None:
     """Render the terminal workflow message for the origin session.
 
@@ -365,7 +388,9 @@ def piw_render_terminal_message(facts: TerminalFacts, instructions: str) -> Mess
 
     Called once per terminal run (again only if an earlier attempt failed).
     ``firstresult``. An exception leaves the run terminal and schedules a retry (at most
-    once a second). The core sets ``workflowMessageId``, ``runId``, ``kind`` and
+    once a second). Under the hook deadline like :func:`piw_presentation_instructions`: a
+    plugin that hangs costs the message one deadline, and the built-in renders it. The
+    core sets ``workflowMessageId``, ``runId``, ``kind`` and
     ``terminal`` (the facts with the fingerprint) in the returned details, whatever the
     plugin put there. The built-in (``pi_workflows.builtin.terminal``) produces the
     reference layout of SPEC §10; ``docs/terminal-messages.md`` walks through a plugin.

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import CodeType, TracebackType
+from types import CodeType, FrameType, TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pluggy
@@ -27,7 +27,7 @@ import pluggy
 from . import hookspecs
 from .builtin import DEFAULT_PLUGINS, ESSENTIAL_PLUGINS
 from .errors import PiWorkflowsError, PluginError, PluginLoadError, UnansweredHookError
-from .hook_deadline import DeadlineRunner, HookCalls
+from .hook_deadline import DeadlineRunner, HookCalls, HookDeadlineError
 from .hook_delivery import EXIT_DRAIN_S, Notification, NotificationDelivery
 
 # `X as X`: re-exported, the rest of the code names these through the façade.
@@ -392,9 +392,24 @@ def _culprit(hook_name: str, tb: TracebackType | None) -> str:
     return "unknown plugin"
 
 
+def _culprit_in_frame(hook_name: str, frame: FrameType | None) -> str:
+    """Name the plugin whose hook implementation a thread's stack is in (innermost)."""
+    caller = getattr(registry().manager.hook, hook_name)
+    code_owner = {impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()}
+    while frame is not None:
+        if frame.f_code in code_owner:
+            return code_owner[frame.f_code]
+        frame = frame.f_back
+    return "unknown plugin"
+
+
 def _call(hook_name: str, **kwargs: Any) -> Any:
     _check_transaction(hook_name)
-    caller = getattr(registry().manager.hook, hook_name)
+    return _call_caller(hook_name, getattr(registry().manager.hook, hook_name), **kwargs)
+
+
+def _call_caller(hook_name: str, caller: Any, **kwargs: Any) -> Any:
+    """A pluggy hook call, its failure named: the plugin and the hook."""
     try:
         return caller(**kwargs)
     except PiWorkflowsError:
@@ -405,6 +420,69 @@ def _call(hook_name: str, **kwargs: Any) -> Any:
         raise PluginError(
             f"Plugin {plugin!r} failed in hook {hook_name}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+# The deadline of the first-result hooks whose answer the host waits for (launches, turn
+# reports, terminal messages); the host sets it from its settings.
+_answers = DeadlineRunner(timeout_s=1.0)
+
+
+def hung_plugins() -> dict[str, str]:
+    """Plugins whose call of a deadline hook is past its deadline, each with the sentence
+    that names it (claim hooks have the host's claim gate's own)."""
+    return _answers.hung()
+
+
+class _OnWaitingThread:
+    """An argument whose methods run on the thread that waits for the hook call: a
+    `TurnContext` reads and writes through that thread's connection, in its transaction."""
+
+    def __init__(self, target: Any, calls: HookCalls) -> None:
+        self._target, self._calls = target, calls
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        return self._calls.on_waiting_thread(value) if callable(value) else value
+
+
+def _call_under_deadline(
+    hook_name: str, *, again: bool = True, handed_over: frozenset[str] = frozenset(), **kwargs: Any
+) -> Any:
+    """`_call`, on a helper thread under the hook deadline (the contract's `deadline`).
+
+    The hook is called whole, so wrappers still wrap. A plugin whose call is past the
+    deadline is named once in the log and left out until that call returns: with `again`
+    the hook is called again without it (an earlier implementation answers, at last the
+    built-in); without, its sentence is raised, failing this one operation. The methods
+    of the arguments named in `handed_over` run on the waiting thread.
+    """
+    assert hookspecs.CONTRACTS[hook_name].deadline, f"{hook_name}'s contract has no deadline"
+    _check_transaction(hook_name)
+    manager = registry().manager
+    culprit = functools.partial(_culprit_in_frame, hook_name)
+
+    def job(calls: HookCalls) -> Any:
+        arguments = {
+            name: _OnWaitingThread(value, calls) if name in handed_over else value
+            for name, value in kwargs.items()
+        }
+        caller = getattr(manager.hook, hook_name)
+        hung = [
+            impl.plugin for impl in caller.get_hookimpls() if not calls.is_usable(impl.plugin_name)
+        ]
+        if hung:
+            caller = manager.subset_hook_caller(hook_name, hung)
+        call = functools.partial(_call_caller, hook_name, caller)
+        return calls.call(None, hook_name, call, arguments, culprit)
+
+    try:
+        answer, timeouts = _answers.run(job, again=again)
+    except HookDeadlineError as error:
+        log.error("%s", error)
+        raise
+    for failure in timeouts:
+        log.error("%s", failure)
+    return answer
 
 
 def _call_each(
@@ -441,9 +519,11 @@ def _call_each(
 _delivery = NotificationDelivery(timeout_s=1.0)
 
 
-def set_notification_deadline(timeout_s: float) -> None:
-    """How long a notification hook call may take before its plugin counts as hung."""
+def set_hook_deadline(timeout_s: float) -> None:
+    """How long a notification hook call, or one the host waits for, may take before its
+    plugin counts as hung."""
     _delivery.timeout_s = timeout_s
+    _answers.timeout_s = timeout_s
 
 
 def drain_notifications(timeout_s: float = EXIT_DRAIN_S) -> bool:
@@ -483,10 +563,15 @@ def _builtin_answering(hook_name: str) -> str | None:
 
 
 def _first_result(hook_name: str, **kwargs: Any) -> Any:
-    """The answer of a first-result hook; for a required one, no answer is a clear error."""
+    """The answer of a first-result hook; for a required one, no answer is a clear error.
+    A hook whose contract has a deadline is called under it unless a built-in answers it
+    alone (the host's own code, trusted not to hang, spared the helper thread)."""
     contract = hookspecs.CONTRACTS[hook_name]
     assert contract.kind == "first-result", hook_name
-    answer = _call(hook_name, **kwargs)
+    if contract.deadline and not answered_by_builtin_alone(hook_name):
+        answer = _call_under_deadline(hook_name, **kwargs)
+    else:
+        answer = _call(hook_name, **kwargs)
     if answer is None and contract.required:
         _call_required_failed(hook_name)
     return answer
@@ -695,7 +780,21 @@ def worker_process(envelope: WorkerLaunchEnvelope, settings: WorkerSettings) -> 
 
 
 def adjudicate_turn_report(report: TurnReport, ctx: TurnContext) -> TurnReceipt:
-    return _answer("piw_adjudicate_turn_report", TurnReceipt, report=report, ctx=ctx)
+    """The receipt of a turn report, inside the report's transaction. Under the hook
+    deadline (unless the built-in answers alone), with `ctx` used on this thread; a
+    plugin past the deadline fails this report (the caller's transaction rolls back what
+    it wrote) and is left out of later reports until its call returns."""
+    hook = "piw_adjudicate_turn_report"
+    if answered_by_builtin_alone(hook):
+        return _answer(hook, TurnReceipt, report=report, ctx=ctx)
+    receipt = _call_under_deadline(
+        hook, again=False, handed_over=frozenset({"ctx"}), report=report, ctx=ctx
+    )
+    if receipt is None:
+        _call_required_failed(hook)
+    if not isinstance(receipt, TurnReceipt):
+        raise PluginError(f"{hook} must return a TurnReceipt, got {receipt!r:.80}.")
+    return receipt
 
 
 def unproductive_turn_limit(run: RunRecord, node_id: str) -> int:

@@ -154,7 +154,7 @@ SETTINGS: tuple[Setting, ...] = (
         "hook_timeout_ms",
         _positive_int,
         1000,
-        "how long one claim or notification hook call may take",
+        "how long one plugin hook call the host waits for or notifies may take",
     ),
     Setting("run_lease_ms", _positive_int, 30_000, "how long a run's claim lasts unrenewed"),
     Setting("host_lease_ms", _positive_int, 15_000, "how long a host's lease lasts unrenewed"),

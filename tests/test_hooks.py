@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from pathlib import Path
 
 import peewee
@@ -217,19 +218,28 @@ def test_adjudicate_turn_report_through_a_plugin():
         coordinator_epoch=2,
         stop_reason="stop",
     )
-    seen_contexts = []
+    seen = []
+
+    class Context:
+        now = 5
+
+        def get_turn(self, turn_id):
+            return {"id": turn_id, "thread": threading.get_ident()}
 
     class Adjudicator:
         @hookimpl
         def piw_adjudicate_turn_report(self, report, ctx):
-            seen_contexts.append(ctx)
+            seen.append((ctx.now, ctx.get_turn("turn-1"), threading.get_ident()))
             return TurnReceipt(outcome="accepted", ownership="active", turn={"id": report.state})
 
-    context = object()
     with plugins.temporary_plugin(Adjudicator()):
-        receipt = plugins.adjudicate_turn_report(report, context)
+        receipt = plugins.adjudicate_turn_report(report, Context())
 
-    assert seen_contexts == [context]
+    # The plugin runs under the hook deadline on a helper thread; what it asks of its
+    # context runs on the caller's thread (inside the caller's transaction, on the host).
+    ((now, turn, plugin_thread),) = seen
+    assert now == 5 and turn == {"id": "turn-1", "thread": threading.get_ident()}
+    assert plugin_thread != threading.get_ident()
     assert receipt.to_json() == {
         "schema": "pi-workflows.workflow-turn-report-receipt.v1",
         "ownership": "active",

@@ -174,6 +174,8 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     )
     if status["claimPassFailure"]:
         click.echo(f"claim pass failing: {status['claimPassFailure']}")
+    for sentence in status.get("hungPlugins", []):
+        click.echo(f"plugin hung: {sentence}")
     click.echo(f"database: {status['database']}")
     click.echo(f"log: {status['logFile'] or 'stderr (not a file)'}")
     executor = status["agentExecutor"]

@@ -12,6 +12,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import plugins
 from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, InvalidInputError, PiWorkflowsError
 from ..event_types import EventType
@@ -572,6 +573,8 @@ class Operations:
             "maxWorkers": self.slots.max_workers,
             "connectedClients": facts.pop("connectedClients"),
             "claimPassFailure": self.slots.failure(),
+            # Plugins past the hook deadline in a launch, turn or terminal-message hook.
+            "hungPlugins": sorted(plugins.hung_plugins().values()),
             **facts,  # the features', the profile and the duty
         }
         try:

@@ -125,7 +125,7 @@ class Host:
             run_lease_ms=self.timings.run_lease_ms,
             hooks=DeadlineRunner(self.settings.integer("hook_timeout_ms") / 1000),
         )
-        plugins.set_notification_deadline(self.settings.integer("hook_timeout_ms") / 1000)
+        plugins.set_hook_deadline(self.settings.integer("hook_timeout_ms") / 1000)
         self.stopping = False
         self._stop_requested = False
         self.stopped = asyncio.Event()

@@ -2,8 +2,8 @@
 (issue 30, item 2).
 
 The host's event loop is blocked for real by a plugin whose `piw_worker_process` never
-returns (the host calls it on the loop, right before it spawns a worker), or the host is
-SIGSTOPped. Either way the
+returns (the host waits for it on the loop, right before it spawns a worker, for the hook
+deadline, which this test sets to an hour), or the host is SIGSTOPped. Either way the
 process must be gone within the bound, the lock given up, and `host stop` must tell the
 truth about the lock's holder."""
 
@@ -24,7 +24,7 @@ from tests.host.workflows import CHECKPOINTED
 pytestmark = pytest.mark.integration
 
 # While `<project>/hang` exists, the first worker launch blocks the host's event loop for
-# good (the host asks for the worker's process spec on its loop).
+# good (the host waits for the worker's process spec on its loop, up to the deadline).
 HANGING_PLUGIN = """
 import time
 from pathlib import Path
@@ -49,6 +49,8 @@ BOUND_S = STOP_WAIT_S + 5 + 2 + 5
 def harness() -> Iterator[HostHarness]:
     harness = HostHarness(short_temp_dir(), entry_points=installed_entry_points())
     harness.env["PI_WORKFLOWS_STOP_WAIT_S"] = str(STOP_WAIT_S)
+    # A hook deadline longer than the test: the hung hook keeps the loop blocked.
+    harness.env["PI_WORKFLOWS_HOOK_TIMEOUT_MS"] = str(3_600_000)
     harness.write_workflow("checkpointed", CHECKPOINTED)
     harness.add_plugin("hanging_launches", HANGING_PLUGIN)
     try:
