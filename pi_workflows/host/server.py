@@ -113,7 +113,10 @@ class ClientServer:
     async def close(self) -> None:
         self._closing = True
         if self._accepting is not None:
+            # Stopped before the listener closes, so no connection is left accepted but
+            # never served (its client would wait for a hello until the process exits).
             self._accepting.cancel()
+            await asyncio.wait([self._accepting])
         if self.listener is not None:
             self.listener.close()
             self.listener = None
@@ -132,12 +135,19 @@ class ClientServer:
         loop = asyncio.get_running_loop()
         assert self.listener is not None
         while True:
+            # Wait for a connection, then take it without another wait: a stop that
+            # cancels this loop never drops a connection already taken from the listener
+            # (as it did inside `loop.sock_accept`, whose result kept it open, unserved).
+            await _readable(self.listener)
             try:
-                conn, _ = await loop.sock_accept(self.listener)
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                continue  # another wake-up took it, or the client gave up
             except OSError as error:  # out of descriptors: wait until some come back
                 log.warning("cannot accept a connection: %s", error.strerror)
                 await asyncio.sleep(ACCEPT_RETRY_S)
                 continue
+            conn.setblocking(False)
             if len(self._serving) >= self.max_connections:
                 self._refuse(conn)
                 continue
@@ -156,6 +166,9 @@ class ClientServer:
         conn.close()
 
     async def _open(self, conn: socket.socket) -> None:
+        if self._closing:  # accepted as the stop began: closed, not left unserved
+            conn.close()
+            return
         try:
             reader, writer = await asyncio.open_unix_connection(
                 sock=conn, limit=MAX_FRAME_BYTES + 1
@@ -361,6 +374,17 @@ class ClientServer:
             f"The workflow host failed to handle {operation}: {type(error).__name__}: "
             f"{error}; see its log."
         )
+
+
+async def _readable(sock: socket.socket) -> None:
+    """Until `sock` is readable (a listener: a connection waits to be accepted)."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
 
 
 class FrameSplitter:

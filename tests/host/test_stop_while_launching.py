@@ -1,5 +1,5 @@
 """A host told to stop still stops: while the fork server answers its launches, and
-when it is told twice.
+when it is told twice; a client that connects as it stops is not left waiting.
 
 The plugin below holds the host's event loop inside the last launch of a claim pass
 until the fork server has answered every launch before it, with the host's own SIGTERM
@@ -10,10 +10,13 @@ passes, the moment a launch's answer and `ForkServer.close()` cross.
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 
 import psutil
 import pytest
+
+from pi_workflows.testing import process_gone
 
 from .conftest import HostHarness, wait_until
 from .workflows import HOLD_CLAIMS_PLUGIN, STEPS
@@ -145,7 +148,8 @@ def test_a_second_sigterm_during_a_stop_does_not_make_the_stop_wait_for_itself(
     worker = harness.wait_for_pid("stubborn.pid")
     host.send_signal(signal.SIGTERM)
     wait_until(lambda: not _answers(harness), what="the host to stop listening")
-    assert psutil.pid_exists(worker)  # still in its grace period
+    # Still in its grace period (a killed worker can linger as a zombie, which counts as gone).
+    assert not process_gone(worker)
     host.send_signal(signal.SIGTERM)
     try:
         assert host.wait(timeout=STOP_DEADLINE_S) == 0
@@ -160,3 +164,35 @@ def _answers(harness: HostHarness) -> bool:
     except Exception:
         return False
     return True
+
+
+@pytest.mark.integration
+def test_a_client_that_connects_as_the_host_stops_hears_so_before_it_exits(
+    harness: HostHarness,
+):
+    harness.write_workflow("stubborn", STUBBORN)
+    host = harness.start_host()
+    harness.start_run("stubborn")
+    worker = harness.wait_for_pid("stubborn.pid")
+    host.send_signal(signal.SIGTERM)
+    # Connect until the host no longer listens: the first connections cross the stop's
+    # start. Each one ends (greeted or not) while the host still stops, its stubborn
+    # worker in its grace period; none waits for the host's process to exit.
+    while True:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(STOP_DEADLINE_S)
+            try:
+                client.connect(str(harness.home.socket_path))
+            except (ConnectionRefusedError, FileNotFoundError):
+                break
+            _read_to_the_end(client)
+        assert host.poll() is None and not process_gone(worker), "the client waited for the exit"
+    assert host.wait(timeout=STOP_DEADLINE_S) == 0
+
+
+def _read_to_the_end(client: socket.socket) -> None:
+    try:
+        while client.recv(65536):
+            pass
+    except ConnectionResetError:
+        pass
