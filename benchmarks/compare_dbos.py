@@ -19,7 +19,8 @@ transactions it committed (pg_stat_statements calls and pg_stat_database xact_co
 that database), and the server's time executing them (pg_stat_statements total_exec_time,
 the commits' WAL flushes included), each over the system's whole life, read after it
 has exited: start-up and shut-down included, spread over the runs. `--statements`
-prints pi-workflows' most frequent statements of the 4-worker queue workload. The fsync
+prints pi-workflows' most frequent statements of the 4-worker queue workload and of the
+one- and two-host ones (the benchmark's own completion poll among them). The fsync
 row is left out (the server, not the systems, syncs).
 
 Workloads (every round runs both systems, one after the other):
@@ -149,7 +150,8 @@ class Databases:
 
     def __init__(self, backend: str) -> None:
         self.cluster: PostgresCluster | None = None
-        self.statements: list[tuple[int, str]] = []
+        # The most frequent statements of the workloads that keep them, by workload.
+        self.statements: dict[str, list[tuple[int, str]]] = {}
         if backend == "postgresql":
             self.cluster = PostgresCluster(
                 settings={"shared_preload_libraries": "pg_stat_statements", "fsync": "on"}
@@ -160,7 +162,7 @@ class Databases:
         """The URL of a new, empty PostgreSQL database; None for SQLite."""
         return None if self.cluster is None else self.cluster.server.create_database()
 
-    def release(self, url: str | None, runs: int, keep_statements: bool = False) -> dict[str, Any]:
+    def release(self, url: str | None, runs: int, keep_statements: str = "") -> dict[str, Any]:
         """Statements and commits per run on `url` once its system has exited; drops it."""
         if self.cluster is None or url is None:
             return {}
@@ -180,7 +182,7 @@ class Databases:
             f" WHERE d.datname = '{name}'"
         )
         if keep_statements:
-            self.statements = [
+            self.statements[keep_statements] = [
                 (int(calls), str(query))
                 for calls, query in server.execute(
                     "SELECT s.calls, s.query FROM pg_stat_statements s JOIN pg_database d"
@@ -374,7 +376,7 @@ class PiHost:
         """As a user's code waits: on the status the host pushes."""
         return self.client.wait_for_run(run_id)
 
-    def close(self, runs: int = 1, keep_statements: bool = False) -> dict[str, Any]:
+    def close(self, runs: int = 1, keep_statements: str = "") -> dict[str, Any]:
         """Stop the host; statements and commits per run of its database (PostgreSQL)."""
         self.client.close()
         self.process.terminate()
@@ -451,7 +453,8 @@ def pi_queue(count: int, max_workers: int) -> dict[str, Any]:
     except BaseException:
         host.close()
         raise
-    return figures | host.close(count, keep_statements=max_workers == 4)
+    kept = f"{count} queued runs, 4 workers" if max_workers == 4 else ""
+    return figures | host.close(count, keep_statements=kept)
 
 
 def pi_queue_hosts(count: int, hosts: int, max_workers: int) -> dict[str, Any]:
@@ -501,7 +504,8 @@ def pi_queue_hosts(count: int, hosts: int, max_workers: int) -> dict[str, Any]:
     finally:
         for host in started:
             host.close()
-    counters = DATABASES.release(url, count)
+    kept = f"{count} queued runs, {hosts} host(s) x {max_workers} workers"
+    counters = DATABASES.release(url, count, keep_statements=kept)
     for key in ("statements_per_run", "commits_per_run"):
         counters[key] -= polls / count
     return figures | counters
@@ -769,9 +773,9 @@ def measure(args: argparse.Namespace, only: set[str]) -> None:
         print(f"{label:46} {shown:>10} {pi:>11.1f}{unit:2} {ratio:>7}  {spread}")
     print("ratio > 1: pi-workflows is slower (or uses more); < 1: faster")
     print(f"after: {load()}")
-    if args.statements and DATABASES.statements:
-        print(f"\npi-workflows' most frequent statements, {args.queued} queued runs, 4 workers:")
-        for calls, query in DATABASES.statements:
+    for workload, statements in DATABASES.statements.items() if args.statements else ():
+        print(f"\npi-workflows' most frequent statements, {workload} (last round):")
+        for calls, query in statements:
             print(f"{calls / args.queued:8.2f}/run  {' '.join(query.split())[:110]}")
 
 
