@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import CodeType, FrameType, TracebackType
@@ -382,24 +382,28 @@ def describe_hooks() -> list[dict[str, Any]]:
 
 def _culprit(hook_name: str, tb: TracebackType | None) -> str:
     """Name the plugin whose hook implementation appears in the traceback."""
-    caller = getattr(registry().manager.hook, hook_name)
-    code_owner: dict[CodeType, str] = {
-        impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()
-    }
-    for frame, _ in traceback.walk_tb(tb):
-        if frame.f_code in code_owner:
-            return code_owner[frame.f_code]
-    return "unknown plugin"
+    return _owner_of(hook_name, (frame for frame, _ in traceback.walk_tb(tb)))
 
 
 def _culprit_in_frame(hook_name: str, frame: FrameType | None) -> str:
     """Name the plugin whose hook implementation a thread's stack is in (innermost)."""
-    caller = getattr(registry().manager.hook, hook_name)
-    code_owner = {impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()}
+    stack = []
     while frame is not None:
+        stack.append(frame)
+        frame = frame.f_back
+    return _owner_of(hook_name, stack)
+
+
+def _owner_of(hook_name: str, frames: Iterable[FrameType]) -> str:
+    """The plugin owning the first of `frames` that runs one of `hook_name`'s
+    implementations."""
+    caller = getattr(registry().manager.hook, hook_name)
+    code_owner: dict[CodeType, str] = {
+        impl.function.__code__: impl.plugin_name for impl in caller.get_hookimpls()
+    }
+    for frame in frames:
         if frame.f_code in code_owner:
             return code_owner[frame.f_code]
-        frame = frame.f_back
     return "unknown plugin"
 
 

@@ -83,6 +83,10 @@ class WorkerLauncher(Protocol):
     def launch(self, run_id: str, token: str, claim: Claim, worker: PreparedWorker) -> None:
         """After the claim committed: start the worker's supervision."""
 
+    def drop_unlaunched(self, run_id: str) -> None:
+        """Before a claim's worker row: drop this host's row of an earlier claim whose
+        commit's outcome it never learnt, so its worker never launched."""
+
 
 @dataclass(frozen=True)
 class GateAnswer:
