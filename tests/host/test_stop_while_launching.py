@@ -142,11 +142,7 @@ WORKFLOW = workflow(name="stubborn", start_at="wait", nodes={"wait": compute(wai
 def test_a_second_sigterm_during_a_stop_does_not_make_the_stop_wait_for_itself(
     harness: HostHarness,
 ):
-    harness.write_workflow("stubborn", STUBBORN)
-    host = harness.start_host()
-    harness.start_run("stubborn")
-    worker = harness.wait_for_pid("stubborn.pid")
-    host.send_signal(signal.SIGTERM)
+    host, worker = _stop_amid_a_stubborn_node(harness)
     wait_until(lambda: not _answers(harness), what="the host to stop listening")
     # Still in its grace period (a killed worker can linger as a zombie, which counts as gone).
     assert not process_gone(worker)
@@ -156,6 +152,16 @@ def test_a_second_sigterm_during_a_stop_does_not_make_the_stop_wait_for_itself(
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the host did not stop:\n{harness.host_log()}") from None
     assert "still busy" not in harness.host_log()  # the stop waited for no one forever
+
+
+def _stop_amid_a_stubborn_node(harness: HostHarness) -> tuple[subprocess.Popen, int]:
+    """A host SIGTERMed while its worker ignores SIGTERM; the host and the worker's pid."""
+    harness.write_workflow("stubborn", STUBBORN)
+    host = harness.start_host()
+    harness.start_run("stubborn")
+    worker = harness.wait_for_pid("stubborn.pid")
+    host.send_signal(signal.SIGTERM)
+    return host, worker
 
 
 def _answers(harness: HostHarness) -> bool:
@@ -170,11 +176,7 @@ def _answers(harness: HostHarness) -> bool:
 def test_a_client_that_connects_as_the_host_stops_hears_so_before_it_exits(
     harness: HostHarness,
 ):
-    harness.write_workflow("stubborn", STUBBORN)
-    host = harness.start_host()
-    harness.start_run("stubborn")
-    worker = harness.wait_for_pid("stubborn.pid")
-    host.send_signal(signal.SIGTERM)
+    host, worker = _stop_amid_a_stubborn_node(harness)
     # Connect until the host no longer listens: the first connections cross the stop's
     # start. Each one ends (greeted or not) while the host still stops, its stubborn
     # worker in its grace period; none waits for the host's process to exit.
