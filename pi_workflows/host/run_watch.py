@@ -62,6 +62,9 @@ class RunWatches:
     def __init__(self, services: HostServices) -> None:
         self.services = services
         self.watches: dict[tuple[str, str], RunWatch] = {}
+        # Connections told to detach their watches when they close: once each, however
+        # many watches come and go on one (a client's kept watch connection).
+        self._attached: set[str] = set()
         self._scheduled = False
 
     @feature_hook
@@ -116,7 +119,8 @@ class RunWatches:
             raise InvalidInputError("subscriptionId must be text")
         watch.subscription_id = subscription_id
         key = (connection.connection_id, subscription_id)
-        if not any(k[0] == connection.connection_id for k in self.watches):
+        if connection.connection_id not in self._attached:
+            self._attached.add(connection.connection_id)
             connection.on_close(lambda: self._detach(connection.connection_id))
         self.watches[key] = watch
         self.publish_soon()
@@ -130,6 +134,7 @@ class RunWatches:
         return await proceed(request, connection)
 
     def _detach(self, connection_id: str) -> None:
+        self._attached.discard(connection_id)
         for key in [key for key in self.watches if key[0] == connection_id]:
             del self.watches[key]
 

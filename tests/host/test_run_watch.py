@@ -326,6 +326,29 @@ def test_wait_for_run_returns_on_the_pushed_status_not_on_a_poll(harness: HostHa
         client.close()
 
 
+def test_waits_on_one_kept_connection_leave_the_host_one_close_callback(harness: HostHarness):
+    # A client keeps its watch connection for its next wait; each wait subscribes and
+    # unsubscribes on it. The host grew a close callback per wait (found by the 100k-run
+    # retention soak as memory growing with the runs).
+    run_id = _watched_run(harness)
+    (harness.project / "release-b").touch()
+    client = harness.client()
+    host = harness.host
+    assert host is not None, "this test reads the in-process host's connections"
+
+    def callbacks() -> int:
+        return sum(len(connection._on_close) for connection in host.server.connections)
+
+    try:
+        assert client.wait_for_run(run_id)["status"] == "completed"
+        after_one = callbacks()
+        for _ in range(20):
+            assert client.wait_for_run(run_id)["status"] == "completed"
+        assert callbacks() == after_one
+    finally:
+        client.close()
+
+
 def test_wait_for_run_times_out_with_the_last_status(harness: HostHarness):
     run_id = _watched_run(harness)
     harness.wait_for_status(run_id, "running")  # the status the timeout must report
