@@ -90,7 +90,15 @@ def test_a_killed_pi_is_replaced_by_a_new_pi_on_the_same_session(pi_session: Wor
     assert run["status"] == "completed", run
     wait_until(lambda: pi_session.server.remaining() == 0, what="the model's last reply")
 
-    hosted = pi_session.host_messages(session_id)
+    # The model can answer the terminal message before the host records it as sent.
+    def through_terminal_sent() -> list[dict] | None:
+        messages = pi_session.host_messages(session_id)
+        last = messages[-1] if messages else {}
+        return messages if (last.get("kind"), last.get("status")) == ("terminal", "sent") else None
+
+    hosted = wait_until(
+        through_terminal_sent, interval=0.2, what="the terminal message recorded as sent"
+    )
     # The killed pi's step was shown again to the new pi (a `resumed` step).
     assert [(m["kind"], m["status"]) for m in hosted][:2] == [
         ("step", "sent"),
