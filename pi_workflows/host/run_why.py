@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import plugins
 from ..clock import now_ms
 from ..event_types import EventType
 from ..lineage import continued_as
@@ -56,6 +57,9 @@ class HostView:
     claim_failure: str | None = None
     # A claim plugin's remembered veto holds for the run at this revision.
     is_vetoed: Callable[[str, int], bool] = lambda _run_id, _revision: False
+    # Plugins past their deadline in a launch, turn-report or presentation hook, each
+    # named in a sentence (the built-in answers for them meanwhile).
+    hung_plugins: tuple[str, ...] = ()
 
 
 class RunWhy:
@@ -83,6 +87,7 @@ def host_view(services: HostServices) -> HostView:
         claim_failure=services.claim_failure(),
         is_vetoed=services.is_vetoed,
         audience_channels=services.audience_channels,
+        hung_plugins=tuple(sorted(plugins.hung_plugins().values())),
     )
 
 
@@ -97,6 +102,8 @@ def explain(run_id: str, host: HostView) -> dict[str, Any]:
     run = get_run(run_id)
     queue = RunQueue.get_by_id(run_id)
     code, reason, since, until, next_step = _hold(run, queue, host)
+    if run.status not in TERMINAL_RUN_STATUSES:
+        reason = "; ".join((reason, *(f"plugin hung: {hung}" for hung in host.hung_plugins)))
     return {
         "runId": run_id,
         "status": run.status,

@@ -117,6 +117,13 @@ def test_a_hanging_launch_hook_costs_one_deadline_and_the_built_in_launches(gate
         second = harness.start_run("load", {"n": 2})
         assert harness.wait_for_run(second)["status"] == "completed"
         assert not (gate / "returned").exists()
+        # `run why` of a run in progress names the hung plugin too.
+        held = harness.start_run("load", {"n": 3, "hold": True})
+        harness.wait_for_status(held, "running")
+        why = harness.cli("run", "why", held).stdout
+        assert f"plugin hung: Plugin {PLUGIN!r} did not answer hook {hook}" in why, why
+        (harness.project / "go").touch()
+        assert harness.wait_for_run(held)["status"] == "completed"
         _hung_then_released(harness, gate, hook)
     finally:
         harness.cleanup()
