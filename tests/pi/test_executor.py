@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from tests.host.test_observability_hooks import Observer, observer  # noqa: F401  (fixture)
 from tests.pi.conftest import PiHost
 from tests.pi.model_server import Hold, HttpError, MalformedStream, Text, ToolCall, ToolCalls
 from tests.pi.offline_pi import PiHome, bundled_node
@@ -106,6 +107,25 @@ def test_echo_runs_headless_on_pi_and_completes_with_the_submitted_output(pi_hos
     tool = request.tool("workflow")
     assert tool["parameters"]["properties"]["action"]["enum"] == ["update", "submit"]
     assert tool["parameters"]["additionalProperties"] is False
+
+
+def test_a_pi_step_reports_its_provider_model_and_tokens_to_the_node_attempt_hooks(
+    observer: Observer,  # noqa: F811  (its plugin is in the host pi_host starts)
+    pi_host,
+    model_server,
+):
+    # Two model requests, each reporting 10 prompt and 5 completion tokens: a rejected
+    # submit, then an accepted one. The step's usage is their sum.
+    model_server.script(submit({"count": "three"}), submit({"count": 3}))
+    pi_host.harness.write_workflow("counted", COUNTED)
+    run_id = pi_host.start_headless("counted")
+    assert _finished(pi_host, run_id)["status"] == "completed"
+    entry = observer.first("the plugin to see the agent step finish", hook="finished", run=run_id)
+    provider, model = pi_host.pi_home.model.split("/", 1)
+    agent = entry["agent"]
+    assert (agent["executor"], agent["provider"], agent["model"]) == ("pi", provider, model)
+    assert agent["usage"]["input"] + agent["usage"].get("cacheRead", 0) == 20, agent
+    assert (agent["usage"]["output"], agent["usage"]["totalTokens"]) == (10, 30), agent
 
 
 def test_pi_runs_on_its_own_node_with_a_private_compile_cache_its_tools_do_not_see(

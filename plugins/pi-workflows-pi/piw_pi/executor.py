@@ -192,6 +192,7 @@ class PiStep:
         self._accepted_at: float | None = None
         self._update_replies: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._usage: dict[str, int] = {}
 
     def run(self) -> dict[str, Any]:
         self.session.bridge.handler = self.on_tool_call
@@ -200,8 +201,9 @@ class PiStep:
             reminders = 0
             while True:
                 end = self._until_agent_end()
+                _add_usage(self._usage, end)
                 if self.accepted is not None:
-                    return {"output": self.accepted[0]}
+                    return self._answer(self.accepted[0])
                 failure = _provider_failure(end)
                 if failure is not None:
                     raise AgentExecutorError(failure)
@@ -218,6 +220,15 @@ class PiStep:
             raise
         finally:
             self.session.bridge.handler = None
+
+    def _answer(self, output: Any) -> dict[str, Any]:
+        # Who answered and what it cost reach the node-attempt hooks (an OTel span, say).
+        model = self.session.model or {}
+        answer: dict[str, Any] = {"output": output, "usage": self._usage}
+        for key, value in (("provider", model.get("provider")), ("model", model.get("id"))):
+            if isinstance(value, str):
+                answer[key] = value
+        return answer
 
     def _prompt(self, text: str, reason: str) -> None:
         # The transcript names who answers: the provider and model this pi prompts.
@@ -328,6 +339,23 @@ class PiStep:
 
 def _refused(error: str) -> dict[str, Any]:
     return {"ok": False, "error": error}
+
+
+# Pi's token counts of one assistant message (`Usage` in pi-ai; its `cost` is dollars).
+USAGE_COUNTS = ("input", "output", "cacheRead", "cacheWrite", "totalTokens")
+
+
+def _add_usage(total: dict[str, int], agent_end: dict[str, Any]) -> None:
+    """Add the token counts of an agent run's assistant messages to `total`: an agent
+    step may take several runs (reminders), and `agent_end` lists only its own messages."""
+    for message in agent_end.get("messages") or []:
+        usage = message.get("usage") if message.get("role") == "assistant" else None
+        if not isinstance(usage, dict):
+            continue
+        for key in USAGE_COUNTS:
+            count = usage.get(key)
+            if isinstance(count, int) and not isinstance(count, bool):
+                total[key] = total.get(key, 0) + count
 
 
 def _provider_failure(agent_end: dict[str, Any]) -> str | None:
