@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,20 +15,34 @@ from pi_workflows.testing.host import WorkflowHost
 from pi_workflows.view.graph import WorkflowGraph, render_text
 from pi_workflows.view.progress import entries_until_step, run_progress, watch_entries
 
-# The headless agent: prints the reply written for the node it is asked to run.
+# The headless agent: prints the reply written for the node it is asked to run, once the
+# node's hold file (if the test made one) is gone.
 AGENT = """\
-import json, os, sys
+import json, os, sys, time
 sys.stdin.read()
-print(json.dumps(json.load(open({path!r}))[os.environ["PI_WORKFLOWS_NODE_ID"]]))
+node = os.environ["PI_WORKFLOWS_NODE_ID"]
+while os.path.exists(os.path.join({root!r}, "hold-" + node)):
+    time.sleep(0.05)
+print(json.dumps(json.load(open({path!r}))[node]))
 """
 
 
 def use_scripted_agent(host: WorkflowHost, replies: dict) -> None:
-    """Agent steps answer with `replies[node id]` (set before the host starts)."""
+    """Agent steps answer with `replies[node id]` (set before the host starts); a step
+    waits while `hold(host, node)` holds it."""
     (host.root / "replies.json").write_text(json.dumps(replies))
-    (host.root / "agent.py").write_text(AGENT.format(path=str(host.root / "replies.json")))
+    (host.root / "agent.py").write_text(
+        AGENT.format(root=str(host.root), path=str(host.root / "replies.json"))
+    )
     host.env["PI_WORKFLOWS_AGENT_EXECUTOR"] = "command"
     host.env["PI_WORKFLOWS_AGENT_COMMAND"] = f"{sys.executable} {host.root / 'agent.py'}"
+
+
+def hold(host: WorkflowHost, node: str) -> Path:
+    """Hold the scripted agent's step `node` until the returned file is deleted."""
+    path = host.root / f"hold-{node}"
+    path.touch()
+    return path
 
 
 def _follow(host: WorkflowHost, replies: dict) -> tuple[list[dict], dict]:

@@ -225,7 +225,22 @@ WORKFLOW = workflow(
 """
 
 
-def test_an_effect_left_in_doubt_by_a_pause_is_confirmed_from_the_run_view(in_process_host):
+def _why(host: WorkflowHost, run_id: str) -> dict[str, Any]:
+    client = host.client()
+    try:
+        return client.why_run(run_id)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("key", "said", "output"),
+    [("e", "effect confirm:", {"paid": None}), ("E", "effect retry:", {"paid": {"paid": True}})],
+    ids=["confirm", "retry"],
+)
+def test_an_effect_left_in_doubt_by_a_pause_is_resolved_from_the_run_view(
+    in_process_host, key, said, output
+):
     in_process_host.write_workflow("pay", PAY)
     in_process_host.start()
     run_id = in_process_host.start_run("pay")
@@ -241,20 +256,25 @@ def test_an_effect_left_in_doubt_by_a_pause_is_confirmed_from_the_run_view(in_pr
         await until(
             pilot, "the effect in doubt", lambda: "in doubt:" in shown(app, "#effects-text")
         )
+        # The `run why` line says what holds the run, as `run why` does.
+        why = await asyncio.to_thread(_why, in_process_host, run_id)
+        assert why["code"] == "effectAmbiguous", why
+        await until(pilot, "the why line", lambda: shown(app, "#why") == f"why: {why['reason']}")
         await pilot.press("r")  # refused as `run resume` is: an operator must say first
         await until(
             pilot,
             "the refusal",
             lambda: shown(app, "#message").startswith("resume: Run waits for an operator:"),
         )
-        await pilot.press("e")  # it happened
-        await until(pilot, "the confirmation", lambda: "effect confirm:" in shown(app, "#message"))
+        (in_process_host.project / "go").touch()  # a retried payment completes
+        await pilot.press(key)  # confirm: it happened; retry: run the action again
+        await until(pilot, "the answer", lambda: said in shown(app, "#message"))
         await until(pilot, "the receipt", lambda: "✓ receipt" in shown(app, "#graph"))
         assert "in doubt:" not in shown(app, "#effects-text")
 
     drive(in_process_host, run_id, script)
     status = in_process_host.wait_for_run(run_id)
-    assert status["status"] == "completed" and status["finalOutput"] == {"paid": None}
+    assert status["status"] == "completed" and status["finalOutput"] == output
 
 
 def test_the_runs_list_reads_the_next_page_at_its_last_row(in_process_host) -> None:
@@ -302,3 +322,48 @@ def test_no_color_draws_the_run_view_in_monochrome_with_its_glyphs(
         assert "✓ proposal" in shown(app, "#graph")
 
     drive(in_process_host, run_id, script, size=(80, 24))
+
+
+# An agent executor that keeps a transcript, as the `pi` executor does.
+NARRATING_EXECUTOR = """
+from pi_workflows.plugin import hookimpl
+
+
+class Narrating:
+    def run_agent_step(self, request, signal):
+        request["transcript"].add("prompt", reason="initial", text="Say hello.\\nBriefly.")
+        request["transcript"].add("tool", name="workflow", ok=True)
+        return {"output": {"reply": "hello"}}
+
+
+@hookimpl
+def piw_register_agent_executors(register):
+    register("narrating", Narrating)
+"""
+
+SAY_HELLO = """
+from pi_workflows import agent, workflow
+
+WORKFLOW = workflow(name="say-hello", start_at="say", nodes={"say": agent("Say hello.")}, edges=[])
+"""
+
+
+def test_the_transcript_pane_shows_the_agent_steps_transcript(in_process_host) -> None:
+    in_process_host.add_plugin("narrating_executor", NARRATING_EXECUTOR)
+    in_process_host.env["PI_WORKFLOWS_AGENT_EXECUTOR"] = "narrating"
+    in_process_host.write_workflow("say-hello", SAY_HELLO)
+    in_process_host.start()
+    run_id = in_process_host.start_run("say-hello")
+    assert in_process_host.wait_for_run(run_id)["status"] == "completed"
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(pilot, "the graph", lambda: "✓ say" in shown(app, "#graph"))
+        await pilot.press("2")
+        await until(pilot, "the transcript", lambda: "prompt" in shown(app, "#transcript-text"))
+        lines = shown(app, "#transcript-text").splitlines()
+        assert lines[0].endswith(" prompt reason=initial"), lines
+        assert lines[1:3] == ["    Say hello.", "    Briefly."]
+        assert lines[3].endswith(" tool name=workflow ok=true"), lines
+        assert all(line[2] == ":" and line[8] == "." for line in (lines[0], lines[3]))
+
+    drive(in_process_host, run_id, script)

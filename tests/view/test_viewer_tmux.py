@@ -1,6 +1,6 @@
-"""`pi-workflows view RUN` in a real terminal (tmux): a run of the `branch` example (two
-agent steps: the decision and, answered, its checkpoint lane) followed, scrubbed and its
-checkpoint answered with the keys a person would press."""
+"""`pi-workflows view RUN` in a real terminal (tmux) at 80×24, with the keys a person would
+press: a run of the `branch` example followed live while its decision step runs, scrubbed,
+and its checkpoint answered; and a run with two agent steps followed live through both."""
 
 from __future__ import annotations
 
@@ -10,19 +10,16 @@ import sys
 
 import pytest
 
+from pi_workflows.testing.host import WorkflowHost
 from tests.polling import wait_until
 from tests.tmux import Tmux
 
-from .test_real_run import use_scripted_agent
+from .test_real_run import hold, use_scripted_agent
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_branch_run_is_followed_scrubbed_and_answered_in_tmux(workflow_host, tmux: Tmux):
-    use_scripted_agent(workflow_host, {"classify": {"route": "checkpoint", "reason": "which?"}})
-    workflow_host.start()
-    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
-    workflow_host.wait_for_status(run_id, "waiting")
+def _view(workflow_host: WorkflowHost, tmux: Tmux, run_id: str) -> None:
     env = {**workflow_host.env, "TERM": "tmux-256color"}
     command = shlex.join(
         [
@@ -38,23 +35,68 @@ def test_a_branch_run_is_followed_scrubbed_and_answered_in_tmux(workflow_host, t
     )
     tmux.start(command, str(workflow_host.project), size=(80, 24))
 
-    wait_until(lambda: "⏸ checkpoint_lane" in tmux.screen(), timeout=60, what="the run view")
+
+def _shows(tmux: Tmux, text: str, what: str) -> None:
+    wait_until(lambda: text in tmux.screen(), timeout=60, what=what)
+
+
+def test_a_branch_run_is_followed_live_scrubbed_and_answered_in_tmux(workflow_host, tmux: Tmux):
+    use_scripted_agent(workflow_host, {"classify": {"route": "checkpoint", "reason": "which?"}})
+    classify = hold(workflow_host, "classify")
+    workflow_host.start()
+    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
+    _view(workflow_host, tmux, run_id)
+
+    _shows(tmux, "◐ classify", "the decision step running in the view")
+    assert "· checkpoint_lane" in tmux.screen()
+    classify.unlink()  # the step ends while the view is open: it follows the run
+    _shows(tmux, "⏸ checkpoint_lane", "the run at its checkpoint")
     screen = tmux.screen()
+    assert "✓ classify" in screen and "steps (live)" in screen
     assert "┏━ checkpoint ━▶ checkpoint_lane" in screen or "┣━ checkpoint ━▶" in screen
-    assert "steps (live)" in screen
     tmux.keys("Left")  # as it was after the decision: its lane not taken yet
-    wait_until(lambda: "steps (step 1 of 2)" in tmux.screen(), what="the scrubbed graph")
+    _shows(tmux, "steps (step 1 of 2)", "the scrubbed graph")
     assert "├─ checkpoint ─▶ checkpoint_lane" in tmux.screen()
     tmux.keys("End")
     tmux.keys("a")
-    wait_until(lambda: "checkpoint: which?" in tmux.screen(), what="the answer dialog")
+    _shows(tmux, "checkpoint: which?", "the answer dialog")
     tmux.type(json.dumps({"readme": "the top-level one"}))
 
-    wait_until(lambda: "completed" in tmux.screen(), timeout=60, what="the continuation")
+    _shows(tmux, "completed", "the continuation")
     client = workflow_host.client()
     try:
         status = client.known_run_status(run_id)
     finally:
         client.close()
     assert status["continuation"]["status"] == "completed"
+    tmux.keys("q")
+
+
+def test_a_run_with_two_agent_steps_is_followed_live_through_both_in_tmux(
+    workflow_host, tmux: Tmux
+):
+    # The `branch` example's continue lane: the decision step, then the lane's agent step.
+    use_scripted_agent(
+        workflow_host,
+        {
+            "classify": {"route": "continue", "reason": "clear"},
+            "continue_lane": {"summary": "tidied"},
+        },
+    )
+    classify, lane = hold(workflow_host, "classify"), hold(workflow_host, "continue_lane")
+    workflow_host.start()
+    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
+    _view(workflow_host, tmux, run_id)
+
+    _shows(tmux, "◐ classify", "the first agent step running")
+    classify.unlink()
+    _shows(tmux, "◐ continue_lane", "the second agent step running")
+    assert "✓ classify" in tmux.screen()
+    lane.unlink()
+    _shows(tmux, "✓ continue_lane", "the second agent step done")
+    _shows(tmux, "completed", "the run completed")
+    tmux.keys("Left")
+    _shows(tmux, "steps (step 1 of 2)", "the replay after the first step")
+    assert "· continue_lane" in tmux.screen()
+    assert workflow_host.wait_for_run(run_id)["status"] == "completed"
     tmux.keys("q")

@@ -4,6 +4,7 @@ list, and a decision answered in the browser continues the run in the host."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import stat
@@ -11,11 +12,18 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from pi_workflows.testing.host import WorkflowHost
 from pi_workflows.testing.polling import wait_until
 from pi_workflows.view.web import TOKEN_FILE, free_port
+
+from .test_real_run import hold, use_scripted_agent
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.integration
@@ -65,10 +73,34 @@ def _browser():
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
 
-def test_the_web_viewer_wants_its_token_and_answers_a_decision_in_chromium(workflow_host):
-    workflow_host.start()
-    run_id = workflow_host.start_run("human-decision", {"goal": "ship it"})
-    workflow_host.wait_for_status(run_id, "waiting")
+@dataclass
+class Page:
+    """The viewer open in Chromium: what its terminal was sent, and a way to press keys."""
+
+    driver: Any
+    base: str
+    token: str
+
+    def screen(self) -> str:
+        return self.driver.execute_script("return window.__piwScreen")
+
+    def shows(self, text: str, what: str, after: str | None = None) -> None:
+        """Wait until the page was sent `text` (after the last `after`, if given)."""
+
+        def sent() -> bool:
+            screen = self.screen()
+            return text in (screen.split(after)[-1] if after else screen)
+
+        wait_until(sent, timeout=60, what=what)
+
+    def keys(self, *keys: str) -> None:
+        self.driver.find_element("css selector", ".xterm-helper-textarea").send_keys(*keys)
+
+
+@contextmanager
+def web_viewer(workflow_host: WorkflowHost) -> Iterator[Page]:
+    """`pi-workflows view --web` started as a user starts it, open in headless Chromium;
+    its token file is checked and gone when it stops."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "pi_workflows", "view", "--web", "--port", str(port)],
@@ -78,6 +110,7 @@ def test_the_web_viewer_wants_its_token_and_answers_a_decision_in_chromium(workf
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    token_path = workflow_host.home.socket_path.parent / TOKEN_FILE
     driver = None
     try:
         assert server.stdout is not None
@@ -87,47 +120,74 @@ def test_the_web_viewer_wants_its_token_and_answers_a_decision_in_chromium(workf
         )
         assert match, line
         base, token = match.groups()
-        token_path = workflow_host.home.socket_path.parent / TOKEN_FILE
         assert token_path.read_text() == token + "\n"
         assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
         wait_until(lambda: _status(f"{base}?token={token}") == 200, what="the web viewer")
-        assert _status(base) == 403
-        assert _status(f"{base}?token=not-{token}") == 403
-        assert _status(f"{base}static/js/textual.js") == 403
-        assert _status(f"{base}ws") == 403
-
         driver = _browser()
         driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": CAPTURE})
         driver.get(f"{base}?token={token}")
-
-        def screen() -> str:
-            return driver.execute_script("return window.__piwScreen")
-
-        wait_until(lambda: run_id in screen(), timeout=60, what="the runs list in the page")
-        keys = driver.find_element("css selector", ".xterm-helper-textarea")
-        keys.send_keys("\n")  # open the run (the only one)
-        wait_until(lambda: "human decision" in screen(), timeout=60, what="the run view")
-        keys.send_keys("a")
-        wait_until(
-            lambda: "Approve the plan" in screen().split("human decision")[-1],
-            timeout=60,
-            what="the answer dialog",
-        )
-        keys.send_keys("\n")  # its first choice: Continue
-
-        client = workflow_host.client()
-        try:
-            status = wait_until(
-                lambda: (s := client.known_run_status(run_id))["continuation"] and s,
-                timeout=60,
-                what="the answer to continue the run",
-            )
-        finally:
-            client.close()
-        assert status["continuation"]["runId"].startswith("continuation-")
+        yield Page(driver, base, token)
     finally:
         if driver is not None:
             driver.quit()
         server.terminate()
         server.wait(timeout=30)
-    assert not (workflow_host.home.socket_path.parent / TOKEN_FILE).exists()
+    assert not token_path.exists()
+
+
+def _continuation(workflow_host: WorkflowHost, run_id: str) -> dict:
+    client = workflow_host.client()
+    try:
+        return wait_until(
+            lambda: (s := client.known_run_status(run_id))["continuation"] and s,
+            timeout=60,
+            what="the answer to continue the run",
+        )
+    finally:
+        client.close()
+
+
+def test_the_web_viewer_wants_its_token_and_answers_a_decision_in_chromium(workflow_host):
+    workflow_host.start()
+    run_id = workflow_host.start_run("human-decision", {"goal": "ship it"})
+    workflow_host.wait_for_status(run_id, "waiting")
+    with web_viewer(workflow_host) as page:
+        base, token = page.base, page.token
+        assert _status(base) == 403
+        assert _status(f"{base}?token=not-{token}") == 403
+        assert _status(f"{base}static/js/textual.js") == 403
+        assert _status(f"{base}ws") == 403
+
+        page.shows(run_id, "the runs list in the page")
+        page.keys("\n")  # open the run (the only one)
+        page.shows("human decision", "the run view")
+        page.keys("a")
+        page.shows("Approve the plan", "the answer dialog", after="human decision")
+        page.keys("\n")  # its first choice: Continue
+        status = _continuation(workflow_host, run_id)
+    assert status["continuation"]["runId"].startswith("continuation-")
+
+
+def test_a_branch_run_is_followed_live_scrubbed_and_answered_in_chromium(workflow_host):
+    from selenium.webdriver.common.keys import Keys
+
+    use_scripted_agent(workflow_host, {"classify": {"route": "checkpoint", "reason": "which?"}})
+    classify = hold(workflow_host, "classify")
+    workflow_host.start()
+    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
+    with web_viewer(workflow_host) as page:
+        page.shows(run_id, "the runs list in the page")
+        page.keys("\n")  # open the run (the only one)
+        page.shows("steps (live)", "the run view while its decision step runs")
+        classify.unlink()  # the step ends while the page is open: the view follows
+        page.shows("which?", "the run at its checkpoint")
+        page.keys(Keys.LEFT)  # as it was after the decision
+        page.shows("steps (step 1 of 2)", "the scrubbed replay")
+        page.keys(Keys.END)
+        page.shows("steps (live)", "the live view again", after="step 1 of 2")
+        page.keys("a")
+        page.shows("checkpoint: which?", "the answer dialog")
+        page.keys(json.dumps({"readme": "the top-level one"}), "\n")
+        status = _continuation(workflow_host, run_id)
+    assert status["continuation"]["status"] in ("queued", "running", "completed")
+    assert workflow_host.wait_for_run(status["continuation"]["runId"])["status"] == "completed"
