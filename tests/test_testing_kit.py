@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from typing import get_type_hints
+
+import psutil
 
 from pi_workflows import hookimpl, plugins
 from pi_workflows.records import AnswerResult, RunRecord, TerminalFacts, TurnReport
@@ -18,6 +23,7 @@ from pi_workflows.testing import (
     terminal_facts,
     turn_report,
 )
+from pi_workflows.testing import host as kit_host
 
 
 def test_a_kit_host_loads_no_installed_entry_point_unless_asked(workflow_host: WorkflowHost):
@@ -102,3 +108,17 @@ def test_factories_build_what_the_host_hands_to_hooks():
     answer = context.report_answer("d-1", "ship", actor="ann")
     assert sorted(answer) == sorted(get_type_hints(AnswerResult))
     assert context.report_answer.answers == [("d-1", "ship", None, "ann")]
+
+
+def test_cleanup_passes_over_a_worker_that_exited_while_it_was_killing_the_tree(monkeypatch):
+    # The model soak found it: a host stopping ends its workers while cleanup walks them.
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_process = psutil.Process(gone.pid)
+    gone.wait()
+    monkeypatch.setattr(psutil.Process, "children", lambda self, recursive=False: [gone_process])
+    try:
+        kit_host._kill_tree(parent.pid)
+        assert parent.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        parent.kill()

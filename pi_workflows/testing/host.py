@@ -300,11 +300,15 @@ def _kill_tree(pid: int) -> None:
         return  # an in-process host's lock names this process: it is stopped, not killed
     try:
         parent = psutil.Process(pid)
+        children = parent.children(recursive=True)
     except psutil.NoSuchProcess:
         return
-    for child in parent.children(recursive=True):
-        child.kill()
-    parent.kill()
+    # A host that is stopping ends its workers as this walks them: one already gone is fine.
+    for process in (*children, parent):
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            continue
 
 
 def _kill_processes_in(directory: Path) -> None:
