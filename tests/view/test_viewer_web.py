@@ -178,7 +178,7 @@ def test_a_branch_run_is_followed_live_scrubbed_and_answered_in_chromium(workflo
     with web_viewer(workflow_host) as page:
         page.shows(run_id, "the runs list in the page")
         page.keys("\n")  # open the run (the only one)
-        page.shows("steps (live)", "the run view while its decision step runs")
+        page.shows("1 ◐ classify", "the run view while its decision step runs")
         classify.unlink()  # the step ends while the page is open: the view follows
         page.shows("which?", "the run at its checkpoint")
         page.keys(Keys.LEFT)  # as it was after the decision
@@ -191,3 +191,33 @@ def test_a_branch_run_is_followed_live_scrubbed_and_answered_in_chromium(workflo
         status = _continuation(workflow_host, run_id)
     assert status["continuation"]["status"] in ("queued", "running", "completed")
     assert workflow_host.wait_for_run(status["continuation"]["runId"])["status"] == "completed"
+
+
+def test_a_run_with_two_agent_steps_is_followed_live_and_scrubbed_in_chromium(workflow_host):
+    from selenium.webdriver.common.keys import Keys
+
+    # The `branch` example's continue lane: the decision step, then the lane's agent step.
+    use_scripted_agent(
+        workflow_host,
+        {
+            "classify": {"route": "continue", "reason": "clear"},
+            "continue_lane": {"summary": "tidied"},
+        },
+    )
+    classify, lane = hold(workflow_host, "classify"), hold(workflow_host, "continue_lane")
+    workflow_host.start()
+    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
+    with web_viewer(workflow_host) as page:
+        page.shows(run_id, "the runs list in the page")
+        page.keys("\n")
+        page.shows("steps (live)", "the run view while its first agent step runs")
+        page.shows("1 ◐ classify", "the first agent step running")
+        classify.unlink()  # the page follows the run from step to step
+        page.shows("2 ◐ continue_lane", "the second agent step running")
+        page.shows("┗━ continue ━▶ continue_lane", "the lane taken, drawn in the graph")
+        lane.unlink()
+        page.shows("2 ✓ continue_lane", "the second agent step done")
+        page.shows("completed", "the run completed", after="2 ◐ continue_lane")
+        page.keys(Keys.LEFT)
+        page.shows("steps (step 1 of 2)", "the replay after the first step")
+    assert workflow_host.wait_for_run(run_id)["status"] == "completed"
