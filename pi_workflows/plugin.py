@@ -15,93 +15,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# name -> the internal module that defines it (relative to pi_workflows).
-_SOURCES: dict[str, str] = {
-    # marking hook implementations
-    "hookimpl": ".hookspecs",
-    # reading the state (running runs, queue depth, a run) from any hook or thread
-    "StateView": ".storage.state_view",
-    "state_view": ".storage.state_view",
-    # the records hooks receive and return
-    **{
-        name: ".records"
-        for name in (
-            "AgentStepRequest",
-            "AgentStepResult",
-            "AnswerResult",
-            "ChannelContext",
-            "ChannelDelivery",
-            "ChannelFactory",
-            "ChannelGaveUp",
-            "ChannelRequest",
-            "ChannelSettings",
-            "Claim",
-            "DecisionChoice",
-            "DecisionResolution",
-            "EarlierOutcome",
-            "HostInfo",
-            "MessageContent",
-            "NodeAttemptRecord",
-            "RegisterChannel",
-            "RunRecord",
-            "StepContract",
-            "TerminalFacts",
-            "TurnContext",
-            "TurnReceipt",
-            "TurnReport",
-            "WorkerLaunchEnvelope",
-            "WorkerProcessSpec",
-            "WorkerRunCommand",
-            "WorkerSettings",
-        )
-    },
-    # errors a plugin raises or catches
-    **{
-        name: ".errors"
-        for name in (
-            "AnswerNotAllowedError",
-            "ChannelConfigError",
-            "ChannelDeliveryError",
-            "HostUnavailableError",
-            "InvalidInputError",
-            "NotFoundError",
-            "PiWorkflowsError",
-            "TurnConflictError",
-            "UnsafeHomeError",
-        )
-    },
-    # agent executors (piw_register_agent_executors)
-    "AgentExecutor": ".engine.agents",
-    "AgentExecutorError": ".engine.agents",
-    "AgentTranscript": ".engine.agents",
-    "AbortSignal": ".engine.context",
-    "NodeAborted": ".engine.context",
-    "start_registered": ".engine.processes",
-    "unregister": ".engine.processes",
-    # terminal messages (piw_render_terminal_message): the safety sentences every
-    # rendering keeps, and the cutter that bounds quoted values
-    "GUARDRAILS": ".builtin.terminal",
-    "PREAMBLE": ".builtin.terminal",
-    "bounded_terminal_facts": ".bounded_values",
-    "canonical_json": ".canonical",
-    # command-line extension (piw_register_commands)
-    "CliContext": ".cli.context",
-    "emit_json": ".cli.context",
-    "json_option": ".cli.context",
-    "pass_cli": ".cli.context",
-    "HostConnection": ".client.connection",
-    "start_payload": ".client.start_request",
-    # read-only state queries for commands
-    "event_counts": ".storage",
-    "run_events": ".storage",
-    "run_exists": ".storage",
-    "state_status": ".storage",
-    # the home and settings
-    "APP_NAME": ".home",
-    "config_dir": ".home",
-    "ensure_private_dir": ".home",
-    "setting_value": ".settings",
-}
+from .plugin_imports import PUBLIC_SOURCES
+
+# name -> the internal module that defines it (relative to pi_workflows); kept beside the
+# check that tells plugins on internal modules which of their names moved here.
+_SOURCES = PUBLIC_SOURCES
 _RENAMED = {"setting_value": "value"}
 
 # Spelled out (not derived from _SOURCES) so linters and type checkers can read it.

@@ -31,6 +31,7 @@ from .hook_deadline import DeadlineRunner, HookCalls, HookDeadlineError
 from .hook_delivery import EXIT_DRAIN_S, Notification, NotificationDelivery
 
 # `X as X`: re-exported, the rest of the code names these through the façade.
+from .plugin_imports import warn_about_internal_imports
 from .plugin_set import DISABLE_ENV as DISABLE_ENV
 from .plugin_set import ENTRY_POINT_GROUP, names_from_env
 from .plugin_set import PLUGINS_ENV as PLUGINS_ENV
@@ -198,6 +199,7 @@ def _register_guarded(
         print(f"pi-workflows: warning: {error}", file=sys.stderr)
         return
     registry.sources[name] = source
+    warn_about_internal_imports(name, plugin)
     for function_name in _unmarked_hook_functions(plugin):
         print(
             f"pi-workflows: warning: plugin {name!r} defines {function_name} without "

@@ -7,7 +7,6 @@ bundled plugins, the documentation's examples and a freshly generated scaffold.
 
 from __future__ import annotations
 
-import ast
 import re
 import subprocess
 import sys
@@ -16,30 +15,17 @@ from pathlib import Path
 
 import pytest
 
-import pi_workflows
-from pi_workflows import plugin
+from pi_workflows import plugin, plugin_imports
 from pi_workflows.cli.plugin_template import hook_names, write_distribution
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_MODULES = {"pi_workflows.plugin", "pi_workflows.testing"}
-AUTHORING = set(pi_workflows.__all__) - {"__version__"}
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
 def internal_imports(source: str) -> Iterator[str]:
-    """Every `pi_workflows` import in `source` outside the public namespace."""
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.startswith("pi_workflows") and alias.name not in PUBLIC_MODULES:
-                    yield f"import {alias.name}"
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pi_workflows"):
-            if node.module in PUBLIC_MODULES:
-                continue
-            names = {alias.name for alias in node.names}
-            if node.module == "pi_workflows" and names <= AUTHORING:
-                continue
-            yield f"from {node.module} import {', '.join(sorted(names))}"
+    """Every `pi_workflows` import in `source` outside the public namespace, as written."""
+    for module, names in plugin_imports.internal_imports(source):
+        yield f"from {module} import {', '.join(names)}" if names else f"import {module}"
 
 
 def plugin_sources() -> Iterator[tuple[str, str]]:

@@ -135,6 +135,53 @@ def test_a_local_plugin_through_the_cli(home_env, tmp_path):
     assert greeted.returncode == 0 and greeted.stdout == "hello from a local plugin\n"
 
 
+def test_a_plugin_importing_internal_modules_is_told_what_to_import_instead(home_env, tmp_path):
+    # Written before pi_workflows.plugin existed: the imports still work this release.
+    _write_module(
+        tmp_path,
+        "piw_old_paths",
+        """
+        import pi_workflows.engine.runner
+        from pi_workflows.cli.context import emit_json, pass_cli
+        from pi_workflows.host.slots import WorkerSlots
+        from pi_workflows import hookimpl
+        from pi_workflows.plugin import RunRecord
+
+        @hookimpl
+        def piw_unproductive_turn_limit(run, node_id):
+            return 7
+        """,
+    )
+    _write_module(tmp_path, "piw_new_paths", "from pi_workflows.plugin import hookimpl\n")
+    env = {plugins.PLUGINS_ENV: "piw_old_paths,piw_new_paths", "PYTHONPATH": str(tmp_path)}
+
+    listed = home_env.run_cli("plugins", "--json", env=env)
+
+    assert listed.returncode == 0
+    names = {entry["name"] for entry in json.loads(listed.stdout)}
+    assert {"piw_old_paths", "piw_new_paths"} <= names  # both load and work
+    assert listed.stderr.splitlines() == [
+        "pi-workflows: warning: plugin 'piw_old_paths' imports pi_workflows.engine.runner, "
+        "which is internal and not part of the plugin API (pi_workflows.plugin): it may "
+        "change or go in the next release.",
+        "pi-workflows: warning: plugin 'piw_old_paths' imports emit_json, pass_cli from "
+        "pi_workflows.cli.context, an internal module: import them from pi_workflows.plugin "
+        "instead; internal imports stop working for plugins in the next release.",
+        "pi-workflows: warning: plugin 'piw_old_paths' imports WorkerSlots from "
+        "pi_workflows.host.slots, which is internal and not part of the plugin API "
+        "(pi_workflows.plugin): it may change or go in the next release.",
+    ]
+
+
+def test_an_internal_import_is_a_deprecation_warning_in_a_plugins_own_tests(tmp_path, monkeypatch):
+    _write_module(tmp_path, "piw_old_storage", "from pi_workflows.storage import state_status\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(plugins.PLUGINS_ENV, "piw_old_storage")
+
+    with pytest.warns(DeprecationWarning, match="import it from pi_workflows.plugin instead"):
+        plugins.load_plugins()
+
+
 def test_a_plugin_failing_at_import_is_named_and_the_cli_keeps_working(home_env, tmp_path):
     _write_module(tmp_path, "piw_broken_import", "raise RuntimeError('missing api key')\n")
     env = {plugins.PLUGINS_ENV: "piw_broken_import", "PYTHONPATH": str(tmp_path)}
