@@ -56,6 +56,7 @@ __all__ = [
     "NodeAborted",
     "NotFoundError",
     "PREAMBLE",
+    "SafetySentences",
     "PiWorkflowsError",
     "RegisterChannel",
     "RunRecord",
@@ -84,6 +85,7 @@ __all__ = [
     "pass_cli",
     "run_events",
     "run_exists",
+    "safety_sentences",
     "setting_value",
     "start_payload",
     "state_view",
@@ -179,6 +181,7 @@ if TYPE_CHECKING:
         WorkerRunCommand,
         WorkerSettings,
     )
+    from .safety_wording import SafetySentences, safety_sentences
     from .settings import value as setting_value
     from .storage import event_counts, run_events, run_exists, state_status
     from .storage.state_view import StateView, state_view

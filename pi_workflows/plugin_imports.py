@@ -83,6 +83,8 @@ PUBLIC_SOURCES: dict[str, str] = {
     # rendering keeps, and the cutter that bounds quoted values
     "GUARDRAILS": ".builtin.terminal",
     "PREAMBLE": ".builtin.terminal",
+    "SafetySentences": ".safety_wording",
+    "safety_sentences": ".safety_wording",
     "bounded_terminal_facts": ".bounded_values",
     "canonical_json": ".canonical",
     # command-line extension (piw_register_commands)

@@ -29,6 +29,7 @@ from .canonical import sha256_hex
 from .durations import duration_ms
 from .errors import PiWorkflowsError
 from .home import config_dir
+from .safety_wording import LANGUAGES
 from .worker_memory import size_bytes
 
 ENV_PREFIX = "PI_WORKFLOWS_"
@@ -86,6 +87,13 @@ def _switch(raw: object) -> bool:
 def _duration(raw: object) -> str:
     text = str(raw).strip()
     duration_ms(text)
+    return text
+
+
+def _language(raw: object) -> str:
+    text = str(raw).strip().lower()
+    if text not in LANGUAGES:
+        raise ValueError(f"one of {', '.join(LANGUAGES)}")
     return text
 
 
@@ -205,6 +213,12 @@ SETTINGS: tuple[Setting, ...] = (
         "how long finished runs are kept before the host prunes them (0: keep all)",
     ),
     Setting("retention_sweep_s", _positive_number, 86_400.0, "how often the host prunes"),
+    Setting(
+        "terminal_language",
+        _language,
+        "en",
+        "the language of terminal messages' safety wording (en, de, es, fr)",
+    ),
 )
 BY_KEY: dict[str, Setting] = {setting.key: setting for setting in SETTINGS}
 

@@ -82,6 +82,17 @@ def test_config_set_refuses_a_bad_value_with_one_line_and_writes_nothing(workflo
     assert (workflow_home.config_dir / "settings.toml").read_text() == before
 
 
+def test_an_unshipped_terminal_language_is_refused_naming_the_shipped_ones(workflow_home):
+    result = cli(workflow_home, "config", "set", "terminal_language", "klingon")
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "Error: terminal_language must be one of de, en, es, fr, got 'klingon'.\n"
+    )
+    assert cli(workflow_home, "config", "set", "terminal_language", "FR").returncode == 0
+    assert cli(workflow_home, "config", "get", "terminal_language").stdout == "fr\n"
+
+
 def test_an_unknown_key_is_refused_naming_the_known_ones(workflow_home):
     result = cli(workflow_home, "config", "set", "max_workerz", "3")
     assert result.returncode == 1

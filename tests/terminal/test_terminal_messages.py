@@ -20,6 +20,7 @@ from pi_workflows.builtin.terminal import (
 )
 from pi_workflows.canonical import canonical_json, digest
 from pi_workflows.clock import now_ms
+from pi_workflows.safety_wording import SAFETY_SENTENCES
 from pi_workflows.storage import put_json
 from pi_workflows.storage.models import WorkflowMessage, WorkflowTurn
 from pi_workflows.storage.terminal_facts import LOAD_FAILURE_DETAIL, terminal_message_id
@@ -73,6 +74,24 @@ def test_a_completed_run_gets_the_reference_layout(harness: HostHarness):
         canonical_json(facts),
     ]
     assert message["status"] == "pending"
+
+
+def test_the_terminal_language_setting_translates_the_safety_wording(harness: HostHarness):
+    harness.start_host(PI_WORKFLOWS_TERMINAL_LANGUAGE="de")
+    run_id = start_interactive(harness, "hello", {"name": "Ada"})
+    harness.wait_for_status(run_id, "completed")
+    message = _only_terminal_message(harness, run_id)
+
+    german = SAFETY_SENTENCES["de"]
+    assert message["content"].split("\n") == [
+        "Fahre in dieser Sitzung fort.",
+        german.default_instructions,
+        *german.guardrails,
+        "",
+        "Workflow-Ergebnis:",
+        canonical_json(message["details"]["terminal"]),
+    ]
+    assert len(german.guardrails) == len(GUARDRAILS)  # translated whole, none left out
 
 
 @pytest.mark.integration

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from pi_workflows.plugin import GUARDRAILS, PREAMBLE, MessageContent, RunRecord, hookimpl
+from pi_workflows.plugin import MessageContent, RunRecord, hookimpl, safety_sentences
 
 from .config import WorkflowSettings, load_config
 
@@ -34,7 +34,9 @@ def piw_render_terminal_message(facts: dict[str, Any], instructions: str) -> Mes
     if config is None:
         return None
     settings = config.for_workflow(facts["workflowName"])
-    lines = [PREAMBLE, instructions, *GUARDRAILS, "", *result_markdown(facts, settings)]
+    wording = safety_sentences()  # in the terminal_language setting's language
+    lines = [wording.preamble, instructions, *wording.guardrails, ""]
+    lines += result_markdown(facts, settings)
     return MessageContent(text="\n".join(lines), details={"format": "markdown"})
 
 
