@@ -524,3 +524,40 @@ def test_the_fair_share_recipe_holds_across_two_hosts(hosts: list[HostHarness]):
     started = dict(busy.query("SELECT run_id, started_at FROM run_queue"))
     finished = dict(busy.query("SELECT run_id, finished_at FROM run_queue"))
     assert finished[first] <= started[second]  # never both running
+
+
+@pytest.mark.integration
+def test_only_the_oldest_live_host_sweeps_and_the_next_one_takes_the_duty_over(
+    hosts: list[HostHarness],
+):
+    # Retention sweeps are a database-wide duty: two hosts sweeping one database would
+    # race each other's deletes. A sweep every second, so the younger host had many
+    # chances to sweep while the older one lived.
+    sweeping = {"PI_WORKFLOWS_RETENTION": "1m", "PI_WORKFLOWS_RETENTION_SWEEP_S": "1"}
+    older, younger = hosts[0], hosts[1]
+    older.start_host(**sweeping)
+    younger.start_host(**sweeping)
+
+    def pruned(run_id: str) -> bool:
+        return not older.query("SELECT run_id FROM runs WHERE run_id = ?", run_id)
+
+    for run_id in ("expired-1", "expired-2"):
+        _old_finished_runs(older, run_id)
+        wait_until(
+            lambda run_id=run_id: pruned(run_id),
+            what=f"a sweep to prune {run_id}",
+            interval=SLOW_LOOK_S,
+        )
+        assert older.status()["lastPrune"]["outcome"] == "completed"
+        assert younger.status().get("lastPrune") is None  # it never swept while the older lived
+
+    older.stop()
+    _old_finished_runs(younger, "expired-3")
+    wait_until(lambda: pruned("expired-3"), what="the younger host's sweep", interval=SLOW_LOOK_S)
+    assert younger.status()["lastPrune"]["outcome"] == "completed"
+
+
+def _old_finished_runs(harness: HostHarness, *run_ids: str) -> None:
+    from .test_retention import _old_finished_runs as write
+
+    write(harness, *run_ids)
