@@ -257,3 +257,19 @@ def _cli_plugin_set(home: WorkflowHome) -> str:
         timeout=60,
     )
     return found.stdout.strip()
+
+
+@pytest.mark.scenario("4.16")
+def test_against_a_real_host_an_unknown_run_is_none_and_a_closed_client_refuses(
+    in_process_host,
+):
+    in_process_host.start()
+    run_id = in_process_host.start_run("hello", {"name": "Ada"})
+    client = in_process_host.client()
+    try:
+        assert client.run_status("no-such-run") is None
+        assert client.known_run_status(run_id)["runId"] == run_id
+    finally:
+        client.close()
+    with pytest.raises(ClientClosedError, match="Workflow client is closed"):
+        client.run_status(run_id)
