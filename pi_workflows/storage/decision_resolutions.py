@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from peewee import SQL, fn
+
 from ..clock import now_ms
 from ..event_types import EventType
 from ..records import DecisionResolution
@@ -223,6 +225,12 @@ def reserve_continuation(
 
 
 def _unreserved_continuations() -> Any:
+    later = HumanDecision.alias()
+    asked_again = later.select(SQL("1")).where(
+        (later.run == HumanDecision.run)
+        & (later.node_id == HumanDecision.node_id)
+        & (later.created_at > HumanDecision.created_at)
+    )
     return (
         HumanDecisionResolution.select(HumanDecisionResolution, HumanDecision)
         .join(HumanDecision)
@@ -232,8 +240,33 @@ def _unreserved_continuations() -> Any:
             & HumanDecisionResolution.response_hash.is_null(False)
             # A parent that ended (e.g. cancelled) will never take its continuation.
             & (Run.status == "waiting")
+            # An answer to an attempt that died mid-node: the node ran again and asked
+            # anew, and the run waits on that request, not this one.
+            & ~fn.EXISTS(asked_again)
         )
     )
+
+
+def supersede_earlier_requests(run_id: str, node_id: str, decision_id: str) -> int:
+    """Cancel the pending decisions earlier attempts of `node_id` requested, now that
+    `decision_id` asks again; returns how many.
+
+    A worker that dies after its attempt requested a decision, before the run waits, runs
+    the node again, and the new attempt requests a decision of its own. Only that one may
+    be answered or time out: the run's continuation is checked against it, so an answer to
+    the earlier one would continue the run from a request it no longer waits on.
+    """
+    earlier = list(
+        HumanDecision.select().where(
+            (HumanDecision.run == run_id)
+            & (HumanDecision.node_id == node_id)
+            & (HumanDecision.status == "pending")
+            & (HumanDecision.decision_id != decision_id)
+        )
+    )
+    for decision in earlier:
+        resolve(decision, provenance=PROVENANCE_CANCELLATION, response=None, actor="superseded")
+    return len(earlier)
 
 
 def has_pending_continuations() -> bool:

@@ -666,6 +666,10 @@ def create_human_decision_request(
         {"decisionId": record["decisionId"], "nodeId": request["nodeId"]},
         expected_revision,
     )
+    if decision_resolutions.supersede_earlier_requests(
+        run_id, request["nodeId"], record["decisionId"]
+    ):
+        revision = _revision(run_id)  # each cancellation is a run change of its own
     return {**record, "revision": revision}
 
 
