@@ -20,19 +20,9 @@ from ..clock import now_ms
 from ..event_types import EventType
 from ..lineage import continued_as
 from ..protocol.client_messages import ClientRequest
-from ..storage import effects, read_json, read_text, run_claims
-from ..storage.models import (
-    TERMINAL_RUN_STATUSES,
-    Event,
-    HostState,
-    HumanDecision,
-    InteractiveRequest,
-    Lease,
-    NodeAttempt,
-    Run,
-    RunQueue,
-    RunWorker,
-)
+from ..storage import decision_records, effects, read_json, read_text, run_claims, run_holds
+from ..storage.decision_records import HumanDecision
+from ..storage.run_holds import TERMINAL_RUN_STATUSES, Lease, Run, RunQueue
 from ..storage.runs import continuation, get_run
 from .features import feature_hook
 from .operations import OperationTable
@@ -100,7 +90,7 @@ def iso(ms: int | None) -> str:
 
 def explain(run_id: str, host: HostView) -> dict[str, Any]:
     run = get_run(run_id)
-    queue = RunQueue.get_by_id(run_id)
+    queue = run_holds.queue_row(run_id)
     code, reason, since, until, next_step = _hold(run, queue, host)
     if run.status not in TERMINAL_RUN_STATUSES:
         reason = "; ".join((reason, *(f"plugin hung: {hung}" for hung in host.hung_plugins)))
@@ -132,7 +122,7 @@ def _hold(run: Run, queue: RunQueue, host: HostView) -> Hold:
             effects.resolution_hint(in_doubt[0]),
         )
     if run.paused:
-        actor, at = _last_event(run_id, EventType.RUN_PAUSED)
+        actor, at = run_holds.latest_event(run_id, EventType.RUN_PAUSED) or ("someone", None)
         return (
             "paused",
             f"paused by {actor} at {iso(at)}",
@@ -142,7 +132,7 @@ def _hold(run: Run, queue: RunQueue, host: HostView) -> Hold:
         )
     if queue.error_code in NO_RETRY_CODES:
         return _parked_for_good(run, queue)
-    lease = Lease.get_by_id(run_id)
+    lease = run_holds.lease_row(run_id)
     if lease.owner_id is not None:
         return _claimed(run, lease, host)
     if run.status == "waiting":
@@ -196,16 +186,7 @@ def _parked_for_good(run: Run, queue: RunQueue) -> Hold:
 
 def _claimed(run: Run, lease: Lease, host: HostView) -> Hold:
     run_id = run.run_id
-    # The epoch the claim was taken under: its worker's, else the owner's host row.
-    epoch = (
-        RunWorker.select(RunWorker.host_epoch)
-        .where((RunWorker.run == run_id) & (RunWorker.generation == lease.generation))
-        .scalar()
-    )
-    if epoch is None:
-        epoch = (
-            HostState.select(HostState.epoch).where(HostState.host_id == lease.owner_id).scalar()
-        )
+    epoch = run_holds.claim_epoch(lease)
     owner = f"host {lease.owner_id}" + (f" (epoch {epoch})" if epoch is not None else "")
     if not lease.is_live(now_ms()):
         return (
@@ -216,11 +197,7 @@ def _claimed(run: Run, lease: Lease, host: HostView) -> Hold:
             "the next claim pass of a live host takes it over",
         )
     if lease.owner_id == host.host_id and host.is_active(run_id):
-        attempt = (
-            NodeAttempt.select()
-            .where((NodeAttempt.run == run_id) & (NodeAttempt.status == "running"))
-            .first()
-        )
+        attempt = run_holds.running_attempt(run_id)
         if attempt is not None:
             return (
                 "running",
@@ -257,23 +234,15 @@ def _waiting(run: Run, queue: RunQueue, host: HostView) -> Hold:
             None,
             f"see 'pi-workflows run why {carried['latestRunId']}'" if carried else None,
         )
-    decision = (
-        HumanDecision.select()
-        .where((HumanDecision.run == run_id) & (HumanDecision.status == "pending"))
-        .first()
-    )
+    decision = decision_records.pending_decision(run_id)
     if decision is not None:
         return _decision(decision, host.audience_channels(decision.audience))
-    request = (
-        InteractiveRequest.select()
-        .where((InteractiveRequest.run == run_id) & (InteractiveRequest.status == "pending"))
-        .first()
-    )
+    request = run_holds.pending_session_step(run_id)
     if request is not None:
         session = request.target_session_id
         presence = (
             "its coordinator is connected"
-            if host.has_coordinator(session)
+            if session is not None and host.has_coordinator(session)
             else "no coordinator is connected"
         )
         return (
@@ -337,22 +306,7 @@ def _queued(run: Run, queue: RunQueue, host: HostView) -> Hold:
             queue.available_at,
             "a host claims it after that",
         )
-    ahead = (
-        RunQueue.select()
-        .join(Run, on=(Run.run_id == RunQueue.run))
-        .where(
-            (RunQueue.status == "queued")
-            & (Run.paused == False)  # noqa: E712 (a SQL comparison)
-            & (
-                (RunQueue.available_at < queue.available_at)
-                | (
-                    (RunQueue.available_at == queue.available_at)
-                    & (RunQueue.created_at < queue.created_at)
-                )
-            )
-        )
-        .count()
-    )
+    ahead = run_holds.runs_queued_ahead(queue)
     reason = f"queued behind {ahead} runs; {host.busy_workers} of {host.max_workers} workers busy"
     if host.is_vetoed(run.run_id, run.revision):
         reason += "; a claim plugin (piw_may_claim) vetoes it"
@@ -365,13 +319,3 @@ def _queued(run: Run, queue: RunQueue, host: HostView) -> Hold:
         None,
         "a host claims it when a worker is free",
     )
-
-
-def _last_event(run_id: str, event_type: EventType) -> tuple[str, int | None]:
-    event = (
-        Event.select(Event.actor, Event.recorded_at)
-        .where((Event.run == run_id) & (Event.event_type == event_type))
-        .order_by(Event.revision.desc())
-        .first()
-    )
-    return (event.actor, event.recorded_at) if event is not None else ("someone", None)

@@ -17,7 +17,8 @@ from ..records import ChannelRequest, DecisionResolution
 from . import statements
 from .blobs import put_json, read_json
 from .decision_presentation import checked_text, normalize_presentation, validate_response
-from .models import HumanDecision, HumanDecisionResolution, Run
+from .models import HumanDecision as HumanDecision
+from .models import HumanDecisionResolution, Run
 from .prepared import PreparedQuery, model_instance
 from .runs import get_run
 
@@ -226,6 +227,21 @@ def get_decision(decision_id: str) -> HumanDecision:
             f"Human decision {decision_id} does not exist; see 'pi-workflows decision list'."
         )
     return model_instance(HumanDecision, row)
+
+
+def pending_decisions() -> list[HumanDecision]:
+    """Every decision still waiting for its answer."""
+    return list(HumanDecision.select().where(HumanDecision.status == "pending"))
+
+
+def pending_decision(run_id: str) -> HumanDecision | None:
+    """A decision of the run still waiting for its answer."""
+    decision: HumanDecision | None = (
+        HumanDecision.select()
+        .where((HumanDecision.run == run_id) & (HumanDecision.status == "pending"))
+        .first()
+    )
+    return decision
 
 
 # --- resolutions as stored ---------------------------------------------------------------
