@@ -46,7 +46,7 @@ from ..errors import ChannelConfigError, ChannelDeliveryError
 from ..records import AnswerResult, ChannelContext, ChannelGaveUp, ChannelSettings
 from ..settings import number as setting_number
 from ..storage import channel_effects, decision_records
-from ..storage.models import HumanDecision
+from ..storage.decision_records import HumanDecision
 
 if TYPE_CHECKING:
     from .services import HostServices
@@ -381,8 +381,7 @@ class ChannelRunner:
             return
         now = now_ms()
         candidates: list[tuple[str, str, str]] = []
-        pending = HumanDecision.select().where(HumanDecision.status == "pending")
-        for decision in pending:
+        for decision in decision_records.pending_decisions():
             for name in self.config.channels_for(decision.audience):
                 candidates.append((decision.decision_id, name, "delivery"))
         for decision, name in channel_effects.deliveries_to_settle():

@@ -26,7 +26,7 @@ from ..storage import (
     decision_resolutions,
     read_json,
 )
-from ..storage.models import HumanDecision
+from ..storage.decision_records import HumanDecision
 from ..storage.runs import (
     current_revision,
     get_run,
