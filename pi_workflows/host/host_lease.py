@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..home import Home, home_key, machine_name
-from ..storage import StateStore, run_claims
+from ..storage import StateStore, host_leases, run_claims
 from . import epoch_lease
 from .process_identity import is_running, start_identity
 from .slots import WorkerSlots
@@ -47,7 +47,7 @@ class HostLease:
         self.is_stopping = is_stopping
         self.stop = stop
         self.store: StateStore
-        self.held: epoch_lease.EpochLease | None = None
+        self.held: host_leases.EpochLease | None = None
         # The oldest live host of a shared database runs the database-wide duties
         # (decision deadlines, channel effects); on SQLite the one host always does.
         self.is_duty_host = True
@@ -63,7 +63,7 @@ class HostLease:
         key = home_key(self.home)
         acquiring = self.clock.renewal_starts()
         with store.transaction():
-            previous = epoch_lease.previous_host(key)
+            previous = host_leases.previous_host(key)
             previous_host_id = previous.host_id if previous else None
             self.previous_heartbeat_at = previous.heartbeat_at if previous else None
             # The home's row names a host on this machine: its pid can be checked.
@@ -79,7 +79,7 @@ class HostLease:
             store.fence = self.fence
             self.is_duty_host = epoch_lease.is_duty_host(self.held)
 
-    def _take_epoch(self, key: str, *, holder_is_dead: bool) -> epoch_lease.EpochLease:
+    def _take_epoch(self, key: str, *, holder_is_dead: bool) -> host_leases.EpochLease:
         return epoch_lease.acquire_epoch(
             self.host_id,
             os.getpid(),
@@ -99,7 +99,7 @@ class HostLease:
     def release(self) -> None:
         if self.held is not None:
             with contextlib.suppress(Exception):
-                epoch_lease.release_epoch(self.held)
+                host_leases.release_epoch(self.held)
             self.held = None
 
     def heartbeat(self) -> None:
@@ -175,7 +175,7 @@ class HostLease:
         acquiring = self.clock.renewal_starts()
         try:
             with store.transaction():
-                current = epoch_lease.previous_host(key)
+                current = host_leases.previous_host(key)
                 lease = self._take_epoch(
                     key, holder_is_dead=current is None or current.host_id in (None, self.host_id)
                 )

@@ -19,7 +19,14 @@ from ..event_types import EventType
 from ..limits import MAX_INPUT_BYTES, checked_json
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error, valid_id
-from ..storage import decision_resolutions, effects, read_json, record_run_change, run_claims
+from ..storage import (
+    decision_resolutions,
+    effects,
+    host_leases,
+    read_json,
+    record_run_change,
+    run_claims,
+)
 from ..storage.models import (
     RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -34,7 +41,7 @@ from ..storage.prepared import tuple_rows
 from ..storage.run_graph import run_graph, store_definition
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.transcripts import attempt_transcripts
-from . import epoch_lease, forwarded_commands
+from . import forwarded_commands
 from .receipts import OperationResult, apply_durable, execute_durable, outcome_for_error, refusal
 from .session_views import unfinished_session_run
 
@@ -581,7 +588,7 @@ class Operations:
             if host.store.unavailable:  # a deleted SQLite file still reads, but stale
                 raise DatabaseUnavailableError(host.store.unavailable)
             counts = _database_counts()
-            hosts = [_host_record(row, self.slots.host_id) for row in epoch_lease.live_hosts()]
+            hosts = [_host_record(row, self.slots.host_id) for row in host_leases.live_hosts()]
         except DatabaseUnavailableError:
             # What the host knows without its database, and why the rest is missing.
             unavailable = host.store.unavailable

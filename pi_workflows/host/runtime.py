@@ -28,11 +28,11 @@ from ..home import Home, home_key, prepare_home
 from ..hook_deadline import DeadlineRunner
 from ..storage import (
     StateStore,
+    host_leases,
     open_state,
     run_claims,
 )
 from ..storage.database import is_disk_full
-from ..storage.models import RunWorker
 from . import epoch_lease, forwarded_commands, hard_stop, lease_recovery, process_groups
 from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
@@ -184,7 +184,7 @@ class Host:
             self.store = open_state(self.home, self.database_url)
             self.worker_commits = CommitGroup(self.store, self.slots.claim_free_slots)
             with self.store.transaction():
-                previous = epoch_lease.previous_host(home_key(self.home))
+                previous = host_leases.previous_host(home_key(self.home))
             if previous is not None:
                 reaped = reap_orphan_workers(None if self.store.is_sqlite else previous.epoch)
                 if reaped:
@@ -392,14 +392,9 @@ def reap_orphan_workers(host_epoch: int | None) -> int:
     and start identity) are killed, so a recycled pid is safe.
     """
     reaped = 0
-    rows = RunWorker.select(RunWorker.pid, RunWorker.process_start_identity).where(
-        RunWorker.status.in_(("starting", "ready", "running")) & RunWorker.pid.is_null(False)
-    )
-    if host_epoch is not None:
-        rows = rows.where(RunWorker.host_epoch == host_epoch)
-    for row in rows:
+    for row in host_leases.workers_left_running(host_epoch):
         if row.pid is None or not row.process_start_identity:
-            continue  # (no pid: the query above already leaves such rows out)
+            continue  # (no pid: `workers_left_running` already leaves such rows out)
         if is_same_process(row.pid, row.process_start_identity):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(row.pid, signal.SIGKILL)

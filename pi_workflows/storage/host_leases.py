@@ -1,0 +1,205 @@
+"""The `host_state` rows and the host leases they record (SPEC §5, §14), and what the end
+of a host's lease does to its run claims and workers. Call these inside
+``StateStore.transaction()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..canonical import sha256_hex
+from ..clock import now_ms
+from .models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker
+
+# Serialises epoch allocation between hosts starting at once on PostgreSQL.
+_EPOCH_LOCK_KEY = 0x7069_7766  # "piwf"
+
+
+@dataclass(frozen=True)
+class EpochLease:
+    """The lease a host holds on its home's row: the row, its epoch and the secret token."""
+
+    host_id: str
+    token: str
+    epoch: int
+    pid: int
+    process_start_identity: str
+    row_id: int
+
+
+def is_live(row: HostState, now: int) -> bool:
+    """A host holds the row and its lease has not run out at `now`."""
+    return row.host_id is not None and row.expires_at is not None and row.expires_at > now
+
+
+def previous_host(key: str) -> HostState | None:
+    """The record of the last host of this home on this database, if any."""
+    return HostState.get_or_none(HostState.home_key == key)
+
+
+def live_hosts() -> list[HostState]:
+    """The rows of every host whose lease has not run out, oldest epoch first."""
+    now = now_ms()
+    return list(
+        HostState.select()
+        .where(HostState.host_id.is_null(False) & (HostState.expires_at > now))
+        .order_by(HostState.epoch)
+    )
+
+
+def lock_epoch_allocation() -> None:
+    """PostgreSQL: wait for other hosts taking an epoch, until this transaction ends."""
+    HostState._meta.database.execute_sql("SELECT pg_advisory_xact_lock(%s)", (_EPOCH_LOCK_KEY,))
+
+
+def newest_epoch() -> int:
+    """The highest epoch any host of this database took; 0 before the first."""
+    newest = HostState.select(HostState.epoch).order_by(HostState.epoch.desc()).first()
+    return newest.epoch if newest else 0
+
+
+def write_lease(
+    current: HostState | None,
+    key: str,
+    *,
+    epoch: int,
+    machine: str,
+    socket_address: str,
+    host_id: str,
+    token: str,
+    pid: int,
+    identity: str,
+    now: int,
+    expires_at: int,
+) -> int | None:
+    """This home's row with a new lease: the row id; None when `current` changed meanwhile."""
+    values: dict[str, Any] = {
+        "epoch": epoch,
+        "machine": machine,
+        "socket_address": socket_address,
+        "host_id": host_id,
+        "token_hash": sha256_hex(token),
+        "pid": pid,
+        "process_start_identity": identity,
+        "started_at": now,
+        "heartbeat_at": now,
+        "expires_at": expires_at,
+        "released_at": None,
+    }
+    if current is None:
+        row_id: int = HostState.insert(home_key=key, **values).execute()
+        return row_id
+    changed: int = (
+        HostState.update(**values)
+        .where((HostState.id == current.id) & (HostState.epoch == current.epoch))
+        .execute()
+    )
+    return current.id if changed == 1 else None
+
+
+def _own_row(lease: EpochLease) -> Any:
+    return (
+        (HostState.id == lease.row_id)
+        & (HostState.epoch == lease.epoch)
+        & (HostState.host_id == lease.host_id)
+        & (HostState.token_hash == sha256_hex(lease.token))
+    )
+
+
+def _released(now: int) -> dict[str, Any]:
+    """A row's lease cleared; its epoch and last heartbeat stay."""
+    return {
+        "host_id": None,
+        "token_hash": None,
+        "pid": None,
+        "process_start_identity": None,
+        "started_at": None,
+        "expires_at": None,
+        "released_at": now,
+    }
+
+
+def renew_lease(lease: EpochLease, now: int, expires_at: int) -> bool:
+    """Extend the host's live lease to `expires_at`; False when it is no longer held."""
+    changed: int = (
+        HostState.update(heartbeat_at=now, expires_at=expires_at)
+        .where(_own_row(lease) & (HostState.expires_at > now))
+        .execute()
+    )
+    return changed == 1
+
+
+def share_live_lease(lease: EpochLease, now: int) -> bool:
+    """Hold the host's row until commit if its lease is live at `now`; False when it is not."""
+    # `FOR SHARE`: a takeover of this host waits for the transaction, and a transaction
+    # after a takeover finds no row.
+    row = (
+        HostState.select(HostState.id)
+        .where(_own_row(lease) & (HostState.expires_at > now))
+        .for_update("FOR SHARE")  # type: ignore[arg-type]  # peewee takes the clause text
+        .first()
+    )
+    return row is not None
+
+
+def release_epoch(lease: EpochLease) -> bool:
+    """Give up the lease; the epoch and the last heartbeat stay for the next host."""
+    changed: int = HostState.update(**_released(now_ms())).where(_own_row(lease)).execute()
+    return changed == 1
+
+
+def expired_hosts(own_row_id: int, now: int) -> list[HostState]:
+    """The rows of other hosts that still hold a lease which ran out by `now`."""
+    return list(
+        HostState.select().where(
+            HostState.host_id.is_null(False)
+            & (HostState.expires_at <= now)
+            & (HostState.id != own_row_id)
+        )
+    )
+
+
+def release_expired(row: HostState, now: int) -> bool:
+    """Clear an expired lease, compare-and-set on its epoch; False if another host did."""
+    changed: int = (
+        HostState.update(**_released(now))
+        .where(
+            (HostState.id == row.id)
+            & (HostState.epoch == row.epoch)
+            & (HostState.expires_at <= now)
+        )
+        .execute()
+    )
+    return changed == 1
+
+
+def expire_claims_of(host_id: str, now: int) -> None:
+    """The run claims that host holds expire at `now`."""
+    Lease.update(expires_at=now).where(
+        (Lease.owner_id == host_id) & (Lease.expires_at > now)
+    ).execute()
+
+
+def orphan_workers_of(host_epoch: int, now: int) -> None:
+    """The live workers of that host epoch count as orphaned from `now`."""
+    RunWorker.update(status="orphaned", finished_at=now).where(
+        (RunWorker.host_epoch == host_epoch) & RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
+    ).execute()
+
+
+def orphan_workers_outside(live_epochs: list[int], now: int) -> None:
+    """The live workers of every host epoch but `live_epochs` count as orphaned from `now`."""
+    RunWorker.update(status="orphaned", finished_at=now).where(
+        RunWorker.host_epoch.not_in(live_epochs) & RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
+    ).execute()
+
+
+def workers_left_running(host_epoch: int | None) -> list[RunWorker]:
+    """The live workers with a pid: of the host of `host_epoch`, or of every host (None)."""
+    rows = RunWorker.select(RunWorker.pid, RunWorker.process_start_identity).where(
+        RunWorker.status.in_(ACTIVE_WORKER_STATUSES) & RunWorker.pid.is_null(False)
+    )
+    if host_epoch is not None:
+        rows = rows.where(RunWorker.host_epoch == host_epoch)
+    return list(rows)
