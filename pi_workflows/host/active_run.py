@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .run_progress import ProgressMark
+from ..storage.run_poison import ProgressMark
 from .supervisor import WorkerSupervisor
 
 

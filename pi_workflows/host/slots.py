@@ -48,9 +48,9 @@ from ..event_types import EventType
 from ..hook_deadline import DeadlineRunner
 from ..records import Claim, HostInfo, RunRecord, WorkerLaunchEnvelope
 from ..storage import StateStore, run_claims
+from ..storage.run_poison import ProgressMark
 from ..storage.runs import run_record, run_records
 from .active_run import ActiveRun
-from .run_progress import ProgressMark
 
 log = logging.getLogger("pi_workflows.host")
 

@@ -21,7 +21,7 @@ from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import Claim, WorkerLaunchEnvelope, WorkerSettings
-from ..storage import effects, put_json, put_text, run_claims, run_workers
+from ..storage import effects, put_json, put_text, run_claims, run_poison, run_workers
 from ..storage.database import masked_url
 from ..storage.runs import current_status, run_fields
 from ..worker.command import is_worker_command
@@ -102,7 +102,7 @@ class WorkerLives:
             "databaseUrl": masked_url(self.database_url) if self.database_url else None,
             "home": str(self.home.root),
         }
-        progress = run_progress.progress_mark(run_id)
+        progress = run_poison.progress_mark(run_id)
         run_workers.record_worker(
             worker_epoch,
             run_id,
@@ -259,7 +259,7 @@ class WorkerLives:
             if not run_claims.verify_claim(run_id, token, active.generation):
                 return
             # Measured before effect recovery, which writes bookkeeping of its own.
-            made_progress = run_progress.progress_mark(run_id) != active.progress
+            made_progress = run_poison.progress_mark(run_id) != active.progress
             in_doubt = effects.recover_interrupted(run_id, active.generation)
             if in_doubt:
                 self.slots.blocked_runs.add(run_id)

@@ -1,0 +1,61 @@
+"""What tells whether a run is moving on or one node keeps killing its workers (SPEC §7.4).
+
+Progress is a committed node result or a lifecycle transition of the run. Bookkeeping a
+worker writes on every launch (`run.relaunched`, `node.started`, an attempt marked
+`interrupted`) bumps the run revision too, so the revision cannot be the measure: a node
+that kills its worker would then be relaunched forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from peewee import SQL, fn
+
+from .models import NodeAttempt, Run, RunWorker
+from .prepared import PreparedQuery
+
+FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
+
+
+@dataclass(frozen=True)
+class ProgressMark:
+    finished_attempts: int
+    run_status: str
+
+
+_PROGRESS = PreparedQuery(
+    lambda p: Run.select(
+        Run.status,
+        NodeAttempt.select(fn.COUNT(SQL("*"))).where(
+            (NodeAttempt.run == p.run_id) & NodeAttempt.status.in_(FINISHED_ATTEMPT_STATUSES)
+        ),
+    ).where(Run.run_id == p.run_id)
+)
+
+
+def progress_mark(run_id: str) -> ProgressMark:
+    """The run's progress so far; equal marks mean nothing was achieved in between."""
+    row = _PROGRESS.first(run_id=run_id)
+    status, finished = row if row is not None else (None, 0)
+    return ProgressMark(finished, status)
+
+
+def latest_attempts(run_id: str, limit: int) -> list[NodeAttempt]:
+    """The node and status of the run's `limit` latest node attempts, newest first."""
+    return list(
+        NodeAttempt.select(NodeAttempt.node_id, NodeAttempt.status)
+        .where(NodeAttempt.run == run_id)
+        .order_by(NodeAttempt.started_at.desc(), NodeAttempt.attempt_number.desc())
+        .limit(limit)
+    )
+
+
+def latest_workers(run_id: str, limit: int) -> list[RunWorker]:
+    """The status of the run's `limit` latest workers, newest first."""
+    return list(
+        RunWorker.select(RunWorker.status)
+        .where(RunWorker.run == run_id)
+        .order_by(RunWorker.started_at.desc(), RunWorker.generation.desc())
+        .limit(limit)
+    )
