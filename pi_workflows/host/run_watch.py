@@ -22,8 +22,8 @@ from ..errors import InvalidInputError
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
 from ..protocol.worker_messages import WorkerOperation
-from ..storage.models import TERMINAL_RUN_STATUSES
 from ..storage.run_progress import progress_after
+from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import get_run, run_status, run_statuses
 from .features import feature_hook
 from .operations import OperationTable
@@ -175,7 +175,7 @@ class RunWatches:
         }
         why = explain(watch.run_id, host_view(self.services))
         settled = (
-            status["status"] in TERMINAL_RUN_STATUSES
+            is_terminal_status(status["status"])
             or status["status"] == "waiting"
             or why["code"] in OPERATOR_HOLDS
         )

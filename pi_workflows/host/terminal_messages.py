@@ -19,7 +19,7 @@ from ..bounded_values import bounded_terminal_facts
 from ..clock import now_ms
 from ..errors import PluginError
 from ..records import MessageContent, TerminalFacts
-from ..storage.models import TERMINAL_RUN_STATUSES
+from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import run_record
 from ..storage.terminal_facts import (
     StateOverride,
@@ -160,5 +160,5 @@ class TerminalMessages:
 
     @feature_hook
     def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
-        if new_status in TERMINAL_RUN_STATUSES:
+        if is_terminal_status(new_status):
             self.try_ensure(run_id)
