@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING
 from ..clock import now_ms
 from ..errors import PiWorkflowsError
 from ..protocol.client_messages import ClientRequest
-from ..storage.models import ForwardedCommand, Lease
+from ..storage.forwarded_commands import (
+    ForwardedCommand,
+    pending_forwarded_commands,
+    record_forwarded_command,
+    record_forwarded_outcome,
+    run_claim,
+    take_forwarded_command,
+)
 from .receipts import OperationResult
 
 if TYPE_CHECKING:
@@ -31,19 +38,13 @@ def owned_elsewhere(slots: WorkerSlots, run_id: str) -> bool:
     """True while another host holds the run's live claim."""
     if slots.is_busy(run_id):
         return False
-    lease = Lease.get_or_none(Lease.run == run_id)
+    lease = run_claim(run_id)
     return lease is not None and lease.owner_id != slots.host_id and lease.is_live(now_ms())
 
 
 def forward(request: ClientRequest, run_id: str) -> OperationResult:
     """Record the command for the run's owner (inside the command's transaction)."""
-    ForwardedCommand.create(
-        run=run_id,
-        operation=request.operation,
-        client_id=request.client_id,
-        status="pending",
-        created_at=now_ms(),
-    )
+    record_forwarded_command(run_id, request.operation, request.client_id)
     return OperationResult(
         "accepted",
         receipt={
@@ -57,16 +58,10 @@ def forward(request: ClientRequest, run_id: str) -> OperationResult:
 
 def apply_pending(slots: WorkerSlots, store: StateStore, table: OperationTable) -> None:
     """Poll: apply the commands for runs this host owns, or that no live host owns."""
-    pending = list(
-        ForwardedCommand.select(ForwardedCommand, Lease)
-        .join(Lease, on=(Lease.run == ForwardedCommand.run))
-        .where(ForwardedCommand.status == "pending")
-        .order_by(ForwardedCommand.command_id)
-    )
+    pending = pending_forwarded_commands()
     now = now_ms()
-    for command in pending:
+    for command, lease in pending:
         run_id = command.run_id
-        lease: Lease = command.lease  # type: ignore[attr-defined]  # the row joined above
         mine = slots.is_busy(run_id)
         unowned = not lease.is_live(now)
         if mine or unowned:
@@ -86,19 +81,9 @@ def _apply(store: StateStore, table: OperationTable, command: ForwardedCommand) 
     )
     try:
         with store.transaction():
-            taken = (
-                ForwardedCommand.update(status="applied", applied_at=now_ms())
-                .where(
-                    (ForwardedCommand.command_id == command.command_id)
-                    & (ForwardedCommand.status == "pending")
-                )
-                .execute()
-            )
-            if taken != 1:
+            if not take_forwarded_command(command.command_id):
                 return  # another host applied it
             result = table.durable_handler(command.operation)(request)
-            ForwardedCommand.update(outcome=result.outcome).where(
-                ForwardedCommand.command_id == command.command_id
-            ).execute()
+            record_forwarded_outcome(command.command_id, result.outcome)
     except PiWorkflowsError as error:
         log.warning("forwarded %s of a run failed: %s", command.operation, error)
