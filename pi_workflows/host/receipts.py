@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..clock import now_ms
 from ..errors import (
     ClaimLostError,
     ConflictError,
@@ -17,8 +16,8 @@ from ..errors import (
 )
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error
-from ..storage import StateStore, put_json, put_text, read_json, read_text, statements
-from ..storage.models import HostCommand
+from ..storage import StateStore, read_json, read_text, statements
+from ..storage.receipts import record_receipt
 
 
 @dataclass
@@ -96,35 +95,21 @@ def apply_durable(
     if adopted is not None:
         return adopted
     result = operation()
-    _record(request, result, host_epoch)
+    record_receipt(
+        request,
+        run_id=result.run_id or request.run_id,
+        accepted_revision=result.revision,
+        outcome=result.outcome,
+        receipt=result.receipt,
+        error=result.error,
+        host_epoch=host_epoch,
+    )
     return _answer(request, result)
 
 
 def refusal(request: ClientRequest, error: PiWorkflowsError) -> dict[str, Any]:
     """The answer to a request that `error` refused (nothing of it was written)."""
     return response(request.request_id, outcome_for_error(error), error=one_line_error(error))
-
-
-def _record(request: ClientRequest, result: OperationResult, host_epoch: int) -> None:
-    stamp = now_ms()
-    statements.insert_row(
-        HostCommand,
-        {
-            "request_id": request.request_id,
-            "client_id": request.client_id,
-            "operation": request.operation,
-            "idempotency_key": request.idempotency_key,
-            "request_fingerprint": request.fingerprint,
-            "run_id": result.run_id or request.run_id,
-            "accepted_revision": result.revision,
-            "outcome": result.outcome,
-            "receipt_hash": put_json(result.receipt) if result.receipt is not None else None,
-            "error_hash": put_text(result.error) if result.error is not None else None,
-            "host_epoch": host_epoch,
-            "created_at": stamp,
-            "completed_at": stamp,
-        },
-    )
 
 
 def _answer(request: ClientRequest, result: OperationResult) -> dict[str, Any]:
