@@ -22,7 +22,8 @@ from ..canonical import sha256_hex
 from ..errors import InvalidInputError
 from ..protocol.client_messages import ClientRequest
 from ..storage import effects, read_json
-from ..storage.models import TERMINAL_RUN_STATUSES, Run
+from ..storage.restart_chain import Run, outcome_seen_in_chain, restart_child
+from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import create_derived_run, get_run
 from ..storage.terminal_facts import latest_terminal_message
 from ..storage.workflow_messages import message_json
@@ -74,7 +75,7 @@ def restart_run(request: ClientRequest) -> OperationResult:
         return refuse("Workflow run belongs to another session")
     if run.status == "cancelled":
         return refuse(CANCELLED_REFUSAL)
-    if run.status not in TERMINAL_RUN_STATUSES:
+    if not is_terminal_status(run.status):
         return refuse(f"Workflow run is {run.status}; only a finished run can be restarted")
     if request.expected_revision is None:
         raise InvalidInputError(
@@ -88,7 +89,7 @@ def restart_run(request: ClientRequest) -> OperationResult:
             f"{request.expected_revision}); read it again and decide again.",
             run_id=run_id,
         )
-    child = Run.get_or_none((Run.parent_run_id == run_id) & (Run.lineage_kind == "restart"))
+    child = restart_child(run_id)
     if child is not None:
         return OperationResult("adopted", receipt=_receipt(child), run_id=child.run_id)
     if run.restart_number >= RESTART_LIMIT:
@@ -117,10 +118,7 @@ def restart_run(request: ClientRequest) -> OperationResult:
     if terminal.get("status") == "cancelled":
         return refuse(CANCELLED_REFUSAL)
     fingerprint = terminal["terminalFingerprint"]
-    repeated = Run.select().where(
-        (Run.root_run_id == run.root_run_id) & (Run.parent_terminal_fingerprint == fingerprint)
-    )
-    if repeated.exists():
+    if outcome_seen_in_chain(run.root_run_id, fingerprint):
         return refuse("The same terminal outcome already occurred in this restart chain")
     child, _ = create_derived_run(
         run,
