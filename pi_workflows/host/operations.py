@@ -27,18 +27,10 @@ from ..storage import (
     record_run_change,
     run_claims,
 )
-from ..storage.models import (
-    RUN_STATUSES,
-    TERMINAL_RUN_STATUSES,
-    Effect,
-    HostState,
-    InteractiveRequest,
-    Lease,
-    Run,
-    RunQueue,
-)
-from ..storage.prepared import tuple_rows
+from ..storage.host_status import HostState, host_status_counts
 from ..storage.run_graph import run_graph, store_definition
+from ..storage.run_operations import RUN_STATUSES, Run, park_queued_run, run_lease
+from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.transcripts import attempt_transcripts
 from . import forwarded_commands
@@ -353,7 +345,7 @@ class Operations:
         run_id = request.target_run_id()
         run = get_run(run_id)
         host = self.host
-        if run.status in TERMINAL_RUN_STATUSES:
+        if is_terminal_status(run.status):
             # Checked before the slots: a cancelled run's worker may still be exiting, and
             # its spent claim token must not turn a repeat into "claim lost".
             return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
@@ -368,7 +360,7 @@ class Operations:
         if not run_claims.terminate_run(
             run_id, token, status="cancelled", code="cancelled", error="Workflow run cancelled"
         ):
-            if get_run(run_id).status in TERMINAL_RUN_STATUSES:
+            if is_terminal_status(get_run(run_id).status):
                 # Its worker finished it between the read above and the fenced write.
                 return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
             if token is not None:
@@ -397,7 +389,7 @@ class Operations:
         run = get_run(run_id)
         host = self.host
         receipt = {"runId": run_id, "status": "parked", "paused": True}
-        if run.status in TERMINAL_RUN_STATUSES:
+        if is_terminal_status(run.status):
             return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
         if run.paused:
             return OperationResult(
@@ -430,12 +422,9 @@ class Operations:
                 slots.pending_claims.pop(run_id, None)
                 detail = "The run was paused before its worker started."
         else:
-            lease = Lease.get_by_id(run_id)
-            if lease.is_live(now_ms()):
+            if run_lease(run_id).is_live(now_ms()):
                 return OperationResult("rejected", error="Run is not pausable", run_id=run_id)
-            RunQueue.update(status="parked", updated_at=now_ms()).where(
-                (RunQueue.run == run_id) & (RunQueue.status == "queued")
-            ).execute()
+            park_queued_run(run_id)
             detail = "The run is durably paused."
         revision = record_run_change(
             run_id,
@@ -472,7 +461,7 @@ class Operations:
                 },
                 run_id=run_id,
             )
-        if run.status in TERMINAL_RUN_STATUSES:
+        if is_terminal_status(run.status):
             return OperationResult("rejected", error="Run is already terminal", run_id=run_id)
         in_doubt = effects.ambiguous_effect_ids(run_id)
         if in_doubt:
@@ -587,47 +576,13 @@ class Operations:
         try:
             if host.store.unavailable:  # a deleted SQLite file still reads, but stale
                 raise DatabaseUnavailableError(host.store.unavailable)
-            counts = _database_counts()
+            counts = host_status_counts()
             hosts = [_host_record(row, self.slots.host_id) for row in host_leases.live_hosts()]
         except DatabaseUnavailableError:
             # What the host knows without its database, and why the rest is missing.
             unavailable = host.store.unavailable
             return {"state": "databaseUnavailable", "databaseUnavailable": unavailable, **own}
         return {"state": "running", "databaseUnavailable": None, **own, **counts, "hosts": hosts}
-
-
-def _database_counts() -> dict[str, int]:
-    """The run counts of `host status`, read from the database."""
-    now = now_ms()
-    queue_counts: dict[str, int] = {}
-    for row in RunQueue.select(RunQueue.status):
-        queue_counts[row.status] = queue_counts.get(row.status, 0) + 1
-    expired_claims = (
-        Lease.select()
-        .join(RunQueue, on=(RunQueue.run == Lease.run))
-        .where(
-            Lease.owner_id.is_null(False)
-            & (Lease.expires_at <= now)
-            & RunQueue.status.not_in(run_claims.TERMINAL_QUEUE_STATUSES)
-        )
-        .count()
-    )
-    return {
-        "queuedRuns": queue_counts.get("queued", 0),
-        "runningRuns": queue_counts.get("starting", 0) + queue_counts.get("running", 0),
-        "parkedRuns": queue_counts.get("parked", 0),
-        "waitingRuns": Run.select().where(Run.status == "waiting").count(),
-        # Durable: a held run's queue row carries its error code across restarts.
-        "blockedRuns": RunQueue.select()
-        .where((RunQueue.status == "parked") & RunQueue.error_code.is_null(False))
-        .count(),
-        "expiredClaims": expired_claims,
-        "pendingInteractions": InteractiveRequest.select()
-        .where(InteractiveRequest.status == "pending")
-        .count(),
-        "ambiguousEffects": _ambiguous_effects(),
-        "lifecycleContradictions": _lifecycle_contradictions(),
-    }
 
 
 def _host_record(row: HostState, own_host_id: str) -> dict[str, Any]:
@@ -643,41 +598,6 @@ def _host_record(row: HostState, own_host_id: str) -> dict[str, Any]:
         "leaseExpiresAt": row.expires_at,
         "self": row.host_id == own_host_id,
     }
-
-
-ALLOWED_QUEUE_FOR_RUN = {
-    # A run that never started may be parked (paused, or its launch made no progress).
-    "queued": ("queued", "starting", "parked"),
-    "running": ("starting", "running", "parked"),
-    "waiting": ("parked", "done"),  # done: answered, a continuation run carries on
-    "completed": ("done",),
-    "failed": ("failed",),
-    "timed_out": ("failed",),
-    "cancelled": ("cancelled",),
-}
-
-
-def _ambiguous_effects() -> int:
-    """Effects an operator must settle: ambiguous ones, and ones left `applying` by a
-    worker that is gone (their run is no longer running)."""
-    return (
-        Effect.select()
-        .join(RunQueue, on=(RunQueue.run == Effect.run))
-        .where(
-            (Effect.status == "ambiguous")
-            | ((Effect.status == "applying") & RunQueue.status.not_in(("starting", "running")))
-        )
-        .count()
-    )
-
-
-def _lifecycle_contradictions() -> int:
-    rows = Run.select(Run.status, RunQueue.status.alias("queue_status")).join(
-        RunQueue, on=(RunQueue.run == Run.run_id)
-    )
-    return sum(
-        1 for status, queue in tuple_rows(rows) if queue not in ALLOWED_QUEUE_FOR_RUN[status]
-    )
 
 
 def _text(payload: dict[str, Any], key: str) -> str:
