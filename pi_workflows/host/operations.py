@@ -32,10 +32,10 @@ from ..storage.run_graph import run_graph, store_definition
 from ..storage.run_operations import RUN_STATUSES, Run, park_queued_run, run_lease
 from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
+from ..storage.sessions import unfinished_session_run
 from ..storage.transcripts import attempt_transcripts
 from . import forwarded_commands
 from .receipts import OperationResult, apply_durable, execute_durable, outcome_for_error, refusal
-from .session_views import unfinished_session_run
 
 # `run.startBatch`: at most this many runs per request (and one frame, at most 1 MiB).
 MAX_BATCH_RUNS = 1000

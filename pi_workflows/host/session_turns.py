@@ -17,16 +17,16 @@ from ..clock import now_ms
 from ..errors import TurnConflictError
 from ..event_types import EventType
 from ..records import TurnReport
-from ..storage import record_run_change, run_claims, step_deadlines
+from ..storage import interactions, record_run_change, run_claims, step_deadlines
 from ..storage import turns as turn_store
-from ..storage.models import InteractiveRequest, Lease, Run, RunQueue
+from ..storage.run_rows import find_queue_row, find_run_row, lease_row, queue_row, run_row
 from ..storage.runs import run_record
 from ..storage.workflow_messages import (
     cancel_pending_for_source,
     ensure_interaction_message,
     get_workflow_message,
 )
-from .session_views import is_validating, open_message_id
+from .session_views import open_message_id
 
 PAUSED_DETAIL = "paused: the session interrupted the workflow step"
 
@@ -63,11 +63,11 @@ class TurnContext:
 
     def run_is_terminal(self, run_id: str) -> bool:
         """True when the run is missing or its queue row is done, failed or cancelled."""
-        queue = RunQueue.get_or_none(RunQueue.run == run_id)
+        queue = find_queue_row(run_id)
         return queue is None or queue.status in run_claims.TERMINAL_QUEUE_STATUSES
 
     def run_is_paused(self, run_id: str) -> bool:
-        run = Run.get_or_none(Run.run_id == run_id)
+        run = find_run_row(run_id)
         return bool(run is not None and run.paused)
 
     def open_message_id(self, session_id: str) -> str | None:
@@ -100,7 +100,7 @@ class TurnContext:
         message = get_workflow_message(message_id)
         if message.kind != "step":
             return None
-        request = InteractiveRequest.get_or_none(InteractiveRequest.request_id == message.source_id)
+        request = interactions.find_request(message.source_id)
         if request is None or request.status != "pending":
             return None
         return {
@@ -109,7 +109,7 @@ class TurnContext:
             "nodeId": request.node_id,
             "unproductiveTurnEnds": request.unproductive_turn_ends,
             "paused": self.run_is_paused(request.run_id),
-            "validating": is_validating(request.request_id),
+            "validating": interactions.is_validating(request.request_id),
         }
 
     def unproductive_turn_limit(self, step: dict[str, Any]) -> int:
@@ -119,34 +119,20 @@ class TurnContext:
     def count_unproductive_end(self, request_id: str) -> int | None:
         """Count one more turn that ended without a valid submission; the new count, or
         None when the step is no longer pending."""
-        changed = (
-            InteractiveRequest.update(
-                unproductive_turn_ends=InteractiveRequest.unproductive_turn_ends + 1,
-                revision=InteractiveRequest.revision + 1,
-                updated_at=self.now,
-            )
-            .where(
-                (InteractiveRequest.request_id == request_id)
-                & (InteractiveRequest.status == "pending")
-            )
-            .execute()
-        )
-        if changed != 1:
-            return None
-        return InteractiveRequest.get_by_id(request_id).unproductive_turn_ends
+        return interactions.count_unproductive_end(request_id, self.now)
 
     def remind(self, request_id: str, preface: str) -> None:
         """Present the step again as a `reminder` message that starts with `preface`."""
         cancel_pending_for_source(request_id, "step")
-        ensure_interaction_message(InteractiveRequest.get_by_id(request_id), "reminder", preface)
+        ensure_interaction_message(interactions.get_request(request_id), "reminder", preface)
 
     def pause_step(self, request_id: str) -> None:
         """Pause the step's parked run (the session interrupted it) and withdraw its prompts."""
-        run_id = InteractiveRequest.get_by_id(request_id).run_id
-        run = Run.get_by_id(run_id)
+        run_id = interactions.get_request(request_id).run_id
+        run = run_row(run_id)
         if not run.paused:
-            lease = Lease.get_by_id(run_id)
-            queue = RunQueue.get_by_id(run_id)
+            lease = lease_row(run_id)
+            queue = queue_row(run_id)
             is_owned = lease.is_live(self.now)
             if queue.status != "parked" or is_owned:
                 raise TurnConflictError(
@@ -164,12 +150,10 @@ class TurnContext:
 
     def fail_step(self, request_id: str, error: str, code: str = "unproductiveTurns") -> None:
         """Cancel the step and fail its run with `code` and `error`."""
-        run_id = InteractiveRequest.get_by_id(request_id).run_id
+        run_id = interactions.get_request(request_id).run_id
         cancel_pending_for_source(request_id, "step")
-        InteractiveRequest.update(
-            status="cancelled", revision=InteractiveRequest.revision + 1, updated_at=self.now
-        ).where(InteractiveRequest.request_id == request_id).execute()
-        old_status = Run.get_by_id(run_id).status
+        interactions.cancel_request(request_id, self.now)
+        old_status = run_row(run_id).status
         failed = run_claims.terminate_run(
             run_id,
             None,

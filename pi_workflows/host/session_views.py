@@ -13,17 +13,21 @@ from ..bounded_values import quoted
 from ..canonical import canonical_json
 from ..clock import now_ms
 from ..storage import read_json
-from ..storage.models import (
-    TERMINAL_RUN_STATUSES,
-    HumanDecision,
-    InteractiveRequest,
-    InteractiveSubmission,
-    Run,
-    RunQueue,
-    WorkflowMessage,
-)
+from ..storage.interactions import InteractiveRequest, is_validating
 from ..storage.runs import run_status
-from ..storage.terminal_facts import TERMINAL_QUEUE_STATUSES
+from ..storage.sessions import (
+    TERMINAL_RUN_STATUSES,
+    Run,
+    WorkflowMessage,
+    messages_with_runs,
+    newest_finished_run_message,
+    pending_request_count,
+    pending_requests,
+    pending_source_ids,
+    sent_messages_newest_first,
+    source_is_pending,
+    unfinished_session_run,
+)
 from ..storage.turns import latest_turn_for_message, open_turn_for_message, turn_json
 from ..storage.workflow_messages import message_json
 
@@ -36,18 +40,6 @@ MAX_VIEW_MESSAGES = 64
 VIEW_MESSAGE_BYTES = 512 * 1024
 # A pending step's prompt is also its step message's text: the view lists it cut.
 PROMPT_MARKER = "[prompt truncated; the step's workflow message carries the whole prompt]"
-
-
-def is_validating(request_id: str) -> bool:
-    """Does a submission of this request wait for the node's validator?"""
-    return (
-        InteractiveSubmission.select()
-        .where(
-            (InteractiveSubmission.request == request_id)
-            & (InteractiveSubmission.outcome == "validating")
-        )
-        .exists()
-    )
 
 
 def pending_interaction_json(request: InteractiveRequest) -> dict[str, Any]:
@@ -66,20 +58,12 @@ def pending_interaction_json(request: InteractiveRequest) -> dict[str, Any]:
     }
 
 
-def _request_pending(source_id: str) -> bool:
-    request = InteractiveRequest.get_or_none(InteractiveRequest.request_id == source_id)
-    if request is not None:
-        return request.status == "pending"
-    decision = HumanDecision.get_or_none(HumanDecision.decision_id == source_id)
-    return decision is not None and decision.status == "pending"
-
-
 def _eligible(message: WorkflowMessage, run: Run) -> bool:
     """May this pending message be sent now (SPEC §9.1, reference §3.6)?"""
     if message.kind == "step":
-        return _request_pending(message.source_id) and not run.paused
+        return source_is_pending(message.source_id) and not run.paused
     if message.kind == "decision":
-        return _request_pending(message.source_id)
+        return source_is_pending(message.source_id)
     if message.kind == "terminal":
         return run.status in TERMINAL_RUN_STATUSES
     return True
@@ -88,7 +72,7 @@ def _eligible(message: WorkflowMessage, run: Run) -> bool:
 def _is_open(message: WorkflowMessage, run: Run) -> bool:
     """A sent message that still owns the session's next model turn."""
     if message.kind == "step":
-        return _request_pending(message.source_id) and not run.paused
+        return source_is_pending(message.source_id) and not run.paused
     if message.kind in ("terminal", "followUp"):
         latest = latest_turn_for_message(message.workflow_message_id)
         return latest is None or latest.state == "started"
@@ -97,32 +81,10 @@ def _is_open(message: WorkflowMessage, run: Run) -> bool:
 
 def open_message_id(session_id: str) -> str | None:
     """The newest sent message of the session that is still open, if any."""
-    sent = (
-        WorkflowMessage.select(WorkflowMessage, Run)
-        .join(Run, on=(Run.run_id == WorkflowMessage.run))
-        .where(
-            (WorkflowMessage.target_session_id == session_id) & (WorkflowMessage.status == "sent")
-        )
-        .order_by(WorkflowMessage.order_number.desc())
-    )
-    for message in sent:
+    for message in sent_messages_newest_first(session_id):
         if _is_open(message, message.run):
             return message.workflow_message_id
     return None
-
-
-def unfinished_session_run(session_id: str) -> Run | None:
-    """The session's one unfinished run: its newest run whose queue row is not done,
-    failed or cancelled (a parent answered by a continuation is done)."""
-    return (
-        Run.select()
-        .join(RunQueue, on=(RunQueue.run == Run.run_id))
-        .where(
-            (Run.origin_session_id == session_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)
-        )
-        .order_by(Run.created_at.desc())
-        .first()
-    )
 
 
 def _retention_ms() -> int:
@@ -133,17 +95,7 @@ def _retention_ms() -> int:
 def _retained_run(session_id: str) -> Run | None:
     """A finished run stays while its result is being presented: its terminal message is
     pending, or sent with its turn missing or open, or the turn ended only just now."""
-    newest = (
-        WorkflowMessage.select(WorkflowMessage, Run)
-        .join(Run, on=(Run.run_id == WorkflowMessage.run))
-        .where(
-            (WorkflowMessage.target_session_id == session_id)
-            & (WorkflowMessage.kind == "terminal")
-            & Run.status.in_(TERMINAL_RUN_STATUSES)
-        )
-        .order_by(WorkflowMessage.order_number.desc())
-        .first()
-    )
+    newest = newest_finished_run_message(session_id)
     if newest is None:
         return None
     if newest.status == "pending":
@@ -161,12 +113,7 @@ def _current_run(session_id: str) -> Run | None:
 
 def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[str, Any]:
     """The view for one viewer; `coordinator` is ``{epoch, active, branchReported}`` or None."""
-    messages = list(
-        WorkflowMessage.select(WorkflowMessage, Run)
-        .join(Run, on=(Run.run_id == WorkflowMessage.run))
-        .where(WorkflowMessage.target_session_id == session_id)
-        .order_by(WorkflowMessage.order_number)
-    )
+    messages = messages_with_runs(session_id)
     next_id = next(
         (m.workflow_message_id for m in messages if m.status == "pending" and _eligible(m, m.run)),
         None,
@@ -174,14 +121,6 @@ def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[st
     may_send = coordinator is None or (coordinator["active"] and coordinator["branchReported"])
     open_id = open_message_id(session_id)
     open_turn = open_turn_for_message(open_id) if open_id else None
-    requests = (
-        InteractiveRequest.select()
-        .where(
-            (InteractiveRequest.target_session_id == session_id)
-            & (InteractiveRequest.status == "pending")
-        )
-        .order_by(InteractiveRequest.created_at, InteractiveRequest.request_id)
-    )
     current = _current_run(session_id)
     shown = _message_window(messages, {next_id, open_id})
     return {
@@ -189,9 +128,10 @@ def session_view(session_id: str, coordinator: dict[str, Any] | None) -> dict[st
         "sessionId": session_id,
         "run": _bounded_run(current.run_id) if current is not None else None,
         "pendingInteractions": [
-            pending_interaction_json(r) for r in requests.limit(MAX_PENDING_INTERACTIONS)
+            pending_interaction_json(r)
+            for r in pending_requests(session_id, MAX_PENDING_INTERACTIONS)
         ],
-        "pendingInteractionTotal": requests.count(),
+        "pendingInteractionTotal": pending_request_count(session_id),
         "workflowMessages": shown,
         "workflowMessageTotal": len(messages),
         "workflowMessagesOmitted": len(messages) - len(shown),
@@ -218,23 +158,7 @@ def _pending_sources(messages: list[WorkflowMessage]) -> set[str]:
     """Source ids of the step and decision messages whose request still waits (2 queries)."""
     steps = {m.source_id for m in messages if m.kind == "step"}
     decisions = {m.source_id for m in messages if m.kind == "decision"}
-    pending = set()
-    if steps:
-        pending |= {
-            row.request_id
-            for row in InteractiveRequest.select(InteractiveRequest.request_id).where(
-                InteractiveRequest.request_id.in_(list(steps))
-                & (InteractiveRequest.status == "pending")
-            )
-        }
-    if decisions:
-        pending |= {
-            row.decision_id
-            for row in HumanDecision.select(HumanDecision.decision_id).where(
-                HumanDecision.decision_id.in_(list(decisions)) & (HumanDecision.status == "pending")
-            )
-        }
-    return pending
+    return pending_source_ids(steps, decisions)
 
 
 def _message_window(messages: list[WorkflowMessage], wanted: set[str | None]) -> list[dict]:

@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-import peewee
-
 from .. import plugins
 from ..canonical import digest
 from ..clock import now_ms
@@ -35,7 +33,24 @@ from ..protocol.framing import valid_id
 from ..protocol.worker_messages import WorkerOperation
 from ..records import TurnReport
 from ..storage import put_json, read_json, record_run_change, run_state, step_deadlines
-from ..storage.models import InteractiveRequest, InteractiveSubmission, Lease, Run, WorkflowMessage
+from ..storage.interactions import (
+    InteractiveRequest,
+    InteractiveSubmission,
+    bump_request_revision,
+    cancel_request,
+    find_request,
+    get_request,
+    get_submission,
+    is_validating,
+    pending_step_request_of_run,
+    record_validating_submission,
+    reject_validating_submission,
+    reject_validating_submissions_of,
+    submission_for,
+    validating_submissions,
+)
+from ..storage.run_rows import find_run_row, lease_row, run_row
+from ..storage.sessions import is_constraint_violation, messages_for_source, pending_step_requests
 from ..storage.turns import STOP_REASONS, open_turns_for_session
 from ..storage.workflow_messages import (
     adopt_branch,
@@ -45,7 +60,7 @@ from ..storage.workflow_messages import (
 from .features import feature_hook
 from .receipts import OperationResult
 from .session_turns import TurnContext
-from .session_views import is_validating, session_view
+from .session_views import session_view
 
 if TYPE_CHECKING:
     from .operations import OperationTable
@@ -308,15 +323,8 @@ class Sessions:
             )
             plugins.adjudicate_turn_report(lost, ctx)
             ctx.settled_runs.add(turn.run_id)
-        pending = InteractiveRequest.select().where(
-            (InteractiveRequest.target_session_id == session_id)
-            & (InteractiveRequest.status == "pending")
-            & (InteractiveRequest.kind != "decision")
-        )
-        for request in pending:
-            messages = list(
-                WorkflowMessage.select().where(WorkflowMessage.source_id == request.request_id)
-            )
+        for request in pending_step_requests(session_id):
+            messages = messages_for_source(request.request_id)
             was_sent = any(m.status == "sent" for m in messages)
             if was_sent and not any(m.workflow_message_id in branch_ids for m in messages):
                 self._present_again(request)
@@ -324,10 +332,8 @@ class Sessions:
     def _present_again(self, request: InteractiveRequest) -> None:
         """A new `resumed` step message replaces whatever is pending for the request."""
         cancel_pending_for_source(request.request_id)
-        InteractiveRequest.update(revision=InteractiveRequest.revision + 1).where(
-            InteractiveRequest.request_id == request.request_id
-        ).execute()
-        ensure_interaction_message(InteractiveRequest.get_by_id(request.request_id), "resumed")
+        bump_request_revision(request.request_id)
+        ensure_interaction_message(get_request(request.request_id), "resumed")
 
     async def report_turn(self, request: ClientRequest, connection: Any) -> dict[str, Any]:
         report = _parse_turn_report(request.payload)
@@ -356,7 +362,7 @@ class Sessions:
     # --- interactions -------------------------------------------------------------------
 
     def _on_interaction_request(self, result: dict[str, Any]) -> None:
-        request = InteractiveRequest.get_by_id(result["requestId"])
+        request = get_request(result["requestId"])
         if request.status == "pending":
             ensure_interaction_message(request, "initial")
         self.services.store.after_commit(self.publish_soon)
@@ -370,14 +376,14 @@ class Sessions:
     def _pending_request(self, request: ClientRequest) -> InteractiveRequest:
         payload = request.payload
         request_id = _require_text(payload, "requestId")
-        interaction = InteractiveRequest.get_or_none(InteractiveRequest.request_id == request_id)
+        interaction = find_request(request_id)
         if interaction is None or (request.run_id and request.run_id != interaction.run_id):
             raise NotFoundError(f"Interactive request not found: {request_id}")
         return interaction
 
     def _check_current(self, request: ClientRequest, interaction: InteractiveRequest) -> None:
         payload = request.payload
-        if Run.get_by_id(interaction.run_id).paused:
+        if run_row(interaction.run_id).paused:
             raise ConflictError("Workflow run is paused")
         if (
             interaction.status != "pending"
@@ -411,7 +417,7 @@ class Sessions:
                     error="The submission is still being validated; repeat it to see the result.",
                 )
             await asyncio.sleep(SUBMIT_POLL_S)
-            submission = InteractiveSubmission.get_by_id(submission.submission_id)
+            submission = get_submission(submission.submission_id)
         receipt = {
             "requestId": interaction.request_id,
             "submissionId": submission.idempotency_key,
@@ -438,10 +444,7 @@ class Sessions:
             "submission-"
             + digest([interaction.request_id, request.client_id, request.idempotency_key])[:40]
         )
-        existing = InteractiveSubmission.get_or_none(
-            (InteractiveSubmission.request == interaction.request_id)
-            & (InteractiveSubmission.idempotency_key == key)
-        ) or InteractiveSubmission.get_or_none(InteractiveSubmission.submission_id == row_id)
+        existing = submission_for(interaction.request_id, key, row_id)
         if existing is not None:
             if existing.payload_hash != payload_hash:
                 raise ConflictError(
@@ -452,14 +455,8 @@ class Sessions:
         self._check_current(request, interaction)
         if is_validating(interaction.request_id):
             raise ConflictError("Another submission of this step is still being validated")
-        submission = InteractiveSubmission.create(
-            submission_id=row_id,
-            request=interaction.request_id,
-            idempotency_key=key,
-            request_revision=interaction.revision,
-            payload_hash=payload_hash,
-            outcome="validating",
-            submitted_at=now_ms(),
+        submission = record_validating_submission(
+            row_id, interaction.request_id, key, interaction.revision, payload_hash, now_ms()
         )
         record_run_change(
             interaction.run_id,
@@ -483,12 +480,7 @@ class Sessions:
 
     @feature_hook
     def piwh_poll(self) -> None:
-        validating = (
-            InteractiveSubmission.select(InteractiveSubmission, InteractiveRequest)
-            .join(InteractiveRequest)
-            .where(InteractiveSubmission.outcome == "validating")
-        )
-        for submission in validating:
+        for submission in validating_submissions():
             run_id = submission.request.run_id
             if self.services.is_run_busy(run_id):
                 continue
@@ -538,12 +530,9 @@ class Sessions:
                 return
 
     def _begin_interaction_timeout(self, request: InteractiveRequest) -> None:
-        stamp = now_ms()
-        InteractiveRequest.update(
-            status="cancelled", revision=InteractiveRequest.revision + 1, updated_at=stamp
-        ).where(InteractiveRequest.request_id == request.request_id).execute()
+        cancel_request(request.request_id, now_ms())
         cancel_pending_for_source(request.request_id, "step")
-        _reject_validating(InteractiveSubmission.request == request.request_id, DEADLINE_EXPIRED)
+        reject_validating_submissions_of(request.request_id, DEADLINE_EXPIRED)
         record_run_change(
             request.run_id,
             event_type=EventType.RUN_INTERACTION_TIMEOUT_STARTED,
@@ -555,17 +544,14 @@ class Sessions:
     def _abandon_validation(self, submission: InteractiveSubmission) -> None:
         self._validations_launched.discard(submission.submission_id)
         with self.services.store.transaction():
-            _reject_validating(
-                InteractiveSubmission.submission_id == submission.submission_id,
-                STALE_VALIDATION_ERROR,
-            )
+            reject_validating_submission(submission.submission_id, STALE_VALIDATION_ERROR)
 
     def update(self, request: ClientRequest) -> OperationResult:
         """`interaction.update`: a progress update from the session working on a step."""
         interaction = self._pending_request(request)
         self._check_current(request, interaction)
         run_id = interaction.run_id
-        lease = Lease.get_by_id(run_id)
+        lease = lease_row(run_id)
         if self.services.is_run_busy(run_id) or lease.is_live(now_ms()):
             return OperationResult(
                 "claimLost", error="Interactive run is not available for update", run_id=run_id
@@ -595,13 +581,9 @@ class Sessions:
         run_id = request.run_id or request.payload.get("runId")
         if not valid_id(run_id):
             return proceed(request)
-        run = Run.get_or_none(Run.run_id == run_id)
+        run = find_run_row(run_id)
         interaction = (
-            InteractiveRequest.get_or_none(
-                (InteractiveRequest.run == run_id)
-                & (InteractiveRequest.status == "pending")
-                & (InteractiveRequest.kind != "decision")
-            )
+            pending_step_request_of_run(run_id)
             if run is not None and run.paused and run.status == "waiting"
             else None
         )
@@ -634,13 +616,6 @@ class Sessions:
         )
 
 
-def _reject_validating(which: Any, error: str) -> None:
-    """Reject the still-validating submissions `which` selects, with `error`."""
-    InteractiveSubmission.update(
-        outcome="rejected", receipt_hash=put_json({"status": "rejected", "error": error})
-    ).where(which & (InteractiveSubmission.outcome == "validating")).execute()
-
-
 class _no_raw_integrity_errors:
     """Turn a uniqueness violation that slipped past the pre-checks into a clear refusal."""
 
@@ -648,8 +623,8 @@ class _no_raw_integrity_errors:
         return None
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> Literal[False]:
-        raw = isinstance(error, peewee.IntegrityError) or (
-            isinstance(error, PluginError) and isinstance(error.__cause__, peewee.IntegrityError)
+        raw = is_constraint_violation(error) or (
+            isinstance(error, PluginError) and is_constraint_violation(error.__cause__)
         )
         if raw:
             raise TurnConflictError(
