@@ -21,9 +21,9 @@ from ..storage.forwarded_commands import (
     pending_forwarded_commands,
     record_forwarded_command,
     record_forwarded_outcome,
-    run_claim,
     take_forwarded_command,
 )
+from ..storage.run_rows import find_lease_row
 from .receipts import OperationResult
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def owned_elsewhere(slots: WorkerSlots, run_id: str) -> bool:
     """True while another host holds the run's live claim."""
     if slots.is_busy(run_id):
         return False
-    lease = run_claim(run_id)
+    lease = find_lease_row(run_id)
     return lease is not None and lease.owner_id != slots.host_id and lease.is_live(now_ms())
 
 

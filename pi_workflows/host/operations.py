@@ -29,7 +29,8 @@ from ..storage import (
 )
 from ..storage.host_status import HostState, host_status_counts
 from ..storage.run_graph import run_graph, store_definition
-from ..storage.run_operations import RUN_STATUSES, Run, park_queued_run, run_lease
+from ..storage.run_operations import RUN_STATUSES, park_queued_run
+from ..storage.run_rows import Run, lease_row
 from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import create_run, get_run, new_run_id, run_status, run_statuses
 from ..storage.sessions import unfinished_session_run
@@ -422,7 +423,7 @@ class Operations:
                 slots.pending_claims.pop(run_id, None)
                 detail = "The run was paused before its worker started."
         else:
-            if run_lease(run_id).is_live(now_ms()):
+            if lease_row(run_id).is_live(now_ms()):
                 return OperationResult("rejected", error="Run is not pausable", run_id=run_id)
             park_queued_run(run_id)
             detail = "The run is durably paused."

@@ -22,7 +22,8 @@ from ..canonical import sha256_hex
 from ..errors import InvalidInputError
 from ..protocol.client_messages import ClientRequest
 from ..storage import effects, read_json
-from ..storage.restart_chain import Run, outcome_seen_in_chain, restart_child
+from ..storage.restart_chain import outcome_seen_in_chain, restart_child
+from ..storage.run_rows import Run
 from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import create_derived_run, get_run
 from ..storage.terminal_facts import latest_terminal_message

@@ -22,7 +22,8 @@ from ..lineage import continued_as
 from ..protocol.client_messages import ClientRequest
 from ..storage import decision_records, effects, read_json, read_text, run_claims, run_holds
 from ..storage.decision_records import HumanDecision
-from ..storage.run_holds import TERMINAL_RUN_STATUSES, Lease, Run, RunQueue
+from ..storage.run_rows import Lease, Run, RunQueue, lease_row, queue_row
+from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import continuation, get_run
 from .features import feature_hook
 from .operations import OperationTable
@@ -90,9 +91,9 @@ def iso(ms: int | None) -> str:
 
 def explain(run_id: str, host: HostView) -> dict[str, Any]:
     run = get_run(run_id)
-    queue = run_holds.queue_row(run_id)
+    queue = queue_row(run_id)
     code, reason, since, until, next_step = _hold(run, queue, host)
-    if run.status not in TERMINAL_RUN_STATUSES:
+    if not is_terminal_status(run.status):
         reason = "; ".join((reason, *(f"plugin hung: {hung}" for hung in host.hung_plugins)))
     return {
         "runId": run_id,
@@ -110,7 +111,7 @@ Hold = tuple[str, str, int | None, int | None, str | None]
 
 def _hold(run: Run, queue: RunQueue, host: HostView) -> Hold:
     run_id = run.run_id
-    if run.status in TERMINAL_RUN_STATUSES:
+    if is_terminal_status(run.status):
         return _terminal(run, queue)
     in_doubt = effects.ambiguous_effect_ids(run_id)
     if in_doubt:
@@ -132,7 +133,7 @@ def _hold(run: Run, queue: RunQueue, host: HostView) -> Hold:
         )
     if queue.error_code in NO_RETRY_CODES:
         return _parked_for_good(run, queue)
-    lease = run_holds.lease_row(run_id)
+    lease = lease_row(run_id)
     if lease.owner_id is not None:
         return _claimed(run, lease, host)
     if run.status == "waiting":

@@ -14,10 +14,10 @@ from ..canonical import canonical_json
 from ..clock import now_ms
 from ..storage import read_json
 from ..storage.interactions import InteractiveRequest, is_validating
+from ..storage.run_rows import Run
+from ..storage.run_statuses import is_terminal_status
 from ..storage.runs import run_status
 from ..storage.sessions import (
-    TERMINAL_RUN_STATUSES,
-    Run,
     WorkflowMessage,
     messages_with_runs,
     newest_finished_run_message,
@@ -65,7 +65,7 @@ def _eligible(message: WorkflowMessage, run: Run) -> bool:
     if message.kind == "decision":
         return source_is_pending(message.source_id)
     if message.kind == "terminal":
-        return run.status in TERMINAL_RUN_STATUSES
+        return is_terminal_status(run.status)
     return True
 
 

@@ -10,11 +10,6 @@ from .models import ForwardedCommand as ForwardedCommand
 from .models import Lease
 
 
-def run_claim(run_id: str) -> Lease | None:
-    """The run's claim row (who holds it, until when), or None."""
-    return Lease.get_or_none(Lease.run == run_id)
-
-
 def record_forwarded_command(run_id: str, operation: str, client_id: str) -> None:
     """A pending command for the run's owner to apply."""
     ForwardedCommand.create(

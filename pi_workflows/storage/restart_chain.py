@@ -4,7 +4,7 @@ outcomes the chain has seen.
 
 from __future__ import annotations
 
-from .models import Run as Run
+from .models import Run
 
 
 def restart_child(run_id: str) -> Run | None:

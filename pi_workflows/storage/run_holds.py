@@ -1,27 +1,20 @@
-"""What holds a run, as `run why` reads it (SPEC §13): its queue and lease rows, the epoch
-its claim was taken under, its running node, the session step it waits for, the runs
-queued ahead of it and its latest event of a kind. The sentences are the host's."""
+"""What holds a run, as `run why` reads it (SPEC §13), beyond its own rows (``run_rows``):
+the epoch its claim was taken under, its running node, the session step it waits for, the
+runs queued ahead of it and its latest event of a kind. The sentences are the host's."""
 
 from __future__ import annotations
 
 from ..event_types import EventType
-from .models import TERMINAL_RUN_STATUSES as TERMINAL_RUN_STATUSES
-from .models import Event, HostState, InteractiveRequest, NodeAttempt, RunWorker
-from .models import Lease as Lease
-from .models import Run as Run
-from .models import RunQueue as RunQueue
-
-
-def queue_row(run_id: str) -> RunQueue:
-    """The run's queue row."""
-    row: RunQueue = RunQueue.get_by_id(run_id)
-    return row
-
-
-def lease_row(run_id: str) -> Lease:
-    """The run's lease row (owned or not)."""
-    row: Lease = Lease.get_by_id(run_id)
-    return row
+from .models import (
+    Event,
+    HostState,
+    InteractiveRequest,
+    Lease,
+    NodeAttempt,
+    Run,
+    RunQueue,
+    RunWorker,
+)
 
 
 def claim_epoch(lease: Lease) -> int | None:

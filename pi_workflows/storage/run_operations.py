@@ -1,19 +1,13 @@
-"""What the client's run operations (SPEC §8) read and write beyond `runs` and
-`run_claims`: the claim row of a run this host holds no claim on, and the queue row of a
-run paused without a worker. Call these inside ``StateStore.transaction()``.
+"""What the client's run operations (SPEC §8) read and write beyond `runs`, `run_claims`
+and `run_rows`: the queue row of a run paused without a worker. Call these inside
+``StateStore.transaction()``.
 """
 
 from __future__ import annotations
 
 from ..clock import now_ms
 from .models import RUN_STATUSES as RUN_STATUSES  # what `run.list` may filter by
-from .models import Lease, RunQueue
-from .models import Run as Run  # the row `runs.get_run` returns
-
-
-def run_lease(run_id: str) -> Lease:
-    """The run's claim row (every run has one from its creation)."""
-    return Lease.get_by_id(run_id)
+from .models import RunQueue
 
 
 def park_queued_run(run_id: str) -> None:

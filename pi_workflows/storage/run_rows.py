@@ -32,3 +32,8 @@ def find_queue_row(run_id: str) -> RunQueue | None:
 def lease_row(run_id: str) -> Lease:
     """The run's lease (peewee's DoesNotExist when there is none)."""
     return Lease.get_by_id(run_id)
+
+
+def find_lease_row(run_id: str) -> Lease | None:
+    """The run's lease, or None."""
+    return Lease.get_or_none(Lease.run == run_id)

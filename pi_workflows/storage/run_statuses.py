@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .models import TERMINAL_RUN_STATUSES
+from .models import TERMINAL_RUN_STATUSES as TERMINAL_RUN_STATUSES
 
 
 def is_terminal_status(status: str) -> bool:

@@ -9,9 +9,7 @@ from typing import Any
 
 import peewee
 
-from .models import TERMINAL_RUN_STATUSES as TERMINAL_RUN_STATUSES
-from .models import HumanDecision, InteractiveRequest, RunQueue
-from .models import Run as Run
+from .models import TERMINAL_RUN_STATUSES, HumanDecision, InteractiveRequest, Run, RunQueue
 from .models import WorkflowMessage as WorkflowMessage
 from .terminal_facts import TERMINAL_QUEUE_STATUSES
 
