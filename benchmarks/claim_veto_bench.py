@@ -16,8 +16,8 @@ after-commit passes run it) on an asyncio loop. Prints median and p95 in ms of
 - `cpu`: the CPU time the loop's thread spent in a pass (the hook calls run on a helper
   thread), which a loaded machine inflates much less than the wall-clock figures.
 
-With the code before the gate (no `host/slots.py`) it times `Host.claim_free_slots`,
-which asks again on every pass, in one turn.
+(The figures of the code before the gate, `Host.claim_free_slots` asking again on every
+pass in one turn, are in docs/performance.md; this script no longer runs that code.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -48,18 +47,10 @@ class VetoAll:
         return False
 
 
-def pass_runner(home: Home, store):  # noqa: ANN001, ANN201
+def pass_runner(store):  # noqa: ANN001, ANN201
     """(one claim pass, forget what passes remember, is a pass still scheduled)."""
-    try:
-        from pi_workflows.hook_deadline import DeadlineRunner
-        from pi_workflows.host.slots import WorkerSlots
-    except ImportError:  # the code before the claim gate
-        from pi_workflows.host.runtime import Host
-
-        host = Host(home)
-        host.store = store
-        host.epoch_lease = SimpleNamespace(epoch=1)
-        return host.claim_free_slots, lambda: None, lambda: False
+    from pi_workflows.hook_deadline import DeadlineRunner
+    from pi_workflows.host.slots import WorkerSlots
 
     state: dict = {}
 
@@ -112,7 +103,7 @@ async def bench(queued: int, passes: int) -> dict[str, list[float]]:
         with store.transaction():
             queue_runs(queued, root)
         with plugins.temporary_plugin(VetoAll(), "veto_all"):
-            claim_pass, forget, goes_on = pass_runner(home, store)
+            claim_pass, forget, goes_on = pass_runner(store)
             for _ in range(passes):
                 forget()
                 total, turn, cpu = await timed_pass(claim_pass, goes_on)
