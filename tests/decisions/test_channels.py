@@ -17,7 +17,7 @@ import json
 import time
 from pathlib import Path
 
-from pi_workflows.hookspecs import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 class StuckChannel:
@@ -95,7 +95,7 @@ CLOSING_CHANNEL = """
 import time
 from pathlib import Path
 
-from pi_workflows.hookspecs import hookimpl
+from pi_workflows.plugin import hookimpl
 
 
 class ClosingChannel:
@@ -189,7 +189,7 @@ FLAKY_CHANNEL = """
 from pathlib import Path
 
 from pi_workflows import hookimpl
-from pi_workflows.errors import ChannelDeliveryError
+from pi_workflows.plugin import ChannelDeliveryError
 
 
 class Flaky:
@@ -271,7 +271,7 @@ import time
 from pathlib import Path
 
 from pi_workflows import hookimpl
-from pi_workflows.errors import ChannelDeliveryError
+from pi_workflows.plugin import ChannelDeliveryError
 
 
 class Down:

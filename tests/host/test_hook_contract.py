@@ -451,7 +451,7 @@ def test_pause_resume_and_resume_claims_are_announced(harness: HostHarness):
 
 RUN_COMMAND = """
 from pi_workflows import hookimpl
-from pi_workflows.records import WorkerRunCommand
+from pi_workflows.plugin import WorkerRunCommand
 
 
 @hookimpl

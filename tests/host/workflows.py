@@ -149,7 +149,7 @@ SILENT_WORKER_PLUGIN = """
 import sys
 
 from pi_workflows import hookimpl
-from pi_workflows.records import WorkerProcessSpec
+from pi_workflows.plugin import WorkerProcessSpec
 
 
 @hookimpl

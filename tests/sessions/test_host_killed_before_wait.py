@@ -16,14 +16,12 @@ from tests.polling import wait_until
 HOLD_AFTER_REQUEST = """
 import json, os, sys
 
-from pi_workflows import hookimpl
-from pi_workflows.builtin import launch
-from pi_workflows.records import WorkerProcessSpec
+from pi_workflows.plugin import WorkerProcessSpec, default_worker_process, hookimpl
 
 
 @hookimpl(tryfirst=True)
 def piw_worker_process(envelope, settings):
-    spec = launch.piw_worker_process(envelope, settings)
+    spec = default_worker_process(envelope, settings)
     marker = os.environ["PIW_TEST_HELD"]
     if os.path.exists(marker):  # held once; later workers run as usual
         return spec
@@ -32,7 +30,7 @@ def piw_worker_process(envelope, settings):
 
 
 RELAY = '''
-import json, subprocess, sys, threading
+import json, os, subprocess, sys, threading
 
 marker, argv = sys.argv[1], sys.argv[2:]
 worker = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -50,7 +48,9 @@ requested = False
 for line in worker.stdout:
     operation = json.loads(line).get("operation")
     if requested:
-        open(marker, "w").write(operation)
+        with open(marker + ".part", "w") as part:  # whole when the test sees it
+            part.write(operation)
+        os.replace(marker + ".part", marker)
         threading.Event().wait()  # held until the host's death ends this process group
     requested = operation == "interaction.request"
     sys.stdout.buffer.write(line)

@@ -19,7 +19,7 @@ def piw_unproductive_turn_limit(run, node_id):
 
 DENY_ONE_SESSION = """
 from pi_workflows import hookimpl
-from pi_workflows.records import TurnReceipt
+from pi_workflows.plugin import TurnReceipt
 
 
 @hookimpl
@@ -83,7 +83,7 @@ def test_an_adjudication_plugin_decides_who_owns_a_turn(harness: HostHarness):
 
 LOST_WITHOUT_CONSEQUENCE = """
 from pi_workflows import hookimpl
-from pi_workflows.records import TurnReceipt
+from pi_workflows.plugin import TurnReceipt
 
 
 @hookimpl
