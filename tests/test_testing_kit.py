@@ -112,7 +112,7 @@ def test_factories_build_what_the_host_hands_to_hooks():
 
 def test_cleanup_passes_over_a_worker_that_exited_while_it_was_killing_the_tree(monkeypatch):
     # The model soak found it: a host stopping ends its workers while cleanup walks them.
-    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    parent = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone_process = psutil.Process(gone.pid)
     gone.wait()

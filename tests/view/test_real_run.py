@@ -18,13 +18,19 @@ from pi_workflows.view.progress import entries_until_step, run_progress, watch_e
 # The headless agent: prints the reply written for the node it is asked to run, once the
 # node's hold file (if the test made one) is gone.
 AGENT = """\
-import json, os, sys, time
+import json, os, sys
+from pi_workflows.testing.polling import wait_until
 sys.stdin.read()
 node = os.environ["PI_WORKFLOWS_NODE_ID"]
-while os.path.exists(os.path.join({root!r}, "hold-" + node)):
-    time.sleep(0.05)
+held = os.path.join({root!r}, "hold-" + node)
+wait_until(lambda: not os.path.exists(held), timeout=120, what="the test to release " + node)
 print(json.dumps(json.load(open({path!r}))[node]))
 """
+# The `branch` example's continue lane: the decision step, then the lane's agent step.
+CONTINUE_LANE = {
+    "classify": {"route": "continue", "reason": "clear"},
+    "continue_lane": {"summary": "tidied"},
+}
 
 
 def use_scripted_agent(host: WorkflowHost, replies: dict) -> None:
@@ -43,6 +49,15 @@ def hold(host: WorkflowHost, node: str) -> Path:
     path = host.root / f"hold-{node}"
     path.touch()
     return path
+
+
+def start_held_continue_lane(host: WorkflowHost) -> tuple[str, Path, Path]:
+    """Start the host and a `branch` run down its continue lane, both agent steps held:
+    (the run id, the decision step's hold, the lane step's hold)."""
+    use_scripted_agent(host, CONTINUE_LANE)
+    classify, lane = hold(host, "classify"), hold(host, "continue_lane")
+    host.start()
+    return host.start_run("branch", {"task": "Tidy up the README."}), classify, lane
 
 
 def _follow(host: WorkflowHost, replies: dict) -> tuple[list[dict], dict]:
@@ -68,13 +83,7 @@ def branch(workflow_host: WorkflowHost) -> WorkflowGraph:
 
 @pytest.mark.integration
 def test_a_completed_branch_run_draws_the_lane_it_took(workflow_host, branch) -> None:
-    payloads, status = _follow(
-        workflow_host,
-        {
-            "classify": {"route": "continue", "reason": "clear"},
-            "continue_lane": {"summary": "tidied"},
-        },
-    )
+    payloads, status = _follow(workflow_host, CONTINUE_LANE)
     assert status["status"] == "completed"
 
     text = render_text(branch, run_progress(branch, watch_entries(payloads), status))

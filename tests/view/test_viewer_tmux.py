@@ -14,7 +14,7 @@ from pi_workflows.testing.host import WorkflowHost
 from tests.polling import wait_until
 from tests.tmux import Tmux
 
-from .test_real_run import hold, use_scripted_agent
+from .test_real_run import hold, start_held_continue_lane, use_scripted_agent
 
 pytestmark = pytest.mark.integration
 
@@ -75,17 +75,7 @@ def test_a_branch_run_is_followed_live_scrubbed_and_answered_in_tmux(workflow_ho
 def test_a_run_with_two_agent_steps_is_followed_live_through_both_in_tmux(
     workflow_host, tmux: Tmux
 ):
-    # The `branch` example's continue lane: the decision step, then the lane's agent step.
-    use_scripted_agent(
-        workflow_host,
-        {
-            "classify": {"route": "continue", "reason": "clear"},
-            "continue_lane": {"summary": "tidied"},
-        },
-    )
-    classify, lane = hold(workflow_host, "classify"), hold(workflow_host, "continue_lane")
-    workflow_host.start()
-    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
+    run_id, classify, lane = start_held_continue_lane(workflow_host)
     _view(workflow_host, tmux, run_id)
 
     _shows(tmux, "◐ classify", "the first agent step running")

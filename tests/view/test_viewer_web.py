@@ -23,7 +23,7 @@ from pi_workflows.testing.host import WorkflowHost
 from pi_workflows.testing.polling import wait_until
 from pi_workflows.view.web import TOKEN_FILE, free_port
 
-from .test_real_run import hold, use_scripted_agent
+from .test_real_run import hold, start_held_continue_lane, use_scripted_agent
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.integration
@@ -196,17 +196,7 @@ def test_a_branch_run_is_followed_live_scrubbed_and_answered_in_chromium(workflo
 def test_a_run_with_two_agent_steps_is_followed_live_and_scrubbed_in_chromium(workflow_host):
     from selenium.webdriver.common.keys import Keys
 
-    # The `branch` example's continue lane: the decision step, then the lane's agent step.
-    use_scripted_agent(
-        workflow_host,
-        {
-            "classify": {"route": "continue", "reason": "clear"},
-            "continue_lane": {"summary": "tidied"},
-        },
-    )
-    classify, lane = hold(workflow_host, "classify"), hold(workflow_host, "continue_lane")
-    workflow_host.start()
-    run_id = workflow_host.start_run("branch", {"task": "Tidy up the README."})
+    run_id, classify, lane = start_held_continue_lane(workflow_host)
     with web_viewer(workflow_host) as page:
         page.shows(run_id, "the runs list in the page")
         page.keys("\n")
