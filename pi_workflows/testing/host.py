@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 
 from ..client import WorkflowClient
+from ..errors import RunWaitTimedOut
 from ..home import CONFIG_ENV, HOME_ENV, Home
 from ..host.lock import live_lock_holder
 from ..plugins import PLUGINS_ENV
@@ -257,15 +258,17 @@ class WorkflowHost(WorkflowHome):
         return self.cli(*command, *args).stdout.strip()
 
     def wait_for_status(self, run_id: str, *statuses: str, timeout: float = 30.0) -> dict:
-        """Poll ``run status`` until the run has one of `statuses`; its status object."""
+        """Wait until the run has one of `statuses`; its status object.
+
+        The host pushes each change of the run's status (the client's `wait_for_run`),
+        so the wait costs no poll: on two cores, polls would compete with the host.
+        """
         client = self.client()
         try:
-            return wait_until(
-                lambda: (s := client.known_run_status(run_id))["status"] in statuses and s,
-                timeout=timeout,
-                what=f"run {run_id} to reach {statuses}",
+            return client.wait_for_run(
+                run_id, timeout_s=timeout, until=lambda s: s["status"] in statuses
             )
-        except AssertionError:
+        except RunWaitTimedOut:
             raise AssertionError(
                 f"run {run_id} is {client.run_status(run_id)}; host log:\n{self.host_log()}"
             ) from None
