@@ -285,8 +285,8 @@ def test_an_accepted_turn_outlives_the_view_that_drops_its_message(
 def test_a_start_whose_answer_is_late_is_given_up_and_its_retry_adopted(
     pi_session: WorkflowPi, relay: Relay
 ):
-    """4.19: the host's answer to `/workflow start` is held past the extension's 30 s
-    request timeout. The extension stops waiting and sends the start again, with a new
+    """4.19: the host's answer to `/workflow start` is held past the extension's request
+    timeout (30 s; 5 s here, through PI_WORKFLOWS_REQUEST_TIMEOUT_MS). The extension stops waiting and sends the start again, with a new
     request id under the same idempotency key; the host adopts it (one run), and the first
     answer, released late, changes nothing."""
     late = relay.hold_reply(lambda r: r["operation"] == "run.start")
@@ -296,7 +296,9 @@ def test_a_start_whose_answer_is_late_is_given_up_and_its_retry_adopted(
         Text("The echo workflow completed."),
     )
     session_id = f"pi-session-{uuid.uuid4().hex}"
-    pi = pi_session.start(session_id, PI_WORKFLOWS_CLI=relay.cli)
+    pi = pi_session.start(
+        session_id, PI_WORKFLOWS_CLI=relay.cli, PI_WORKFLOWS_REQUEST_TIMEOUT_MS="5000"
+    )
     # The command waits for its start's answer (pi answers the prompt after it): no wait here.
     pi.write({"type": "prompt", "message": '/workflow start echo {"task": "Say hello"}'})
 

@@ -17,6 +17,11 @@ export const CLIENT_SCHEMA = "pi-workflows.client.v1";
 const MAX_FRAME_BYTES = 1024 * 1024;
 const CONNECT_TIMEOUT_MS = 5_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+/** How long one request waits for the host's answer: `PI_WORKFLOWS_REQUEST_TIMEOUT_MS`, else 30 s. */
+function requestTimeoutMs(): number {
+	const value = Number(process.env.PI_WORKFLOWS_REQUEST_TIMEOUT_MS);
+	return Number.isInteger(value) && value > 0 ? value : DEFAULT_REQUEST_TIMEOUT_MS;
+}
 const CLI_TIMEOUT_MS = 60_000;
 
 export interface RequestOptions {
@@ -273,7 +278,7 @@ export class HostConnection {
 			const timer = setTimeout(() => {
 				this.pending.delete(requestId);
 				reject(new HostUnavailable(`The workflow host did not answer ${operation} in time.`));
-			}, options.timeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS);
+			}, options.timeoutMs ?? requestTimeoutMs());
 			this.pending.set(requestId, { operation, resolve, reject, timer });
 			this.socket.write(line);
 		});
