@@ -48,7 +48,13 @@ class _Line:
     def __init__(self, plugin: str, delivery: NotificationDelivery) -> None:
         self.plugin = plugin
         self._delivery = delivery
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
+        # Two conditions over the one lock: the delivery thread waits for a post, the watch
+        # and drains wait for a call to begin or end. Sharing one condition, a post's
+        # notify() could wake the watch instead of an idle delivery thread, and the
+        # notification stayed queued until the next post (the last one of a run, forever).
+        self._posted = threading.Condition(self._lock)
+        self._calls = threading.Condition(self._lock)
         self._queue: collections.deque[Notification] = collections.deque()
         # (hook, monotonic start) of the call in progress, None between calls.
         self._current: tuple[str, float] | None = None
@@ -57,7 +63,7 @@ class _Line:
         self._thread: threading.Thread | None = None
 
     def post(self, notification: Notification) -> None:
-        with self._condition:
+        with self._lock:
             if self._is_hung():
                 return
             if len(self._queue) >= QUEUE_CAPACITY:
@@ -79,10 +85,10 @@ class _Line:
                 threading.Thread(
                     target=self._watch, name=f"pi-workflows-watch-{self.plugin}", daemon=True
                 ).start()
-            self._condition.notify()
+            self._posted.notify()
 
     def _is_hung(self) -> bool:
-        """Under the condition: is the call in progress past the deadline? Marks it hung
+        """Under the lock: is the call in progress past the deadline? Marks it hung
         (and drops what waits behind it) the first time."""
         if self._hung:
             return True
@@ -107,22 +113,22 @@ class _Line:
         """Marks the call in progress hung once its deadline passes, so a plugin that
         hangs on the last notification for a while is reported too, not only when the
         next one comes."""
-        with self._condition:
+        with self._lock:
             while True:
                 current = self._current
                 if current is None or self._hung:
-                    self._condition.wait()
+                    self._calls.wait()
                     continue
                 left = current[1] + self._delivery.timeout_s - time.monotonic()
                 if left > 0:
-                    self._condition.wait(left)
+                    self._calls.wait(left)
                 else:
                     self._is_hung()
 
     def wait_idle(self, deadline: float) -> bool:
         """Wait until the line delivered what it holds or its call in progress is past
         the deadline (hung), at most until `deadline` (monotonic); True when it did."""
-        with self._condition:
+        with self._lock:
             while self._queue or self._current is not None:
                 if self._is_hung():
                     return True
@@ -132,17 +138,17 @@ class _Line:
                 left = deadline - now
                 if self._current is not None:
                     left = min(left, self._current[1] + self._delivery.timeout_s - now)
-                self._condition.wait(max(left, 0.001))
+                self._calls.wait(max(left, 0.001))
             return True
 
     def _deliver(self) -> None:
         while True:
-            with self._condition:
+            with self._lock:
                 while not self._queue:
-                    self._condition.wait()
+                    self._posted.wait()
                 notification = self._queue.popleft()
                 self._current = (notification.hook, time.monotonic())
-                self._condition.notify_all()  # the watch times this call
+                self._calls.notify_all()  # the watch times this call
             try:
                 notification.function(**notification.kwargs)
             except Exception as exc:
@@ -153,7 +159,7 @@ class _Line:
                     type(exc).__name__,
                     exc,
                 )
-            with self._condition:
+            with self._lock:
                 started = self._current[1] if self._current else time.monotonic()
                 self._current = None
                 if self._hung:
@@ -166,7 +172,7 @@ class _Line:
                     )
                 if not self._queue:
                     self._overflowing = False
-                self._condition.notify_all()  # a drain waits for this
+                self._calls.notify_all()  # the watch and drains wait for this
 
 
 class NotificationDelivery:

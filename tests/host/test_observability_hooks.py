@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import HostHarness, wait_until
 from .test_hook_contract import read_jsonl
-from .workflows import CRASHY, STEPS
+from .workflows import BLOCKER, CRASHY, STEPS
 
 OBSERVER = """
 import json
@@ -353,6 +353,71 @@ def test_a_hanging_observer_is_skipped_and_the_host_and_other_observers_go_on(
         ),
         what="the released observer to get notifications again",
     )
+
+
+# After its call for a run's `running`, the plugin's delivery thread pauses at every line on
+# its way back to wait for the next notification, as if the OS ran other threads there: the
+# line's other threads (the hook-deadline watch) get to wait before it does. It records
+# when it waits again.
+SLOW_TO_COME_BACK = """
+import json
+import os
+import sys
+import time
+
+from pi_workflows.plugin import hookimpl
+
+
+def _append(entry):
+    with open(os.environ["PIW_TEST_RECORD"], "a") as handle:
+        handle.write(json.dumps(entry) + "\\n")
+
+
+def _pause(frame, event, arg):
+    if event == "line":
+        time.sleep(0.005)
+    return _pause
+
+
+def _until_it_waits(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "wait":
+        frame.f_back.f_trace = None
+        sys.settrace(None)
+        _append({"delivery": "waits"})
+
+
+@hookimpl
+def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at):
+    _append({"run": run_id, "new": new_status})
+    if new_status == "running":
+        caller = sys._getframe(1)  # the delivery thread's loop
+        caller.f_trace, caller.f_trace_lines = _pause, True
+        sys.settrace(_until_it_waits)
+"""
+
+
+def test_a_run_end_reaches_a_plugin_whose_delivery_thread_was_slow_to_come_back(
+    harness: HostHarness,
+):
+    record = harness.root / "transitions.jsonl"
+    harness.add_plugin("slow_to_come_back", SLOW_TO_COME_BACK)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    run_id = harness.start_run("blocker")
+    wait_until(
+        lambda: {"delivery": "waits"} in read_jsonl(record),
+        what="the delivery thread to wait again after the run's running",
+    )
+
+    # The run's end is the only notification that comes: nothing else wakes the line.
+    (harness.project / "release").touch()
+    harness.wait_for_status(run_id, "completed")
+    wait_until(
+        lambda: {"run": run_id, "new": "completed"} in read_jsonl(record),
+        what="the plugin to hear the run end",
+    )
+    statuses = [e["new"] for e in read_jsonl(record) if e.get("run") == run_id]
+    assert statuses == ["queued", "claimed", "running", "completed"]
 
 
 WORKER_EXITS = """
