@@ -11,6 +11,7 @@ from pi_workflows.storage import (
     SCHEMA_VERSION,
     open_state,
     record_run_change,
+    run_claims,
     run_events,
 )
 from pi_workflows.storage.models import Run
@@ -143,5 +144,32 @@ def test_a_transaction_sends_its_begin_with_its_first_statement(
         assert sent.take()[-1] == "ROLLBACK"
         assert Run.select().count() == 0
         assert not sent.take()[0].startswith("BEGIN")  # outside a transaction: none held
+    finally:
+        store.close()
+
+
+def test_the_claim_candidate_query_is_planned_once_per_connection(
+    home_env, postgres_url, make_run, monkeypatch
+):
+    store = open_state(home_env.home, postgres_url)
+    try:
+        with store.transaction():
+            make_run("pg-claimable")
+        sent = _SentStatements(store, monkeypatch)
+        for _ in range(2):
+            with store.transaction():
+                assert run_claims.claim_candidates("host-a", set()) == ["pg-claimable"]
+        verbs = [text.removeprefix("BEGIN; ").split(" ")[0] for text in sent.take()]
+        assert verbs == ["PREPARE", "EXECUTE", "COMMIT", "EXECUTE", "COMMIT"]
+        # The server keeps one plan for it (by default it plans it anew for every call).
+        assert store.db.execute_sql("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+        sent.take()
+
+        store.db.close()  # a new connection holds no prepared statement: prepared again
+        store.db.connect()
+        with store.transaction():
+            assert run_claims.claim_candidates("host-a", {"pg-claimable"}) == []
+        verbs = [text.removeprefix("BEGIN; ").split(" ")[0] for text in sent.take()]
+        assert verbs == ["PREPARE", "EXECUTE", "COMMIT"]
     finally:
         store.close()

@@ -28,7 +28,7 @@ from ..errors import (
     UnsafeHomeError,
 )
 from ..home import Home, check_private_dir, prepare_home
-from . import blobs, file_watch, known_attempts, revisions, run_transitions
+from . import blobs, file_watch, known_attempts, revisions, run_transitions, server_plans
 from .connection_guard import ConnectionGuard
 from .deferred_begin import DeferredBegin
 from .models import (
@@ -497,6 +497,8 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
             os.close(fd)
     elif read_only:
         _open_postgresql_read_only(db)
+    if server_plans.applies_to(db):
+        server_plans.configure(db)
     database_proxy.initialize(db)
     try:
         db.connect(reuse_if_open=True)
