@@ -11,6 +11,7 @@ from pi_workflows.storage import (
     SCHEMA_VERSION,
     open_state,
     record_run_change,
+    run_claims,
     run_events,
 )
 from pi_workflows.storage.models import Run
@@ -87,3 +88,88 @@ def test_postgres_schema_version_mismatch_is_refused(home_env, postgres_url):
 
     assert result.returncode == 1
     assert "v99" in result.stderr and "upgrade pi-workflows" in result.stderr
+
+
+class _SentStatements:
+    """The query texts a store's connection sends, one per round trip."""
+
+    def __init__(self, store, monkeypatch) -> None:
+        self.texts: list[str] = []
+        opened = store.db.cursor
+        monkeypatch.setattr(store.db, "cursor", lambda *args: self._recording(opened(*args)))
+
+    def _recording(self, cursor):
+        texts = self.texts
+
+        class Recording:
+            def execute(self, sql, params=None):
+                texts.append(" ".join(str(sql).split()))
+                return cursor.execute(sql, params)
+
+            def __getattr__(self, name):
+                return getattr(cursor, name)
+
+        return Recording()
+
+    def take(self) -> list[str]:
+        texts, self.texts = self.texts, []
+        return texts
+
+
+def test_a_transaction_sends_its_begin_with_its_first_statement(
+    home_env, postgres_url, make_run, monkeypatch
+):
+    store = open_state(home_env.home, postgres_url)
+    try:
+        sent = _SentStatements(store, monkeypatch)
+        with store.transaction():
+            assert Run.select().count() == 0
+        texts = sent.take()
+        assert [text.split(" ")[:2] for text in texts] == [["BEGIN;", "SELECT"], ["COMMIT"]]
+
+        with store.transaction():  # no statement: no transaction on the server either
+            pass
+        assert sent.take() == []
+        connection = store.db.connection()
+        assert connection.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE
+
+        # Still one transaction: a failure after the first statement undoes it.
+        try:
+            with store.transaction():
+                make_run("pg-begun-late")
+                assert Run.select().count() == 1
+                raise LookupError("stop")
+        except LookupError:
+            pass
+        assert sent.take()[-1] == "ROLLBACK"
+        assert Run.select().count() == 0
+        assert not sent.take()[0].startswith("BEGIN")  # outside a transaction: none held
+    finally:
+        store.close()
+
+
+def test_the_claim_candidate_query_is_planned_once_per_connection(
+    home_env, postgres_url, make_run, monkeypatch
+):
+    store = open_state(home_env.home, postgres_url)
+    try:
+        with store.transaction():
+            make_run("pg-claimable")
+        sent = _SentStatements(store, monkeypatch)
+        for _ in range(2):
+            with store.transaction():
+                assert run_claims.claim_candidates("host-a", set()) == ["pg-claimable"]
+        verbs = [text.removeprefix("BEGIN; ").split(" ")[0] for text in sent.take()]
+        assert verbs == ["PREPARE", "EXECUTE", "COMMIT", "EXECUTE", "COMMIT"]
+        # The server keeps one plan for it (by default it plans it anew for every call).
+        assert store.db.execute_sql("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+        sent.take()
+
+        store.db.close()  # a new connection holds no prepared statement: prepared again
+        store.db.connect()
+        with store.transaction():
+            assert run_claims.claim_candidates("host-a", {"pg-claimable"}) == []
+        verbs = [text.removeprefix("BEGIN; ").split(" ")[0] for text in sent.take()]
+        assert verbs == ["PREPARE", "EXECUTE", "COMMIT"]
+    finally:
+        store.close()

@@ -28,8 +28,9 @@ from ..errors import (
     UnsafeHomeError,
 )
 from ..home import Home, check_private_dir, prepare_home
-from . import blobs, file_watch, known_attempts, revisions, run_transitions
+from . import blobs, file_watch, known_attempts, revisions, run_transitions, server_plans
 from .connection_guard import ConnectionGuard
+from .deferred_begin import DeferredBegin
 from .models import (
     ADDED_INDEXES,
     ALL_MODELS,
@@ -100,6 +101,8 @@ class StateStore:
         # The test kit's crash-point explorer only (PI_WORKFLOWS_TEST_KILL_POINT): told of
         # each commit that changed a run, right before and right after it.
         self.kill_point: KillPoint | None = None
+        if DeferredBegin.applies_to(db):  # under the guard: a lost BEGIN is a lost statement
+            DeferredBegin(db)
         # A server database's connection can be lost and come back; a file's cannot.
         self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
         # A SQLite file deleted or replaced under the store (set by open_state).
@@ -494,6 +497,8 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
             os.close(fd)
     elif read_only:
         _open_postgresql_read_only(db)
+    if server_plans.applies_to(db):
+        server_plans.configure(db)
     database_proxy.initialize(db)
     try:
         db.connect(reuse_if_open=True)

@@ -36,6 +36,7 @@ from .models import (
 from .prepared import PreparedQuery
 from .revisions import record_run_change
 from .run_state import ACTIVE_ATTEMPT_STATUSES
+from .server_plans import run_planned
 from .statements import run_sql
 
 RUN_CLAIM_LEASE_MS = 30_000
@@ -707,7 +708,8 @@ def _candidates(
         locked=locked,
         after=after is not None,
     )
-    rows = run_sql(database, sql, params).fetchall()
+    # Planned once per connection: planning the four branches costs more than running them.
+    rows = run_planned(database, sql, params).fetchall()
     # Each row is a place and a revision: sorted, they come in the built-in selection's
     # order (the host takes the first candidate as that selection's answer when nothing
     # else selects).
