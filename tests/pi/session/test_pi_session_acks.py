@@ -286,9 +286,10 @@ def test_a_start_whose_answer_is_late_is_given_up_and_its_retry_adopted(
     pi_session: WorkflowPi, relay: Relay
 ):
     """4.19: the host's answer to `/workflow start` is held past the extension's request
-    timeout (30 s; 5 s here, through PI_WORKFLOWS_REQUEST_TIMEOUT_MS). The extension stops waiting and sends the start again, with a new
-    request id under the same idempotency key; the host adopts it (one run), and the first
-    answer, released late, changes nothing."""
+    timeout (30 s; 5 s here, through PI_WORKFLOWS_REQUEST_TIMEOUT_MS). The extension stops
+    waiting and sends the start again, with a new request id under the same idempotency
+    key; the host adopts it (one run), and the first answer, released late, changes
+    nothing."""
     late = relay.hold_reply(lambda r: r["operation"] == "run.start")
     pi_session.server.script(
         submit("reply", {"reply": "bonjour"}),
