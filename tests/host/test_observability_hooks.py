@@ -355,17 +355,19 @@ def test_a_hanging_observer_is_skipped_and_the_host_and_other_observers_go_on(
     )
 
 
-# After its call for a run's `running`, the plugin's delivery thread pauses at every line on
-# its way back to wait for the next notification, as if the OS ran other threads there: the
-# line's other threads (the hook-deadline watch) get to wait before it does. It records
-# when it waits again.
+# After its call for a run's `running`, the plugin holds its delivery thread at the top of
+# the loop, on its way back to wait for the next notification (no lock held, the call's end
+# told), as if the OS ran other threads there: it polls until the line's hook-deadline watch
+# is queued on its condition, so the watch waits first, whether the two share a condition or
+# not. It records when the watch waits and when the delivery thread waits again.
 SLOW_TO_COME_BACK = """
 import json
 import os
 import sys
-import time
+import threading
 
 from pi_workflows.plugin import hookimpl
+from pi_workflows.testing.polling import wait_until
 
 
 def _append(entry):
@@ -373,10 +375,35 @@ def _append(entry):
         handle.write(json.dumps(entry) + "\\n")
 
 
-def _pause(frame, event, arg):
-    if event == "line":
-        time.sleep(0.005)
-    return _pause
+def _watch_waits(line):
+    # The line's hook-deadline watch is in Condition.wait with its waiter lock queued on
+    # the condition (the one the delivery thread waits on too, or its own).
+    name = "pi-workflows-watch-" + line.plugin
+    watch = next(thread for thread in threading.enumerate() if thread.name == name)
+    frame = sys._current_frames().get(watch.ident)
+    if frame is None or frame.f_code is not threading.Condition.wait.__code__:
+        return False
+    waiter = frame.f_locals.get("waiter")
+    return waiter is not None and waiter in frame.f_locals["self"]._waiters
+
+
+def _held_at_the_top(line, call_line):
+    # Back at the top of its loop (a line above the call it came back from), the delivery
+    # thread holds no lock and has told the watch the call ended: it goes on only once
+    # the watch waits, so the watch waits first.
+    def pause(frame, event, arg):
+        if event != "line" or frame.f_lineno >= call_line:
+            return pause
+        frame.f_trace = None
+        try:
+            wait_until(lambda: _watch_waits(line), timeout=10.0, what="the watch to wait")
+        except AssertionError:
+            _append({"watch": "did not wait"})
+        else:
+            _append({"watch": "waits"})
+        return None
+
+    return pause
 
 
 def _until_it_waits(frame, event, arg):
@@ -390,8 +417,9 @@ def _until_it_waits(frame, event, arg):
 def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at):
     _append({"run": run_id, "new": new_status})
     if new_status == "running":
-        caller = sys._getframe(1)  # the delivery thread's loop
-        caller.f_trace, caller.f_trace_lines = _pause, True
+        caller = sys._getframe(1)  # the delivery thread's loop, calling this
+        caller.f_trace = _held_at_the_top(caller.f_locals["self"], caller.f_lineno)
+        caller.f_trace_lines = True
         sys.settrace(_until_it_waits)
 """
 
@@ -408,6 +436,11 @@ def test_a_run_end_reaches_a_plugin_whose_delivery_thread_was_slow_to_come_back(
         lambda: {"delivery": "waits"} in read_jsonl(record),
         what="the delivery thread to wait again after the run's running",
     )
+    # The watch queued itself on its condition before the delivery thread did.
+    assert [e for e in read_jsonl(record) if "run" not in e] == [
+        {"watch": "waits"},
+        {"delivery": "waits"},
+    ]
 
     # The run's end is the only notification that comes: nothing else wakes the line.
     (harness.project / "release").touch()
