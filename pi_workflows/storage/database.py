@@ -30,6 +30,7 @@ from ..errors import (
 from ..home import Home, check_private_dir, prepare_home
 from . import blobs, file_watch, known_attempts, revisions, run_transitions, server_plans
 from .connection_guard import ConnectionGuard
+from .connection_use import ConnectionUse
 from .deferred_statements import DeferredStatements
 from .models import (
     ADDED_INDEXES,
@@ -104,6 +105,7 @@ class StateStore:
         self.kill_point: KillPoint | None = None
         # Under the guard: a lost held statement is a lost statement.
         self.held_statements = DeferredStatements(db) if DeferredStatements.applies_to(db) else None
+        self.connection_use = ConnectionUse(db)
         # A server database's connection can be lost and come back; a file's cannot.
         self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
         # A SQLite file deleted or replaced under the store (set by open_state).

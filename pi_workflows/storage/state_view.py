@@ -20,7 +20,7 @@ import peewee
 
 from ..errors import PiWorkflowsError
 from ..records import RunRecord
-from . import runs
+from . import connection_use, runs
 from .models import database_proxy
 
 
@@ -73,7 +73,8 @@ def _connect_this_thread() -> None:
     assert isinstance(database, peewee.Database)
     if database.is_closed():  # per thread: each thread has its own connection
         _close_opened()  # one kept for a database this process has since replaced
-        database.connect()
+        with connection_use.connecting_for(connection_use.STATE_VIEW):
+            database.connect()
         _opened.database = database
 
 

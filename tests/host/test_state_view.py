@@ -175,3 +175,35 @@ def test_a_kept_connection_the_server_dropped_is_replaced_at_the_next_call(
         assert plugin_thread.submit(backend_pid).result() != kept
     finally:
         store.close()
+
+
+# A plugin that reads the view on its notification thread, which keeps the connection.
+VIEW_ON_NOTIFICATION_THREAD = """
+import os
+
+from pi_workflows.plugin import hookimpl, state_view
+
+
+@hookimpl
+def piw_run_transition(run_id, new_status, workflow_name):
+    if new_status == "completed":
+        state_view().queue_depth()
+        open(os.environ["PIW_TEST_RECORD"], "w").close()
+"""
+
+
+@pytest.mark.integration
+def test_host_status_shows_the_database_connections_the_host_holds(harness: HostHarness):
+    record = harness.root / "looked"
+    harness.add_plugin("view_reader", VIEW_ON_NOTIFICATION_THREAD)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    assert json.loads(harness.cli("host", "status", "--json").stdout)["databaseConnections"] == {
+        "host": 1
+    }
+
+    harness.wait_for_status(harness.start_run("hello", {"name": "Ann"}), "completed")
+    wait_until(record.exists, what="the plugin to read the state view")
+    status = json.loads(harness.cli("host", "status", "--json").stdout)
+    assert status["databaseConnections"] == {"host": 1, "stateView": 1}
+    text = harness.cli("host", "status").stdout
+    assert "database connections: 1 host, 1 stateView" in text
