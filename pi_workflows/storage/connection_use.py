@@ -27,6 +27,7 @@ class _Purpose(threading.local):
 
 
 _purpose = _Purpose()
+_installed: weakref.WeakKeyDictionary[peewee.Database, ConnectionUse] = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
@@ -52,6 +53,12 @@ class ConnectionUse:
         db._close = self._counted_close  # type: ignore[attr-defined]
         if not db.is_closed():  # opened before this was installed: this thread's
             self._note(db._state.conn)  # type: ignore[attr-defined]
+        _installed[db] = self
+
+    @staticmethod
+    def on(db: peewee.Database | None) -> ConnectionUse | None:
+        """The instance installed on `db`, if any."""
+        return None if db is None else _installed.get(db)
 
     def counts(self) -> dict[str, int]:
         """Open connections by purpose (purposes with none left out)."""

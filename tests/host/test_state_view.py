@@ -15,6 +15,7 @@ import pytest
 
 from pi_workflows.plugin import state_view
 from pi_workflows.storage import open_state
+from pi_workflows.storage import state_view as state_view_module
 from pi_workflows.storage.database import StateStore
 from pi_workflows.testing import WorkflowHome
 
@@ -154,6 +155,25 @@ def test_a_thread_that_reads_the_view_again_and_again_opens_one_connection(
     with ThreadPoolExecutor(max_workers=1) as other:
         assert other.submit(look).result() == (3, 2, "queued")
     assert len(opened) == 2
+
+
+def test_past_the_kept_connections_a_thread_opens_one_for_each_call(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch, plugin_thread: ThreadPoolExecutor
+):
+    monkeypatch.setattr(state_view_module, "MAX_KEPT_CONNECTIONS", 1)
+    with store.transaction():
+        create_test_run("run-a")
+    opened = _count_connects(store, monkeypatch)
+
+    def look() -> int:
+        return state_view().queue_depth()
+
+    assert [plugin_thread.submit(look).result() for _ in range(3)] == [1, 1, 1]
+    assert len(opened) == 1  # the first thread's connection is kept
+    with ThreadPoolExecutor(max_workers=1) as other:
+        assert [other.submit(look).result() for _ in range(3)] == [1, 1, 1]
+        assert len(opened) == 4  # past the bound: one for each call, closed after it
+        assert store.connection_use.counts() == {"host": 1, "stateView": 1}
 
 
 def test_a_kept_connection_the_server_dropped_is_replaced_at_the_next_call(
