@@ -3,6 +3,7 @@
     python benchmarks/compare_dbos.py [--rounds 3] [--runs 30] [--queued 300]
                                       [--answers 15] [--sync-runs 50] [--skip-dbos]
                                       [--backend sqlite|postgresql] [--statements]
+                                      [--round-trips]
 
 Installs DBOS from benchmarks/requirements.txt into its own virtual environment (under
 the user cache directory, reused while the requirements do not change) and runs its half
@@ -20,8 +21,10 @@ that database), and the server's time executing them (pg_stat_statements total_e
 the commits' WAL flushes included), each over the system's whole life, read after it
 has exited: start-up and shut-down included, spread over the runs. `--statements`
 prints pi-workflows' most frequent statements of the 4-worker queue workload and of the
-one- and two-host ones (the benchmark's own completion poll among them). The fsync
-row is left out (the server, not the systems, syncs).
+one- and two-host ones (the benchmark's own completion poll among them). `--round-trips`
+also counts the query texts each system sent (the server logs every one: a text may
+hold several statements, which pg_stat_statements counts apart), at the cost of that
+logging in the timings. The fsync row is left out (the server, not the systems, syncs).
 
 Workloads (every round runs both systems, one after the other):
   seq      3-node workflow (three compute steps), start -> result, sequential p50/p95;
@@ -148,14 +151,18 @@ class Databases:
     """Where a system under test keeps its state: SQLite files (the default) or a fresh
     database per system on one PostgreSQL server, with what each system sent it."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, round_trips: bool = False) -> None:
         self.cluster: PostgresCluster | None = None
         # The most frequent statements of the workloads that keep them, by workload.
         self.statements: dict[str, list[tuple[int, str]]] = {}
+        self.round_trips = round_trips
         if backend == "postgresql":
-            self.cluster = PostgresCluster(
-                settings={"shared_preload_libraries": "pg_stat_statements", "fsync": "on"}
-            )
+            settings = {"shared_preload_libraries": "pg_stat_statements", "fsync": "on"}
+            if round_trips:
+                # One log line per query text the server receives (a round trip), named
+                # by database; what it costs the server shows in the timings.
+                settings |= {"log_statement": "all", "log_line_prefix": "%d:"}
+            self.cluster = PostgresCluster(settings=settings)
             self.cluster.server.execute("CREATE EXTENSION pg_stat_statements")
 
     def fresh(self) -> str | None:
@@ -191,12 +198,23 @@ class Databases:
                 )
             ]
         server.drop_database(url)
-        return {
+        counted = {}
+        if self.round_trips:
+            counted["round_trips_per_run"] = self._round_trips(name) / runs
+        return counted | {
             "statements_per_run": int(statements) / runs,
             "commits_per_run": int(commits) / runs,
             # The server's time executing them (commits' WAL flushes included).
             "server_ms_per_run": float(server_ms) / runs,
         }
+
+    def _round_trips(self, name: str) -> int:
+        """Query texts sent to database `name`: a simple query (``statement:``, however
+        many statements its text holds) or an extended-protocol execute (``execute``)."""
+        assert self.cluster is not None
+        starts = (f"{name}:LOG:  statement: ", f"{name}:LOG:  execute ")
+        with open(self.cluster.log_file, encoding="utf-8", errors="replace") as log:
+            return sum(1 for line in log if line.startswith(starts))
 
     def close(self) -> None:
         if self.cluster is not None:
@@ -611,6 +629,8 @@ ROWS = (
     ("checkpoint answer -> continuation done p50", "ask.p50_ms", "ms", False),
     ("decision answer -> continuation done p50", "decide.p50_ms", "ms", False),
     ("fsync+fdatasync per run", "syncs.per_run", "", False),
+    ("round trips per run (3-node, sequential)", "seq.round_trips_per_run", "", False),
+    ("round trips per run ({queued} queued)", "queue4.round_trips_per_run", "", False),
     ("statements per run (3-node, sequential)", "seq.statements_per_run", "", False),
     ("commits per run (3-node, sequential)", "seq.commits_per_run", "", False),
     ("statements per run ({queued} queued)", "queue4.statements_per_run", "", False),
@@ -652,6 +672,11 @@ def main() -> None:
     parser.add_argument(
         "--statements", action="store_true", help="print the host's most frequent statements"
     )
+    parser.add_argument(
+        "--round-trips",
+        action="store_true",
+        help="PostgreSQL: count the query texts each system sends (the server logs each one)",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     if args.backend == "postgresql":
@@ -660,7 +685,7 @@ def main() -> None:
         only.discard("hosts")  # hosts share a database only on a server
 
     global DATABASES
-    DATABASES = Databases(args.backend)
+    DATABASES = Databases(args.backend, round_trips=args.round_trips)
     try:
         measure(args, only)
     finally:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+import peewee
 import psycopg2
+import pytest
 
 from pi_workflows.storage import (
     SCHEMA_NAME,
@@ -13,6 +15,7 @@ from pi_workflows.storage import (
     record_run_change,
     run_claims,
     run_events,
+    statements,
 )
 from pi_workflows.storage.models import Run
 from pi_workflows.storage.runs import run_record
@@ -146,6 +149,98 @@ def test_a_transaction_sends_its_begin_with_its_first_statement(
         assert not sent.take()[0].startswith("BEGIN")  # outside a transaction: none held
     finally:
         store.close()
+
+
+@pytest.fixture
+def store(home_env, postgres_url):
+    """The state store, on PostgreSQL whatever the backend (this module's subject)."""
+    store = open_state(home_env.home, postgres_url)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _announced(run_id: str) -> str | None:
+    return Run.get_by_id(run_id).announced_status
+
+
+def test_a_write_nothing_reads_travels_with_the_next_statement(store, make_run, monkeypatch):
+    with store.transaction():
+        make_run("pg-held")
+    sent = _SentStatements(store, monkeypatch)
+    with store.transaction():
+        # Its values hold a `%`, and the statement it travels with has parameters.
+        statements.set_announced_statuses({"pg-held": "100% queued"})
+        assert sent.take() == []  # held: no round trip of its own
+        assert _announced("pg-held") == "100% queued"
+        carried = sent.take()
+        assert len(carried) == 1
+        assert carried[0].startswith("BEGIN; UPDATE runs SET announced_status")
+        assert "; SELECT" in carried[0]
+        statements.set_announced_statuses({"pg-held": "queued"})
+    # The last one goes with COMMIT, and is committed.
+    assert [text.split("; ")[-1] for text in sent.take()] == ["COMMIT"]
+    assert _announced("pg-held") == "queued"
+    sent.take()
+
+    with store.transaction():  # a write alone makes its transaction's one round trip
+        statements.set_announced_statuses({"pg-held": "running"})
+    assert [text.split("; ")[::2] for text in sent.take()] == [["BEGIN", "COMMIT"]]
+    assert _announced("pg-held") == "running"
+    sent.take()
+
+    # Outside a transaction it is not held.
+    statements.set_announced_statuses({"pg-held": "queued"})
+    assert sent.take()[0].startswith("UPDATE runs SET announced_status")
+
+
+def _unknown_worker_reply(message_id: str) -> None:
+    """A held write that fails: its worker row does not exist (a foreign key)."""
+    statements.insert_worker_message("no-such-worker", message_id, "f", "ok", 1, None, None, 1)
+
+
+def test_a_held_write_that_fails_undoes_its_savepoint_block_alone(store, make_run, monkeypatch):
+    with store.transaction():
+        make_run("pg-kept")
+        make_run("pg-undone")
+    sent = _SentStatements(store, monkeypatch)
+    with store.transaction():
+        with store.savepoint():
+            record_run_change("pg-kept", event_type="run.started", actor="test")
+        with pytest.raises(peewee.IntegrityError), store.savepoint():
+            record_run_change("pg-undone", event_type="run.started", actor="test")
+            _unknown_worker_reply("m-1")
+        # The transaction goes on: the failure was inside the block.
+        with store.savepoint():  # a block that sent nothing sends no savepoint
+            pass
+    texts = sent.take()
+    # The failing write went with the block's release, and the block was undone.
+    failed = next(index for index, text in enumerate(texts) if "worker_messages" in text)
+    assert texts[failed].endswith("; RELEASE SAVEPOINT piw_block")
+    assert texts[failed + 1] == "ROLLBACK TO SAVEPOINT piw_block; RELEASE SAVEPOINT piw_block"
+    assert "SAVEPOINT" not in " ".join(texts[failed + 2 :])
+    assert texts[-1].endswith("COMMIT")
+    assert [record.revision for record in map(run_record, ("pg-kept", "pg-undone"))] == [2, 1]
+
+    # A block that fails before it sent anything sends nothing, held writes included.
+    with store.transaction():
+        assert Run.select().count() == 2
+        sent.take()
+        with pytest.raises(LookupError), store.savepoint():
+            _unknown_worker_reply("m-2")
+            raise LookupError("stop")
+    assert sent.take() == ["COMMIT"]
+
+    # A write held before a block opens is sent before it: its failure is not the
+    # block's, and the block does not run.
+    body_ran = False
+    with pytest.raises(peewee.IntegrityError), store.transaction():
+        assert Run.select().count() == 2
+        _unknown_worker_reply("m-3")
+        with store.savepoint():
+            body_ran = True
+    assert not body_ran
 
 
 def test_the_claim_candidate_query_is_planned_once_per_connection(

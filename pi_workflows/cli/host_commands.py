@@ -159,6 +159,8 @@ def status_command(cli_ctx: CliContext, as_json: bool) -> None:
     click.echo(f"uptime: {status['uptimeMs'] / 1000:.1f} s")
     click.echo(f"workers: {status['activeWorkers']} of {status['maxWorkers']}")
     click.echo(f"clients: {status['connectedClients']}")
+    held = ", ".join(f"{n} {purpose}" for purpose, n in status["databaseConnections"].items())
+    click.echo(f"database connections: {held or 'none'}")
     if status.get("databaseUnavailable"):
         click.echo(f"DATABASE UNAVAILABLE: {status['databaseUnavailable']}")
         click.echo(f"database: {status['database']}")

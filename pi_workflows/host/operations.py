@@ -569,6 +569,8 @@ class Operations:
             "activeWorkers": len(self.slots.active_runs),
             "maxWorkers": self.slots.max_workers,
             "connectedClients": facts.pop("connectedClients"),
+            # The state database's connections this host holds, by purpose.
+            "databaseConnections": host.store.connection_use.counts(),
             "claimPassFailure": self.slots.failure(),
             # Plugins past the hook deadline in a launch, turn or terminal-message hook.
             "hungPlugins": sorted(plugins.hung_plugins().values()),

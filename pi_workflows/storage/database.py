@@ -30,7 +30,8 @@ from ..errors import (
 from ..home import Home, check_private_dir, prepare_home
 from . import blobs, file_watch, known_attempts, revisions, run_transitions, server_plans
 from .connection_guard import ConnectionGuard
-from .deferred_begin import DeferredBegin
+from .connection_use import ConnectionUse
+from .deferred_statements import DeferredStatements
 from .models import (
     ADDED_INDEXES,
     ALL_MODELS,
@@ -58,6 +59,7 @@ SQLITE_READ_PRAGMAS = (("foreign_keys", 1), ("busy_timeout", 5000), ("query_only
 KILL_POINT_ENV = "PI_WORKFLOWS_TEST_KILL_POINT"
 
 SCHEMA_NAME = "pi-workflows-state"
+_SAVEPOINT = "piw_block"
 # 2: run_queue.priority, runs.announced_status; 3: host_state one row per home,
 # forwarded_commands (several hosts on PostgreSQL); 4: event types in one style
 # (schema_upgrade.RENAMED_EVENTS); 5: nested_blobs (the blobs a stored value names, for
@@ -101,8 +103,9 @@ class StateStore:
         # The test kit's crash-point explorer only (PI_WORKFLOWS_TEST_KILL_POINT): told of
         # each commit that changed a run, right before and right after it.
         self.kill_point: KillPoint | None = None
-        if DeferredBegin.applies_to(db):  # under the guard: a lost BEGIN is a lost statement
-            DeferredBegin(db)
+        # Under the guard: a lost held statement is a lost statement.
+        self.held_statements = DeferredStatements(db) if DeferredStatements.applies_to(db) else None
+        self.connection_use = ConnectionUse(db)
         # A server database's connection can be lost and come back; a file's cannot.
         self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
         # A SQLite file deleted or replaced under the store (set by open_state).
@@ -230,22 +233,36 @@ class StateStore:
         if not tx.depth:
             raise RuntimeError("savepoint() needs an open transaction")
         callbacks, doomed, blobs_written = len(tx.after_commit), tx.doomed, blobs.written_mark()
-        self.db.execute_sql("SAVEPOINT piw_block")
+        held = self.held_statements
+        mark = None
+        if held is not None:
+            mark = held.open_savepoint(_SAVEPOINT)
+        else:
+            self.db.execute_sql(f"SAVEPOINT {_SAVEPOINT}")
         tx.depth += 1
         try:
-            yield
+            try:
+                yield
+            finally:
+                tx.depth -= 1
+            # Inside the failure handling: a held write that fails with the release
+            # undoes this block alone.
+            if held is not None and mark is not None:
+                held.release_savepoint(_SAVEPOINT, mark)
+            else:
+                self.db.execute_sql(f"RELEASE SAVEPOINT {_SAVEPOINT}")
         except BaseException:
-            self.db.execute_sql("ROLLBACK TO SAVEPOINT piw_block")
-            self.db.execute_sql("RELEASE SAVEPOINT piw_block")
+            if held is not None and mark is not None:
+                held.roll_back_savepoint(_SAVEPOINT, mark)
+            else:
+                self.db.execute_sql(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+                self.db.execute_sql(f"RELEASE SAVEPOINT {_SAVEPOINT}")
             del tx.after_commit[callbacks:]
             blobs.rolled_back_to(blobs_written)
             revisions.rolled_back()
             known_attempts.rolled_back()
             tx.doomed = doomed
             raise
-        finally:
-            tx.depth -= 1
-        self.db.execute_sql("RELEASE SAVEPOINT piw_block")
 
     def defer_write(self, write: Callable[[], None]) -> None:
         """A bookkeeping write that may wait: it runs first in the next outermost

@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 import peewee
 
 from .models import database_proxy
-from .statements import run_sql
+from .statements import run_later, run_sql
 
 ModelT = TypeVar("ModelT", bound=peewee.Model)
 
@@ -73,6 +73,11 @@ class PreparedQuery:
     def execute(self, **arguments: Any) -> Any:
         """Run the query on the open state database; returns its cursor."""
         db = database_proxy.obj
+        return run_sql(db, *self._sql_and_params(db, arguments))
+
+    def _sql_and_params(
+        self, db: peewee.Database, arguments: dict[str, Any]
+    ) -> tuple[str, list[Any]]:
         sql, template, has_constants = self._compiled.get(type(db)) or self._compile(db)
         if has_constants:
             params = [
@@ -80,7 +85,13 @@ class PreparedQuery:
             ]
         else:
             params = [arguments[value.name] for value in template]
-        return run_sql(db, sql, params)
+        return sql, params
+
+    def execute_later(self, **arguments: Any) -> None:
+        """Run a write whose outcome nothing reads; on PostgreSQL it may travel with the
+        transaction's next statement (`statements.execute_later`)."""
+        db = database_proxy.obj
+        run_later(db, *self._sql_and_params(db, arguments))
 
     def rows(self, **arguments: Any) -> list[tuple[Any, ...]]:
         fetched: list[tuple[Any, ...]] = self.execute(**arguments).fetchall()

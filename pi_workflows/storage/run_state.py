@@ -368,7 +368,7 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any], revision: int) -> None
     now = now_ms()
     for attempt_id, (node_id, _, status, node_type, started_at) in existing.items():
         if status in ACTIVE_ATTEMPT_STATUSES and attempt_id not in wanted:
-            _INTERRUPT_ATTEMPT.changed(attempt_id=attempt_id, now=now)
+            _INTERRUPT_ATTEMPT.execute_later(attempt_id=attempt_id, now=now)
             synced[attempt_id] = (
                 node_id,
                 existing[attempt_id][1],
@@ -385,7 +385,7 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any], revision: int) -> None
         known = existing.get(attempt_id)
         if known is None:
             numbers[fields["node_id"]] = numbers.get(fields["node_id"], 0) + 1
-            _INSERT_ATTEMPT.execute(
+            _INSERT_ATTEMPT.execute_later(
                 **_NEW_ATTEMPT,
                 **fields,
                 attempt_id=attempt_id,
@@ -404,7 +404,7 @@ def _sync_attempts(run_id: str, snapshot: dict[str, Any], revision: int) -> None
                 fields["started_at"],
             )
         elif known[2] != fields["status"]:
-            _attempt_update(tuple(fields)).changed(**fields, attempt_id=attempt_id)
+            _attempt_update(tuple(fields)).execute_later(**fields, attempt_id=attempt_id)
             record = attempt_record(run_id, attempt_id, known[0], known[3], known[4])
             synced[attempt_id] = (
                 fields.get("node_id", known[0]),

@@ -59,7 +59,7 @@ def record_worker(
     revision: int,
 ) -> None:
     """A worker about to launch (`starting`), recorded with its run's claim."""
-    _INSERT.execute(
+    _INSERT.execute_later(
         worker_epoch=worker_epoch,
         run_id=run_id,
         generation=generation,
@@ -100,7 +100,7 @@ def finish_worker(
     diagnostic_hash: str | None,
 ) -> None:
     """How a live worker ended (a worker already finished keeps its first outcome)."""
-    _FINISH.changed(
+    _FINISH.execute_later(
         worker_epoch=worker_epoch,
         outcome=outcome,
         now=stamp,

@@ -27,7 +27,7 @@ from typing import Any
 
 import peewee
 
-from .deferred_begin import DeferredBegin
+from .deferred_statements import DeferredStatements
 from .statements import run_sql
 
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
@@ -41,7 +41,7 @@ _prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary(
 
 def applies_to(db: peewee.Database) -> bool:
     """A PostgreSQL database through psycopg2, whose statements are plain text."""
-    return DeferredBegin.applies_to(db)
+    return DeferredStatements.applies_to(db)
 
 
 def configure(db: peewee.Database) -> None:

@@ -8,19 +8,22 @@ plugin's own) the view opens one and keeps it for the thread's next calls, becau
 notification thread reads the view over and over and opening a connection costs more
 than the query (a new PostgreSQL session, or SQLite's file open and pragmas). The
 connection goes with its thread; on PostgreSQL one the server dropped is replaced by the
-store's connection guard at the next call, as the host's own is.
+store's connection guard at the next call, as the host's own is. At most
+`MAX_KEPT_CONNECTIONS` are kept (`host status` shows them, `connection_use`); a thread
+past them opens one for each call and closes it after.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 
 import peewee
 
 from ..errors import PiWorkflowsError
 from ..records import RunRecord
-from . import runs
+from . import connection_use, runs
 from .models import database_proxy
 
 
@@ -33,19 +36,19 @@ class StateView:
         """Runs with a worker starting or running, on any host, the longest running
         first: only those of `workflow_name`, and only those `host_id` (a
         ``HostInfo.host_id``) holds the claim of, when given."""
-        _connect_this_thread()
-        return runs.running_run_records(workflow_name, host_id)
+        with _connected_this_thread():
+            return runs.running_run_records(workflow_name, host_id)
 
     def queue_depth(self, *, workflow_name: str | None = None) -> int:
         """How many runs wait for a worker (queued and not paused), of `workflow_name`
         when given."""
-        _connect_this_thread()
-        return runs.queued_run_count(workflow_name)
+        with _connected_this_thread():
+            return runs.queued_run_count(workflow_name)
 
     def run(self, run_id: str) -> RunRecord | None:
         """The run's record as hooks see it, or ``None`` when there is no such run."""
-        _connect_this_thread()
-        found = runs.run_records([run_id])
+        with _connected_this_thread():
+            found = runs.run_records([run_id])
         return found[0] if found else None
 
 
@@ -62,8 +65,30 @@ class _Opened(threading.local):
 
 _opened = _Opened()
 
+# Connections the view keeps open between calls, one per thread, in all: on PostgreSQL
+# each is a server session. A thread past them opens one for each call.
+MAX_KEPT_CONNECTIONS = 8
 
-def _connect_this_thread() -> None:
+
+@contextlib.contextmanager
+def _connected_this_thread() -> Iterator[None]:
+    """A connection for this thread's call: kept for its next calls while fewer than
+    `MAX_KEPT_CONNECTIONS` are kept, else closed after this one."""
+    opened = _connect_this_thread()
+    try:
+        yield
+    finally:
+        if opened and _kept_connections() > MAX_KEPT_CONNECTIONS:
+            _close_opened()
+
+
+def _kept_connections() -> int:
+    use = connection_use.ConnectionUse.on(database_proxy.obj)
+    return 0 if use is None else use.counts().get(connection_use.STATE_VIEW, 0)
+
+
+def _connect_this_thread() -> bool:
+    """Connect this thread if it has no connection; True if it opened one."""
     database = database_proxy.obj
     if database is None:
         raise PiWorkflowsError(
@@ -73,8 +98,11 @@ def _connect_this_thread() -> None:
     assert isinstance(database, peewee.Database)
     if database.is_closed():  # per thread: each thread has its own connection
         _close_opened()  # one kept for a database this process has since replaced
-        database.connect()
+        with connection_use.connecting_for(connection_use.STATE_VIEW):
+            database.connect()
         _opened.database = database
+        return True
+    return False
 
 
 def _close_opened() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 import peewee
 
 from ..event_types import EventType
+from .deferred_statements import DeferredStatements
 from .models import Run, database_proxy
 
 
@@ -24,6 +25,21 @@ def execute(sql: str, params: Sequence[Any] = ()) -> Any:
     """Run one statement on the open state database; returns its cursor."""
     db = database_proxy.obj
     return run_sql(db, _in_style(db.param, sql), params)
+
+
+def execute_later(sql: str, params: Sequence[Any] = ()) -> None:
+    """Run a write whose outcome nothing reads: on PostgreSQL, inside a transaction, it
+    travels with the transaction's next statement (see `deferred_statements`), and a
+    failure surfaces there, in the same savepoint."""
+    db = database_proxy.obj
+    run_later(db, _in_style(db.param, sql), params)
+
+
+def run_later(db: peewee.Database, sql: str, params: Sequence[Any]) -> None:
+    """`run_sql` for a write whose cursor nobody reads (see `execute_later`)."""
+    deferred = DeferredStatements.on(db)
+    if deferred is None or not deferred.hold_write(sql, params):
+        run_sql(db, sql, params)
 
 
 # The driver's errors as peewee's own. peewee's stubs leave out this module attribute,
@@ -282,7 +298,7 @@ def insert_worker_message(
     error_hash: str | None,
     stamp: int,
 ) -> None:
-    execute(
+    execute_later(
         INSERT_WORKER_MESSAGE,
         (worker_epoch, message_id, fingerprint, outcome, revision, result_hash, error_hash, stamp),
     )
@@ -339,7 +355,7 @@ def set_announced_statuses(statuses: dict[str, str]) -> None:
     for start in range(0, len(pairs), ANNOUNCED_PER_STATEMENT):
         chunk = pairs[start : start + ANNOUNCED_PER_STATEMENT]
         params: list[Any] = [value for pair in chunk for value in pair]
-        execute(_announce_sql(len(chunk)), [*params, *(run_id for run_id, _ in chunk)])
+        execute_later(_announce_sql(len(chunk)), [*params, *(run_id for run_id, _ in chunk)])
 
 
 # --- durable command receipts ----------------------------------------------------------

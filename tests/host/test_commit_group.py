@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+import peewee
+
 from pi_workflows.errors import ConflictError
 from pi_workflows.host.commit_group import HOLD_S, MAX_HOLD_S, CommitGroup
-from pi_workflows.storage import record_run_change
+from pi_workflows.storage import record_run_change, statements
 from pi_workflows.storage.runs import current_revision
 
 
@@ -174,3 +176,34 @@ def test_a_start_is_answered_only_by_its_group_s_commit(store, make_run):
     assert seen_in_transaction == [True]
     assert isinstance(started, OSError) and isinstance(failed, OSError)
     assert current_revision("whole-a") == 1
+
+
+def test_a_write_whose_failure_shows_only_at_a_later_statement_fails_its_entry_alone(
+    store, make_run
+):
+    # On PostgreSQL a worker's stored reply is held back and sent with a later statement
+    # (storage/deferred_statements.py); its failure must still be its own entry's.
+    with store.transaction():
+        for run_id in ("held-a", "held-b"):
+            make_run(run_id)
+
+    def write(run_id: str, fails: bool = False):
+        def apply() -> int:
+            revision = record_run_change(run_id, event_type="run.started", actor="test")
+            if fails:  # no such worker: refused by a foreign key
+                statements.insert_worker_message("no-such-worker", "m", "f", "ok", 1, None, None, 1)
+            return revision
+
+        return apply
+
+    async def together() -> list:
+        group = CommitGroup(store, _no_claim_pass)
+        futures = [group.submit(write("held-a", fails=True), contained=True)]
+        futures.append(group.submit(write("held-b"), contained=True))
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    failed, committed = asyncio.run(together())
+
+    assert isinstance(failed, peewee.IntegrityError)
+    assert committed == 2
+    assert [current_revision(run_id) for run_id in ("held-a", "held-b")] == [1, 2]

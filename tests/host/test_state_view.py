@@ -15,6 +15,7 @@ import pytest
 
 from pi_workflows.plugin import state_view
 from pi_workflows.storage import open_state
+from pi_workflows.storage import state_view as state_view_module
 from pi_workflows.storage.database import StateStore
 from pi_workflows.testing import WorkflowHome
 
@@ -156,6 +157,25 @@ def test_a_thread_that_reads_the_view_again_and_again_opens_one_connection(
     assert len(opened) == 2
 
 
+def test_past_the_kept_connections_a_thread_opens_one_for_each_call(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch, plugin_thread: ThreadPoolExecutor
+):
+    monkeypatch.setattr(state_view_module, "MAX_KEPT_CONNECTIONS", 1)
+    with store.transaction():
+        create_test_run("run-a")
+    opened = _count_connects(store, monkeypatch)
+
+    def look() -> int:
+        return state_view().queue_depth()
+
+    assert [plugin_thread.submit(look).result() for _ in range(3)] == [1, 1, 1]
+    assert len(opened) == 1  # the first thread's connection is kept
+    with ThreadPoolExecutor(max_workers=1) as other:
+        assert [other.submit(look).result() for _ in range(3)] == [1, 1, 1]
+        assert len(opened) == 4  # past the bound: one for each call, closed after it
+        assert store.connection_use.counts() == {"host": 1, "stateView": 1}
+
+
 def test_a_kept_connection_the_server_dropped_is_replaced_at_the_next_call(
     home_env: WorkflowHome, postgres_url: str, plugin_thread: ThreadPoolExecutor
 ):
@@ -175,3 +195,35 @@ def test_a_kept_connection_the_server_dropped_is_replaced_at_the_next_call(
         assert plugin_thread.submit(backend_pid).result() != kept
     finally:
         store.close()
+
+
+# A plugin that reads the view on its notification thread, which keeps the connection.
+VIEW_ON_NOTIFICATION_THREAD = """
+import os
+
+from pi_workflows.plugin import hookimpl, state_view
+
+
+@hookimpl
+def piw_run_transition(run_id, new_status, workflow_name):
+    if new_status == "completed":
+        state_view().queue_depth()
+        open(os.environ["PIW_TEST_RECORD"], "w").close()
+"""
+
+
+@pytest.mark.integration
+def test_host_status_shows_the_database_connections_the_host_holds(harness: HostHarness):
+    record = harness.root / "looked"
+    harness.add_plugin("view_reader", VIEW_ON_NOTIFICATION_THREAD)
+    harness.start_host(PIW_TEST_RECORD=str(record))
+    assert json.loads(harness.cli("host", "status", "--json").stdout)["databaseConnections"] == {
+        "host": 1
+    }
+
+    harness.wait_for_status(harness.start_run("hello", {"name": "Ann"}), "completed")
+    wait_until(record.exists, what="the plugin to read the state view")
+    status = json.loads(harness.cli("host", "status", "--json").stdout)
+    assert status["databaseConnections"] == {"host": 1, "stateView": 1}
+    text = harness.cli("host", "status").stdout
+    assert "database connections: 1 host, 1 stateView" in text

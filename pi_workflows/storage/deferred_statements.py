@@ -1,0 +1,181 @@
+"""PostgreSQL: statements whose result nothing reads travel with the next statement.
+
+peewee sends every statement as a round trip of its own, and the host's event loop waits
+for each. Three kinds return nothing anyone reads, and are held back here to go in front
+of the transaction's next statement, in the same query text (psycopg2 sends a
+statement's text as it is, and the server runs the statements in order, as it would have
+run them one by one; the cursor holds the last one's result):
+
+- the transaction's ``BEGIN``: a transaction that ran no statement sends neither
+  ``BEGIN`` nor ``COMMIT``;
+- a savepoint's ``SAVEPOINT`` and, once its block succeeded, its ``RELEASE``
+  (`StateStore.savepoint`): a block that sent nothing sends neither;
+- writes whose outcome the caller does not look at (`hold_write`: a worker's stored
+  reply, a node attempt's row, an announced status), sent with the next statement or
+  with ``COMMIT``. Their failure surfaces there instead of at the write, so a held write
+  never crosses a savepoint's edge unsent: the writes of a block go with its ``RELEASE``
+  (inside the block's failure handling, so a failure undoes that block alone), and a
+  ``SAVEPOINT`` opened while writes wait is sent with them, at once. A rolled-back
+  block drops the writes it held.
+
+The server's transaction and each savepoint start before their first statement either
+way, so nothing the server sees or locks changes, only how many round trips carry it.
+
+Only for psycopg2, whose queries are plain text (a driver that binds parameters on the
+server refuses two statements in one query); others run every statement as peewee does.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import peewee
+
+BEGIN = "BEGIN"
+ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT"
+
+_installed: weakref.WeakKeyDictionary[peewee.Database, DeferredStatements] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@dataclass(frozen=True)
+class _Held:
+    text: str  # with any ``%`` doubled: it is sent in front of a statement's parameters
+    is_write: bool
+
+
+@dataclass(frozen=True)
+class SavepointMark:
+    """Where a savepoint began: the sends so far, and its place among the held texts."""
+
+    sends: int
+    index: int
+    held: bool  # its SAVEPOINT was held back, not sent
+
+
+class _Pending(threading.local):
+    # peewee keeps a connection, and its transaction, per thread: so does this.
+    def __init__(self) -> None:
+        self.held: list[_Held] = []
+        self.sends = 0  # query texts sent in this thread, to tell whether a hold went out
+
+    def take(self) -> str:
+        held, self.held = self.held, []
+        self.sends += 1
+        return "".join(f"{item.text}; " for item in held)
+
+    @property
+    def has_writes(self) -> bool:
+        return any(item.is_write for item in self.held)
+
+
+class DeferredStatements:
+    """Installed once on a database, right after opening (before its connection guard)."""
+
+    def __init__(self, db: peewee.Database) -> None:
+        self.db = db
+        self._pending = _Pending()
+        self._execute_sql: Callable[..., Any] = db.execute_sql
+        self._begin: Callable[..., None] = db.begin
+        self._rollback: Callable[[], Any] = db.rollback
+        db.execute_sql = self._execute_sql_after_held  # type: ignore[method-assign]
+        db.begin = self._hold_begin  # type: ignore[method-assign]
+        db.commit = self._commit_held  # type: ignore[method-assign]
+        db.rollback = self._roll_back_held  # type: ignore[method-assign]
+        self._isolation_level = getattr(db, "_isolation_level", None)
+        _installed[db] = self
+
+    @staticmethod
+    def applies_to(db: peewee.Database) -> bool:
+        adapter = getattr(db, "_adapter", None)  # peewee's driver adapter (not in its stubs)
+        return isinstance(db, peewee.PostgresqlDatabase) and type(adapter).__name__ == (
+            "Psycopg2Adapter"
+        )
+
+    @staticmethod
+    def on(db: peewee.Database) -> DeferredStatements | None:
+        """The instance installed on `db`, if any."""
+        return _installed.get(db)
+
+    # --- writes ------------------------------------------------------------------------
+
+    def hold_write(self, sql: str, params: Sequence[Any]) -> bool:
+        """Hold `sql` with `params` for the next statement; False outside a transaction
+        (the caller runs it at once)."""
+        if not self.db.in_transaction():
+            return False
+        text = self.db.cursor().mogrify(sql, params).decode()  # on the client, no round trip
+        self._pending.held.append(_Held(text.replace("%", "%%"), is_write=True))
+        return True
+
+    # --- savepoints (StateStore.savepoint) -----------------------------------------------
+
+    def open_savepoint(self, name: str) -> SavepointMark:
+        pending = self._pending
+        statement = f"SAVEPOINT {name}"
+        if pending.has_writes:  # they belong outside the block: sent now, in front of it
+            self.db.execute_sql(statement)
+            return SavepointMark(pending.sends, len(pending.held), held=False)
+        mark = SavepointMark(pending.sends, len(pending.held), held=True)
+        pending.held.append(_Held(statement, is_write=False))
+        return mark
+
+    def release_savepoint(self, name: str, mark: SavepointMark) -> None:
+        """The block succeeded. Called inside its failure handling: a held write that
+        fails here rolls back the block alone."""
+        pending = self._pending
+        statement = f"RELEASE SAVEPOINT {name}"
+        if pending.has_writes:
+            self.db.execute_sql(statement)
+        elif mark.held and pending.sends == mark.sends:  # the block sent nothing
+            del pending.held[mark.index :]
+        else:
+            pending.held.append(_Held(statement, is_write=False))
+
+    def roll_back_savepoint(self, name: str, mark: SavepointMark) -> None:
+        pending = self._pending
+        if mark.held and pending.sends == mark.sends:  # the server never saw the block
+            del pending.held[mark.index :]
+            return
+        # Everything held came after the last text sent, which the block's SAVEPOINT
+        # went in or before: all of it belongs to the block.
+        pending.held = []
+        self.db.execute_sql(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+
+    # --- peewee's transaction calls ------------------------------------------------------
+
+    def _hold_begin(self, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs or self._isolation_level:  # a BEGIN with options goes on its own
+            self._begin(*args, **kwargs)
+            return
+        self._pending.held = [_Held(BEGIN, is_write=False)]
+
+    def _execute_sql_after_held(self, sql: str, *args: Any, **kwargs: Any) -> Any:
+        pending = self._pending
+        if pending.held:
+            if sql.startswith(ROLLBACK_TO_SAVEPOINT):  # peewee's own savepoints: undone anyway
+                pending.held = []
+            else:
+                sql = pending.take() + sql
+        return self._execute_sql(sql, *args, **kwargs)
+
+    def _commit_held(self) -> Any:
+        pending = self._pending
+        if pending.held and pending.held[0].text == BEGIN and not pending.has_writes:
+            # No statement ran: the server has no transaction to end.
+            pending.held = []
+            return None
+        return self._execute_sql(pending.take() + "COMMIT")
+
+    def _roll_back_held(self) -> Any:
+        pending = self._pending
+        never_begun = bool(pending.held) and pending.held[0].text == BEGIN
+        pending.held = []
+        if never_begun:
+            return None
+        return self._rollback()
