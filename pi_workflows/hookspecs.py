@@ -603,6 +603,9 @@ def piw_register_commands(cli: click.Group) -> None:
 
     Called once when the CLI starts; every implementation runs. A plugin that raises
     here is reported by name and skipped; the rest of the CLI keeps working. No built-in.
+    Hosts and workers load the plugin module too but never call this hook: import the
+    commands inside the implementation, so that they do not pay for click and what the
+    commands use (``plugins/pi-workflows-audit/piw_audit/plugin.py`` shows how).
     """
 
 

@@ -18,9 +18,6 @@ from typing import Any
 from ..errors import AnswerNotAllowedError
 from ..hookspecs import hookimpl
 from ..records import ChannelGaveUp, MessageContent, RegisterChannel
-from ..storage import decision_records
-from ..storage.runs import origin_session_id
-from ..storage.workflow_messages import create_workflow_message
 
 # The message key: revision 1 of the request, first presentation (SPEC §9.2).
 DECISION_MESSAGE_KEY = "1:initial"
@@ -88,6 +85,12 @@ class SessionChannel(_QuietSettlement):
 
     def deliver(self, request: dict[str, Any]) -> dict[str, Any]:
         def write() -> dict[str, Any]:
+            # Imported on use: every process loads this plugin, a worker's fork server
+            # too, and only a host delivering a decision needs the storage layer.
+            from ..storage import decision_records
+            from ..storage.runs import origin_session_id
+            from ..storage.workflow_messages import create_workflow_message
+
             decision_id, run_id = request["decisionId"], request["runId"]
             session_id = origin_session_id(run_id)
             if session_id is None:

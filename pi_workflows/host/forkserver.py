@@ -3,11 +3,12 @@
 Launches of the built-in worker command are forked from a process that has already
 imported everything, so a worker is ready in milliseconds instead of after a cold
 interpreter start. The forked worker is the leader of its own process group and speaks
-the worker protocol on pipes the host created, exactly like a spawned one. A launch
-that comes while the fork server is still starting waits for it (at most
-`STARTING_WAIT_S`): a cold start beside it would cost more than the wait, on every
-core. When the fork server is not available (it died, or did not start in time) the
-host spawns a cold worker instead.
+the worker protocol on pipes the host created, exactly like a spawned one. The host's
+first launch starts the fork server, so a host that never runs a worker never pays for
+one (nor keeps its two idle processes). A launch that comes while the fork server is
+still starting waits for it (at most `STARTING_WAIT_S`): a cold start beside it would
+cost more than the wait, on every core. When the fork server is not available (it
+died, could not start, or did not start in time) the host spawns a cold worker instead.
 """
 
 from __future__ import annotations
@@ -168,6 +169,15 @@ class ForkServer:
         if not self._closed:
             await self.start()
 
+    async def _started(self) -> bool:
+        """Start the fork server for the first launch; False when it cannot start."""
+        try:
+            await self.start()
+        except Exception:
+            log.exception("the worker fork server could not start; launching workers cold")
+            return False
+        return True
+
     def _end_starting(self, ready: bool) -> None:
         if self._starting is not None and not self._starting.done():
             self._starting.set_result(ready)
@@ -181,6 +191,8 @@ class ForkServer:
         written to the worker's stdin before anything else.
         """
         if not can_serve(spec):
+            return None
+        if self._starting is None and not self._closed and not await self._started():
             return None
         if self._is_stopped():
             self._replace("is stopped")

@@ -215,8 +215,6 @@ class Host:
             asyncio.create_task(self._every(self.timings.poll_s, self._poll)),
         ]
         log.info("ready at epoch %s", epoch)
-        if self.fork_server is not None:
-            await self.fork_server.start()
         self.slots.schedule_pass()
 
     def _worker_pids(self) -> list[int]:

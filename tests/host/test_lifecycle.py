@@ -221,6 +221,9 @@ def _the_spare(zygote: psutil.Process) -> psutil.Process | None:
 def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
     host = harness.start_host()
+    # The first launch starts the fork server; the next one is run by its spare.
+    first = harness.start_run("hello", {"name": "first"})
+    assert harness.wait_for_status(first, "completed")["status"] == "completed"
     (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
     spare = wait_until(lambda: _the_spare(zygote), what="the fork server's spare")
     # Before any launch, it makes itself the leader of its own process group.
@@ -244,6 +247,24 @@ def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: Host
     last = wait_until(lambda: _the_spare(zygote), what="a spare after the direct fork")
     zygote.kill()
     wait_until(lambda: process_gone(last.pid), what="the orphaned spare to exit")
+
+
+@pytest.mark.integration
+def test_the_fork_server_starts_with_the_hosts_first_launch(harness: HostHarness):
+    host = harness.start_host()
+    # A host answering clients with no run to launch keeps no fork server (and no spare).
+    assert harness.cli("run", "list").returncode == 0
+    wait_until(lambda: "ready at epoch" in harness.host_log(), what="the host's start to end")
+    assert harness.cli("host", "status").returncode == 0
+    assert not [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    harness.write_workflow("steps", STEPS)
+    run_id = harness.start_run("steps")
+    worker = psutil.Process(harness.wait_for_pid("b.pid"))
+    # That first worker was forked by the fork server its launch started, not spawned cold.
+    (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    assert worker.ppid() == zygote.pid
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
 
 
 # Holds the fork server's start (its workflow preload) until the file ZYGOTE_GO exists.
@@ -274,13 +295,13 @@ def test_a_launch_while_the_fork_server_starts_waits_for_it_instead_of_a_cold_st
     harness.add_plugin("slow_fork_server", SLOW_FORK_SERVER_PLUGIN)
     go = harness.project / "zygote-go"
     host = harness.start_host(ZYGOTE_GO=str(go))
+    run_id = harness.start_run("steps")  # its launch starts the fork server
     zygote = wait_until(
         lambda: next(
             (c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()), None
         ),
         what="the fork server",
     )
-    run_id = harness.start_run("steps")
     wait_until(lambda: harness.workers(run_id), what="the run's claim and its worker record")
     go.touch()  # the fork server finishes starting
     # The worker is a child of the fork server, not a cold interpreter the host spawned.

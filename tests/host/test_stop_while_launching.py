@@ -19,7 +19,7 @@ import pytest
 from pi_workflows.testing import process_gone
 
 from .conftest import HostHarness, wait_until
-from .workflows import HOLD_CLAIMS_PLUGIN, STEPS
+from .workflows import STEPS
 
 RUNS = 4
 STOP_DEADLINE_S = 15.0  # the test kit's own patience with a stopping host
@@ -50,7 +50,8 @@ def piw_worker_process(envelope, settings):
     global launches
     launches += 1
     stopped = Path.cwd() / "stopped-once"  # only the first host stops itself
-    if launches == RUNS and not stopped.exists():
+    # The first launch is the warm-up run's, which starts the fork server.
+    if launches == 1 + RUNS and not stopped.exists():
         stopped.touch()
         os.kill(os.getpid(), signal.SIGTERM)
         # Every earlier launch was sent; its answer is in once the fork server has a
@@ -84,20 +85,19 @@ def _workers_in(harness: HostHarness) -> list[psutil.Process]:
 @pytest.mark.integration
 def test_a_host_stopped_while_forked_workers_are_answered_exits(harness: HostHarness):
     harness.write_workflow("steps", STEPS)
-    harness.add_plugin("hold_claims", HOLD_CLAIMS_PLUGIN)
     harness.add_plugin("stop_amid_launches", STOP_AMID_LAUNCHES)
-    (harness.project / "hold-claims").touch()
     # Room for more workers than runs: one claim pass claims them all.
     host = harness.start_host(PI_WORKFLOWS_MAX_WORKERS=str(4 * RUNS))
-    run_ids = harness.start_runs("steps", RUNS)
-    # Launches go to the fork server once it is ready (its first spare is forked).
+    # A warm-up run's launch starts the fork server; the runs' launches then go to it.
+    warm_up = harness.start_run("hello", {"name": "warm-up"})
+    assert harness.wait_for_status(warm_up, "completed")["status"] == "completed"
     wait_until(lambda: _zygote_children(host), what="the fork server's spare")
-    (harness.project / "hold-claims").unlink()
+    run_ids = harness.start_runs("steps", RUNS)  # one batch: one claim pass takes them all
     try:
         assert host.wait(timeout=STOP_DEADLINE_S) == 0
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the host did not stop:\n{harness.host_log()}") from None
-    rows = harness.query("SELECT status FROM run_workers")
+    rows = harness.query("SELECT status FROM run_workers WHERE run_id != ?", warm_up)
     assert len(rows) == RUNS and {status for (status,) in rows} == {"orphaned"}
     wait_until(lambda: not _workers_in(harness), what="the stopped host's workers to exit")
 

@@ -1,4 +1,4 @@
-"""The `pi-workflows audit` command group, added through `piw_register_commands`.
+"""The `pi-workflows audit` command group, added by :mod:`piw_audit.plugin`.
 
 Everything here reads state through `pi_workflows.storage`'s public functions, opened by the
 CLI's shared context, so the plugin honours `--home` and `--database` like the core commands.
@@ -15,7 +15,6 @@ from pi_workflows.plugin import (
     NotFoundError,
     emit_json,
     event_counts,
-    hookimpl,
     json_option,
     pass_cli,
     run_events,
@@ -76,8 +75,3 @@ def summary_command(cli_ctx: CliContext, as_json: bool) -> None:
     for event_type, count in sorted(counts.items()):
         click.echo(f"    {event_type}: {count}")
     click.echo(f"blobs: {summary['blobs']}")
-
-
-@hookimpl
-def piw_register_commands(cli: click.Group) -> None:
-    cli.add_command(audit_group)

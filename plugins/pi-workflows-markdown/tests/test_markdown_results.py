@@ -51,8 +51,9 @@ def test_a_running_host_sends_markdown_results(workflow_host: WorkflowHost):
     workflow_host.start()
 
     hello = workflow_host.start_run("hello", {"name": "Fay"}, session="chat-1")
-    failing = workflow_host.start_run("failing", session="chat-1")
+    # One unfinished run per session: the second starts once the first has ended.
     workflow_host.wait_for_run(hello)
+    failing = workflow_host.start_run("failing", session="chat-1")
     workflow_host.wait_for_run(failing)
     greeting = workflow_host.wait_for_message("chat-1", hello)
     failure = workflow_host.wait_for_message("chat-1", failing)

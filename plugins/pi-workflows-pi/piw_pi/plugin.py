@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import click
+from typing import TYPE_CHECKING, Any
 
 from pi_workflows.plugin import hookimpl
 
-from .commands import pi_group
 from .executor import pi_executor
+
+if TYPE_CHECKING:
+    import click
 
 
 @hookimpl
 def piw_register_commands(cli: click.Group) -> None:
+    # Imported on use: hosts and workers load this plugin too, and only the command line
+    # needs the commands (and click).
+    from .commands import pi_group
+
     cli.add_command(pi_group)
 
 

@@ -7,12 +7,12 @@ import hmac
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pi_workflows.plugin import ChannelConfigError, ChannelDeliveryError, hookimpl
+
+if TYPE_CHECKING:
+    from http.server import BaseHTTPRequestHandler
 
 SIGNATURE_HEADER = "X-Pi-Workflows-Signature"
 TIMESTAMP_HEADER = "X-Pi-Workflows-Timestamp"
@@ -41,6 +41,10 @@ class WebhookChannel:
         self._secret = context.credentials["secret"]
         self._nonces: dict[str, float] = {}
         self._lock = threading.Lock()
+        # Imported here, as in _post: every pi-workflows process loads this plugin, and
+        # only a host with a webhook channel configured serves or posts anything.
+        from http.server import ThreadingHTTPServer
+
         self.server = ThreadingHTTPServer(
             ("127.0.0.1", int(options.get("listen_port", 0))), _handler_for(self)
         )
@@ -67,6 +71,9 @@ class WebhookChannel:
         return self._post(body)
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        import urllib.error
+        import urllib.request
+
         data = json.dumps(body, sort_keys=True).encode()
         timestamp = str(int(time.time()))
         request = urllib.request.Request(
@@ -132,6 +139,8 @@ class WebhookChannel:
 
 
 def _handler_for(channel: WebhookChannel) -> type[BaseHTTPRequestHandler]:
+    from http.server import BaseHTTPRequestHandler
+
     class AnswerHandler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server naming)
             length = int(self.headers.get("Content-Length") or 0)
