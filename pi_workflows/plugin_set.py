@@ -4,7 +4,9 @@ Kept apart from `pi_workflows.plugins` (pluggy, the hook specifications) so that
 command that only talks to the host can compare its plugin set with the host's cheaply:
 the distributions on `sys.path` are read directly (their `entry_points.txt`, and the
 `Name`/`Version` headers of the few that declare a plugin), which costs about a
-millisecond where `importlib.metadata` costs some 30 ms of a CLI call.
+millisecond where `importlib.metadata` costs some 25 ms of every process that loads
+plugins (a host, each worker fork server, most commands), so `plugins` loads the entry
+points found here too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from . import __version__
 from .builtin import ESSENTIAL_PLUGINS
@@ -41,17 +44,28 @@ def plugin_set_digest() -> str:
     """
     disabled = set(names_from_env(DISABLE_ENV)) - set(ESSENTIAL_PLUGINS)
     entries = [f"builtin {__version__}", *(f"disabled {name}" for name in sorted(disabled))]
-    for entry_point, distribution, version in plugin_entry_points():
-        if entry_point not in disabled:
-            entries.append(f"entrypoint {entry_point} {distribution} {version}")
+    for entry_point in plugin_entry_points():
+        if entry_point.name not in disabled:
+            entries.append(
+                f"entrypoint {entry_point.name} {entry_point.distribution} {entry_point.version}"
+            )
     entries.extend(f"env {name}" for name in names_from_env(PLUGINS_ENV) if name not in disabled)
     return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()[:16]
 
 
-def plugin_entry_points() -> Iterator[tuple[str, str | None, str | None]]:
-    """(entry point, distribution, version) of every `pi_workflows` entry point of the
-    distributions on `sys.path`; of two distributions with one name, the first on the
-    path counts, as in `importlib.metadata.entry_points`."""
+class PluginEntryPoint(NamedTuple):
+    """One `pi_workflows` entry point of an installed distribution."""
+
+    name: str
+    value: str  # what it names: "module" or "module:attribute"
+    distribution: str | None
+    version: str | None
+
+
+def plugin_entry_points() -> Iterator[PluginEntryPoint]:
+    """Every `pi_workflows` entry point of the distributions on `sys.path`; of two
+    distributions with one name, the first on the path counts, as in
+    `importlib.metadata.entry_points`."""
     seen: set[str] = set()
     for directory in sys.path:
         directory = directory or "."
@@ -68,11 +82,11 @@ def plugin_entry_points() -> Iterator[tuple[str, str | None, str | None]]:
                 continue
             seen.add(key)
             path = os.path.join(directory, child)
-            names = _group_entry_points(_read(os.path.join(path, "entry_points.txt")))
-            if names:
+            found = _group_entry_points(_read(os.path.join(path, "entry_points.txt")))
+            if found:
                 distribution, version = _name_and_version(path, suffix.lower())
-                for name in names:
-                    yield name, distribution, version
+                for name, value in found:
+                    yield PluginEntryPoint(name, value, distribution, version)
 
 
 def _normalized(name: str) -> str:
@@ -87,9 +101,10 @@ def _read(path: str) -> str:
         return ""
 
 
-def _group_entry_points(text: str) -> list[str]:
-    """The entry point names of the `[pi_workflows]` section of an entry_points.txt."""
-    names: list[str] = []
+def _group_entry_points(text: str) -> list[tuple[str, str]]:
+    """(name, value) of each entry point of the `[pi_workflows]` section of an
+    entry_points.txt; a value's extras (`module:attr [extra]`) are left out."""
+    found: list[tuple[str, str]] = []
     section = None
     for raw in text.splitlines():
         line = raw.strip()
@@ -98,8 +113,9 @@ def _group_entry_points(text: str) -> list[str]:
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1].strip()
         elif section == ENTRY_POINT_GROUP and "=" in line:
-            names.append(line.partition("=")[0].strip())
-    return names
+            name, _, value = line.partition("=")
+            found.append((name.strip(), value.partition("[")[0].strip()))
+    return found
 
 
 def _name_and_version(path: str, suffix: str) -> tuple[str | None, str | None]:

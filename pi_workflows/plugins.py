@@ -11,7 +11,6 @@ import contextlib
 import difflib
 import functools
 import importlib
-import importlib.metadata
 import logging
 import os
 import sys
@@ -33,8 +32,8 @@ from .hook_delivery import EXIT_DRAIN_S, Notification, NotificationDelivery
 # `X as X`: re-exported, the rest of the code names these through the façade.
 from .plugin_imports import warn_about_internal_imports
 from .plugin_set import DISABLE_ENV as DISABLE_ENV
-from .plugin_set import ENTRY_POINT_GROUP, names_from_env
 from .plugin_set import PLUGINS_ENV as PLUGINS_ENV
+from .plugin_set import names_from_env, plugin_entry_points
 from .plugin_set import plugin_set_digest as plugin_set_digest
 from .records import (
     ChannelGaveUp,
@@ -102,19 +101,14 @@ def load_plugins() -> PluginRegistry:
         manager.register(importlib.import_module(module_name), name=module_name)
         registry.sources[module_name] = PluginSource("builtin", "pi-workflows", _own_version())
 
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in plugin_entry_points():
         if entry_point.name in disabled or manager.has_plugin(entry_point.name):
             continue
-        dist = entry_point.dist
         _register_guarded(
             registry,
             entry_point.name,
-            entry_point.load,
-            PluginSource(
-                "entrypoint",
-                dist.metadata["Name"] if dist else None,
-                dist.version if dist else None,
-            ),
+            functools.partial(_load_entry_point, entry_point.value),
+            PluginSource("entrypoint", entry_point.distribution, entry_point.version),
             hint=f"entry point {entry_point.value!r}",
         )
 
@@ -289,6 +283,15 @@ def _unknown_hook_sentence(hook: str) -> str:
     close = difflib.get_close_matches(hook, known, n=1)
     hint = f" (did you mean {close[0]}?)" if close else " (see pi_workflows/hookspecs.py)"
     return f"unknown hook {hook}{hint}"
+
+
+def _load_entry_point(value: str) -> object:
+    """What an entry point's value names: a module, or an attribute path in one."""
+    module_name, _, attributes = value.partition(":")
+    target: object = importlib.import_module(module_name.strip())
+    for attribute in filter(None, attributes.strip().split(".")):
+        target = getattr(target, attribute)
+    return target
 
 
 def _own_version() -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pi_workflows.plugin_set import plugin_entry_points, plugin_set_digest
+from pi_workflows.plugins import load_plugins
 
 
 def install(site: Path, name: str, version: str, entry_points: str) -> None:
@@ -26,7 +27,7 @@ def test_the_digest_follows_installed_upgraded_and_disabled_plugins(tmp_path, mo
     assert plugin_set_digest() == before
 
     install(tmp_path, "piw-extra", "1.0", "# comment\n[pi_workflows]\nextra = piw_extra.hooks\n")
-    assert ("extra", "piw-extra", "1.0") in set(plugin_entry_points())
+    assert ("extra", "piw_extra.hooks", "piw-extra", "1.0") in set(plugin_entry_points())
     installed = plugin_set_digest()
     assert installed != before
 
@@ -52,5 +53,34 @@ def test_of_two_distributions_with_one_name_the_first_on_the_path_counts(
     shadowed = second / later
     shadowed.mkdir()
     (shadowed / "entry_points.txt").write_text("[pi_workflows]\nshadowed = piw_extra.old\n")
-    names = {name for name, _, _ in plugin_entry_points()}
+    names = {entry_point.name for entry_point in plugin_entry_points()}
     assert "extra" in names and "shadowed" not in names
+
+
+def test_an_entry_point_naming_an_attribute_loads_that_object_with_its_distribution(
+    tmp_path, monkeypatch
+):
+    # The loader reads the same metadata as the digest (no importlib.metadata): the value
+    # `module:attr.attr [extra]` names an object inside the module, extras left out.
+    (tmp_path / "piw_holder.py").write_text(
+        "from pi_workflows.plugin import hookimpl\n"
+        "class Holder:\n"
+        "    class Plugin:\n"
+        "        @staticmethod\n"
+        "        @hookimpl\n"
+        "        def piw_presentation_instructions(run, facts):\n"
+        "            return 'Held.'\n"
+    )
+    install(tmp_path, "piw-holder", "3.1", "[pi_workflows]\nheld = piw_holder:Holder.Plugin [x]\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    monkeypatch.setenv("PI_WORKFLOWS_DISABLE_PLUGINS", "audit,markdown,otel,pi,webhook")
+
+    registry = load_plugins()
+
+    assert registry.load_errors == []
+    plugin = registry.manager.get_plugin("held")
+    assert plugin.__qualname__ == "Holder.Plugin"
+    assert (registry.sources["held"].distribution, registry.sources["held"].version) == (
+        "piw-holder",
+        "3.1",
+    )

@@ -8,7 +8,6 @@ on a laptop with ten plugins installed and on a bare CI machine.
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ import pluggy
 
 from .. import plugins
 from ..home import CONFIG_ENV, DATABASE_ENV, HOME_ENV
+from ..plugin_set import plugin_entry_points
 
 # Variables that would point a test's processes at someone else's state or plugins.
 FOREIGN_ENV = (HOME_ENV, CONFIG_ENV, DATABASE_ENV, plugins.PLUGINS_ENV, plugins.DISABLE_ENV)
@@ -26,21 +26,19 @@ FOREIGN_ENV = (HOME_ENV, CONFIG_ENV, DATABASE_ENV, plugins.PLUGINS_ENV, plugins.
 
 def installed_entry_points() -> list[str]:
     """Names of the plugins installed under the ``pi_workflows`` entry point group."""
-    return sorted(
-        {entry_point.name for entry_point in importlib.metadata.entry_points(group="pi_workflows")}
-    )
+    return sorted({entry_point.name for entry_point in plugin_entry_points()})
 
 
 def isolating_env(entry_points: Iterable[str] = (), modules: Iterable[str] = ()) -> dict[str, str]:
     """The plugin variables that load built-ins, `entry_points` and `modules` only."""
-    wanted = set(entry_points)
-    unknown = wanted - set(installed_entry_points())
+    wanted, installed = set(entry_points), installed_entry_points()
+    unknown = wanted - set(installed)
     if unknown:
         raise ValueError(
             f"No installed pi_workflows entry point named {', '.join(sorted(unknown))}; "
             "pip-install the distribution that provides it."
         )
-    env = {plugins.DISABLE_ENV: ",".join(n for n in installed_entry_points() if n not in wanted)}
+    env = {plugins.DISABLE_ENV: ",".join(n for n in installed if n not in wanted)}
     module_list = ",".join(modules)
     if module_list:
         env[plugins.PLUGINS_ENV] = module_list
