@@ -8,9 +8,10 @@ import signal
 
 import pytest
 
+from pi_workflows.host import supervisor
 from tests.polling import process_gone
 
-from .conftest import HostHarness, wait_until
+from .conftest import HostHarness, InProcessHarness, wait_until
 from .workflows import BLOCKER
 
 
@@ -124,14 +125,19 @@ def test_cancel_right_after_pause_is_accepted_while_the_worker_still_stops(
 
 
 def test_resume_right_after_pause_runs_the_run_again_once_its_worker_has_stopped(
-    harness: HostHarness,
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ):
+    # The host runs in this process, so its stop's grace period can be stretched: six
+    # requests must fit in it, and on a loaded machine two seconds were not always enough.
+    assert isinstance(harness, InProcessHarness)
+    monkeypatch.setattr(supervisor, "KILL_GRACE_S", 60.0)
     harness.write_workflow("blocker", BLOCKER)
     harness.start_host()
     run_id = harness.start_run("blocker")
     worker = harness.wait_for_pid("blocker.pid")
-    # A stopped worker takes the pause's SIGTERM only at the SIGKILL after the grace
-    # period: the run stays "paused, its worker still stopping" for seconds.
+    # A stopped worker takes the pause's SIGTERM only when it is continued (or at the
+    # SIGKILL after the grace period): until then the run stays "paused, its worker
+    # still stopping".
     os.kill(worker, signal.SIGSTOP)
     client = harness.client()
     try:
@@ -147,6 +153,7 @@ def test_resume_right_after_pause_runs_the_run_again_once_its_worker_has_stopped
         assert not process_gone(worker), "the window closed before the test was done"
     finally:
         client.close()
+        os.kill(worker, signal.SIGCONT)  # it takes the pause's SIGTERM now
     second = harness.wait_for_pid("blocker.pid", previous=worker)
     assert second != worker and process_gone(worker)
     (harness.project / "release").touch()
