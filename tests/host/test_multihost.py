@@ -236,9 +236,13 @@ def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
         )
         return rows[0][0] if rows else None
 
-    new_generation = wait_until(
-        taken_over, timeout=30, what="the taker to claim the run", interval=0.1
-    )
+    try:
+        new_generation = wait_until(
+            taken_over, timeout=30, what="the taker to claim the run", interval=0.1
+        )
+    except AssertionError as error:
+        # One CI run (at -n 4) saw no takeover in 30 s, unexplained: keep what the taker said.
+        raise AssertionError(f"{error}\ntaker's log:\n{taker.host_log()}") from None
     assert new_generation > generation_before
     assert time.time() * 1000 >= lease_ends_at  # not before the stalled host's lease ran out
     # The taker's own worker runs b again; the stalled host's worker stopped itself
