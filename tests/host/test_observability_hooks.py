@@ -291,7 +291,10 @@ def piw_run_transition(run_id, old_status, new_status, detail, workflow_name, at
     if new_status == "running" and (gates / "hang").exists():
         (gates / "hang").unlink()
         (gates / "hanging").touch()
+        deadline = time.monotonic() + 120  # a test that fails before releasing it
         while not (gates / "release").exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test never released the hanging observer")
             time.sleep(0.05)
 """
 
