@@ -9,6 +9,7 @@ import pytest
 
 from pi_workflows.plugin_set import plugin_entry_points, plugin_set_digest
 from pi_workflows.plugins import load_plugins
+from pi_workflows.testing.isolation import isolating_env
 
 
 def install(site: Path, name: str, version: str, entry_points: str) -> None:
@@ -73,7 +74,8 @@ def test_an_entry_point_naming_an_attribute_loads_that_object_with_its_distribut
     )
     install(tmp_path, "piw-holder", "3.1", "[pi_workflows]\nheld = piw_holder:Holder.Plugin [x]\n")
     monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
-    monkeypatch.setenv("PI_WORKFLOWS_DISABLE_PLUGINS", "audit,markdown,otel,pi,webhook")
+    for variable, value in isolating_env(entry_points=["held"]).items():
+        monkeypatch.setenv(variable, value)
 
     registry = load_plugins()
 

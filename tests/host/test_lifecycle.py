@@ -9,6 +9,7 @@ import signal
 import socket
 import sqlite3
 import struct
+import subprocess
 import time
 
 import psutil
@@ -189,22 +190,20 @@ def test_runs_still_complete_after_the_worker_fork_server_dies(harness: HostHarn
     host = harness.start_host()
     first = harness.start_run("hello", {"name": "one"})
     harness.wait_for_status(first, "completed")
-    (zygote,) = [
-        child for child in psutil.Process(host.pid).children() if "--zygote" in child.cmdline()
-    ]
+    (zygote,) = _fork_servers(host)
     zygote.kill()
     second = harness.start_run("hello", {"name": "two"})
     status = harness.wait_for_status(second, "completed")
     assert status["finalOutput"] == {"greeting": "Hello, two!"}
     # A new fork server replaces the dead one.
     wait_until(
-        lambda: [
-            child
-            for child in psutil.Process(host.pid).children()
-            if "--zygote" in child.cmdline() and child.pid != zygote.pid
-        ],
-        what="a new fork server",
+        lambda: [c for c in _fork_servers(host) if c.pid != zygote.pid], what="a new fork server"
     )
+
+
+def _fork_servers(host: subprocess.Popen) -> list[psutil.Process]:
+    """The host's worker fork servers (`--zygote` children)."""
+    return [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
 
 
 def _live_children(zygote: psutil.Process) -> list[psutil.Process]:
@@ -224,7 +223,7 @@ def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: Host
     # The first launch starts the fork server; the next one is run by its spare.
     first = harness.start_run("hello", {"name": "first"})
     assert harness.wait_for_status(first, "completed")["status"] == "completed"
-    (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    (zygote,) = _fork_servers(host)
     spare = wait_until(lambda: _the_spare(zygote), what="the fork server's spare")
     # Before any launch, it makes itself the leader of its own process group.
     wait_until(lambda: os.getpgid(spare.pid) == spare.pid, what="the spare's own group")
@@ -256,12 +255,12 @@ def test_the_fork_server_starts_with_the_hosts_first_launch(harness: HostHarness
     assert harness.cli("run", "list").returncode == 0
     wait_until(lambda: "ready at epoch" in harness.host_log(), what="the host's start to end")
     assert harness.cli("host", "status").returncode == 0
-    assert not [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    assert not _fork_servers(host)
     harness.write_workflow("steps", STEPS)
     run_id = harness.start_run("steps")
     worker = psutil.Process(harness.wait_for_pid("b.pid"))
     # That first worker was forked by the fork server its launch started, not spawned cold.
-    (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    (zygote,) = _fork_servers(host)
     assert worker.ppid() == zygote.pid
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
@@ -296,12 +295,7 @@ def test_a_launch_while_the_fork_server_starts_waits_for_it_instead_of_a_cold_st
     go = harness.project / "zygote-go"
     host = harness.start_host(ZYGOTE_GO=str(go))
     run_id = harness.start_run("steps")  # its launch starts the fork server
-    zygote = wait_until(
-        lambda: next(
-            (c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()), None
-        ),
-        what="the fork server",
-    )
+    zygote = wait_until(lambda: _fork_servers(host), what="the fork server")[0]
     wait_until(lambda: harness.workers(run_id), what="the run's claim and its worker record")
     go.touch()  # the fork server finishes starting
     # The worker is a child of the fork server, not a cold interpreter the host spawned.
@@ -317,7 +311,7 @@ def test_a_stopped_fork_server_is_replaced_and_launches_do_not_wait_for_it(
 ):
     host = harness.start_host()
     harness.wait_for_status(harness.start_run("hello", {"name": "one"}), "completed")
-    (zygote,) = [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    (zygote,) = _fork_servers(host)
     zygote.suspend()  # SIGSTOP: alive, but it forks nothing
     try:
         asked_at = time.monotonic()
@@ -332,12 +326,7 @@ def test_a_stopped_fork_server_is_replaced_and_launches_do_not_wait_for_it(
             zygote.resume()
     assert "replacing it" in harness.host_log()
     replacement = wait_until(
-        lambda: [
-            child
-            for child in psutil.Process(host.pid).children()
-            if "--zygote" in child.cmdline() and child.pid != zygote.pid
-        ],
-        what="a new fork server",
+        lambda: [c for c in _fork_servers(host) if c.pid != zygote.pid], what="a new fork server"
     )
     assert replacement
     third = harness.start_run("hello", {"name": "three"})
