@@ -10,16 +10,23 @@
   `home.processes()` lists the live processes started with that environment.
 - `PiRpc` runs `pi --mode rpc` in its own process group and speaks the RPC protocol (one JSON
   object per LF-terminated line): `send()` a command and get its response, read `events`,
-  `wait_for()` an event, `close()` the whole group (SIGTERM, SIGKILL after 3 s).
+  `wait_for()` an event, `close()` the whole group (SIGTERM, SIGKILL after 3 s). It starts
+  the installed pi the way the `pi` executor does (`pi_on_bundled_node`: the Node `npm ci`
+  put beside it, through the launcher with its caches, here one per test process) unless
+  given a plain `pi` executable to run as is: the launcher changes what pi costs to start
+  (about a third of the CPU), not what it does, and these tests start ~30 of them.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -29,7 +36,7 @@ from typing import Any
 
 import psutil
 import pytest
-from piw_pi.node import BUNDLED_NODE
+from piw_pi.node import BUNDLED_NODE, pi_on_bundled_node
 
 from tests.pi.model_server import MODEL_ID, ScriptedModelServer
 
@@ -63,6 +70,23 @@ def bundled_node() -> Path:
             pytrace=False,
         )
     return BUNDLED_NODE
+
+
+_launcher_cache: str | None = None
+
+
+def pi_launch_command() -> list[str]:
+    """The installed pi on the bundled Node through the launcher, with caches this test
+    process keeps (private, removed at exit) so that only its first pi starts cold."""
+    global _launcher_cache
+    pi_executable()
+    bundled_node()
+    if _launcher_cache is None:
+        _launcher_cache = tempfile.mkdtemp(prefix="piw-test-pi-cache-")
+        atexit.register(shutil.rmtree, _launcher_cache, True)
+    command = pi_on_bundled_node(_launcher_cache)
+    assert command is not None  # both halves were checked above
+    return list(command)
 
 
 class PiHome:
@@ -175,7 +199,7 @@ class PiRpc:
         self._changed = threading.Condition()
         self.stderr_path = home.root / f"pi-stderr-{uuid.uuid4().hex[:8]}.log"
         argv = [
-            str(executable or pi_executable()),
+            *([str(executable)] if executable is not None else pi_launch_command()),
             "--mode",
             "rpc",
             "--no-session",

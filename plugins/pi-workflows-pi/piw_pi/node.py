@@ -47,10 +47,10 @@ def compile_cache_dir() -> str:
     return str(path)
 
 
-def pi_on_bundled_node() -> tuple[str, ...] | None:
+def pi_on_bundled_node(cache_dir: str | None = None) -> tuple[str, ...] | None:
     """The command that runs the `pi` installed here on the Node installed next to it,
-    through the launcher that makes it start faster (piw_pi/launcher/pi.mjs); None when
-    either is missing."""
+    through the launcher that makes it start faster (piw_pi/launcher/pi.mjs), keeping its
+    caches in `cache_dir` (default: :func:`compile_cache_dir`); None when either is missing."""
     if not (BUNDLED_NODE.exists() and BUNDLED_PI.exists()):
         return None
     # `npm ci` lays out node_modules without symlinks (but for .bin, which pi does not load
@@ -60,6 +60,6 @@ def pi_on_bundled_node() -> tuple[str, ...] | None:
         str(BUNDLED_NODE),
         "--preserve-symlinks",
         str(PI_LAUNCHER),
-        compile_cache_dir(),
+        compile_cache_dir() if cache_dir is None else cache_dir,
         str(BUNDLED_PI.resolve()),
     )
