@@ -57,12 +57,13 @@ def check_node() -> Check:
 
 
 def check_pi() -> Check:
-    """The pi that headless steps run (the bundled one unless PI_WORKFLOWS_PI_COMMAND)."""
+    """The pi that headless steps run (the bundled one unless PI_WORKFLOWS_PI_COMMAND),
+    started as they start it (on the bundled Node through the launcher, when installed)."""
     command = pi_command()
     hint = f"run 'npm ci' in {DISTRIBUTION_DIR} or set PI_WORKFLOWS_PI_COMMAND"
     if command is None:
         return False, f"pi: not found; {hint}"
-    version = _first_line([command, "--version"])
+    version = _first_line([*PiSettings.from_environment().command, "--version"])
     if version is None:
         return False, f"pi: {command} does not run; {hint}"
     if version != PINNED_PI_VERSION:
