@@ -267,7 +267,7 @@ def test_cancel_mid_step_ends_pi_and_the_command_its_tool_started(pi_host, model
 
 
 def test_a_node_timeout_mid_step_ends_pi(pi_host, model_server):
-    pi_host.harness.write_workflow("slow-step", SLOW_STEP.replace("TIMEOUT_MS", "15000"))
+    pi_host.harness.write_workflow("slow-step", SLOW_STEP.replace("TIMEOUT_MS", "6000"))
     model_server.script(Hold())
     run_id = pi_host.start_headless("slow-step")
     _pi_processes_running(pi_host)
