@@ -6,6 +6,7 @@ Fixtures here are generic on purpose; every test package of the project may use 
 from __future__ import annotations
 
 import compileall
+import hashlib
 import importlib.metadata
 import re
 import subprocess
@@ -81,6 +82,11 @@ BOTH_BACKEND_SUITES = (
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's default hands each process a quarter of its share of the tests in one
+    # consecutive block at the start: one process got every LONGEST_FIRST test. One test
+    # at a time (unless asked otherwise) makes the order above the order they start in.
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
     config.addinivalue_line(
         "markers", "sqlite_only: the test is about the SQLite file itself; one backend only"
     )
@@ -109,24 +115,31 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         compileall.compile_dir(REPO_ROOT / tree, quiet=1, rx=re.compile(r"/(node_modules|\.venv)/"))
 
 
-# The longest tests (15 to 45 s each on 2 cores), handed out first: pytest-xdist gives each
-# process the next test as it finishes one, so one of these begun last would keep the run
-# going alone for its length.
+# The longest tests that keep a core busy (10 to 30 s each on 2 cores), handed out first,
+# one at a time to whichever process is free (pytest_configure): one begun last would keep
+# the run going alone for its length. Long tests that mostly wait (a stopped host, a
+# deadline, a takeover) are left where they are: begun together they left both cores idle
+# for a minute, spread out they wait beside other tests' work.
 LONGEST_FIRST = (
     "tests/model/",
     "tests/crash_points/",
-    "tests/pi/test_executor.py::test_a_node_timeout_mid_step_ends_pi",
-    "tests/faults/test_stuck_host.py",
-    "tests/decisions/test_paused_runs.py",
-    "tests/host/test_multihost.py",
+    "plugins/pi-workflows-webhook/tests/test_webhook_channel.py::test_the_plugins_survive_",
     "tests/view/test_viewer_web.py",
-    "plugins/pi-workflows-webhook/tests/test_webhook_channel.py",
     "tests/test_types.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
+    """LONGEST_FIRST first, then the rest in an order fixed by a hash of their ids: in
+    file order, the processes took neighbouring tests together, and a file's tests that
+    wait (a host stopped, a lease running out) waited at the same time while both cores
+    idled. The tests share no fixture wider than one test but the session's."""
+    items.sort(
+        key=lambda item: (
+            not item.nodeid.startswith(LONGEST_FIRST),
+            hashlib.sha1(item.nodeid.encode()).digest(),
+        )
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
