@@ -37,6 +37,7 @@ from .host import HOST_START_TIMEOUT_S, TERMINAL_STATUSES, WorkflowHost, short_t
 WHEN = ("before", "after")
 TARGETS = ("worker", "host")
 SESSION = "crash-points"
+HOST_LOG_LINES = 40  # of a stranded trial's host log, in its failure
 
 # The headless agent: answers each step with the reply its node id maps to.
 _AGENT_SCRIPT = """\
@@ -376,9 +377,12 @@ class _Execution:
                 last_error = error
             time.sleep(0.05)
         stranded = ", ".join(f"{run['runId']} {run['status']}" for run in _unsettled(runs))
+        # The host's last words: a stranded run is otherwise a name and a status alone.
+        log_tail = "\n".join(self.host.host_log().splitlines()[-HOST_LOG_LINES:])
         raise AssertionError(
             f"runs not settled after {self.case.timeout:g} s: {stranded or 'none listed'}"
             + (f" (last error: {last_error!r})" if last_error is not None else "")
+            + f"\nthe host's log, last {HOST_LOG_LINES} lines:\n{log_tail}"
         )
 
     def _outcome(self, runs: list[dict[str, Any]]) -> Outcome:

@@ -59,3 +59,17 @@ def test_an_effect_that_is_not_idempotent_is_caught_at_its_boundary(crash_points
     assert "effects applied {'marked': 2}, not {'marked': 1}" in report.failures[0].failures
     assert "host killed before boundary #" in report.summary()
     assert "(effect.settled): effects applied" in report.summary()
+
+
+@pytest.mark.integration
+def test_a_run_that_never_settles_fails_with_the_hosts_last_log_lines(crash_points: CrashPoints):
+    # Nobody answers the decision: the run waits until the case's time runs out.
+    stranded = CrashCase("human-decision", timeout=3.0)
+
+    with pytest.raises(AssertionError) as failure:
+        crash_points.explore(stranded, targets=("worker",))
+
+    message = str(failure.value)
+    assert "runs not settled after 3 s:" in message and " waiting" in message
+    log = message.split("the host's log, last 40 lines:\n", 1)[1]
+    assert "ready at epoch" in log and log.count("\n") < 40
