@@ -113,16 +113,19 @@ def uninstall_command() -> None:
 @pass_cli
 def doctor_command(cli_ctx: CliContext) -> None:
     """Check Node, pi, the extension, Pi's models and provider, the host; one line each."""
-    results = [
-        doctor.check_node(),
-        doctor.check_pi(),
-        doctor.check_pi_on_path(),
-        doctor.check_extension(Path.cwd()),
-    ]
+    settings: PiSettings | AgentExecutorError
     try:
         settings = PiSettings.from_environment()
     except AgentExecutorError as error:
-        results.append((False, f"model: not checked ({error})"))
+        settings = error
+    results = [
+        doctor.check_node(),
+        doctor.check_pi(settings),
+        doctor.check_pi_on_path(),
+        doctor.check_extension(Path.cwd()),
+    ]
+    if isinstance(settings, AgentExecutorError):
+        results.append((False, f"model: not checked ({settings})"))
     else:
         results += doctor.check_models(settings)
     results.append(_check_host(cli_ctx))

@@ -56,14 +56,17 @@ def check_node() -> Check:
     return True, f"node: ok ({version})"
 
 
-def check_pi() -> Check:
+def check_pi(settings: PiSettings | AgentExecutorError) -> Check:
     """The pi that headless steps run (the bundled one unless PI_WORKFLOWS_PI_COMMAND),
-    started as they start it (on the bundled Node through the launcher, when installed)."""
+    started as they start it (`settings`: on the bundled Node through the launcher, when
+    installed), or why they could not be made."""
     command = pi_command()
     hint = f"run 'npm ci' in {DISTRIBUTION_DIR} or set PI_WORKFLOWS_PI_COMMAND"
     if command is None:
         return False, f"pi: not found; {hint}"
-    version = _first_line([*PiSettings.from_environment().command, "--version"])
+    if isinstance(settings, AgentExecutorError):
+        return False, f"pi: not checked ({settings})"
+    version = _first_line([*settings.command, "--version"])
     if version is None:
         return False, f"pi: {command} does not run; {hint}"
     if version != PINNED_PI_VERSION:

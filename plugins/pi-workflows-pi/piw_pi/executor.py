@@ -58,6 +58,17 @@ def one_line(text: Any, limit: int = 400) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def _split_setting(name: str, value: str) -> list[str]:
+    """A setting split like a shell would; one it cannot split is the executor's error."""
+    try:
+        return shlex.split(value)
+    except ValueError as error:  # an unclosed quote
+        raise AgentExecutorError(
+            f"The {name} setting cannot be split like a shell command ({error}); fix its "
+            "quotes with 'pi-workflows config set' or its PI_WORKFLOWS_ variable."
+        ) from None
+
+
 @dataclass(frozen=True)
 class PiSettings:
     """How to start pi, from PI_WORKFLOWS_PI_COMMAND, _MODEL and _ARGS."""
@@ -71,7 +82,7 @@ class PiSettings:
         raw = str(setting_value("pi_command") or "").strip()
         found = pi_command()
         if raw:
-            command = tuple(shlex.split(raw))
+            command = tuple(_split_setting("pi_command", raw))
         elif (on_bundled_node := pi_on_bundled_node()) is not None:
             command = on_bundled_node
         elif found is not None:
@@ -81,7 +92,7 @@ class PiSettings:
                 "The 'pi' agent executor found no `pi`: run `npm ci` in "
                 f"plugins/pi-workflows-pi, put `pi` on PATH, or set {PI_COMMAND_ENV}."
             )
-        extra = shlex.split(str(setting_value("pi_args") or ""))
+        extra = _split_setting("pi_args", str(setting_value("pi_args") or ""))
         return cls(command, requested_model(), tuple(extra))
 
     def argv(self) -> list[str]:

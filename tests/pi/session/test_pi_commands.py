@@ -127,6 +127,14 @@ def test_doctor_names_each_missing_piece_of_pis_set_up_with_its_fix(pi_session: 
     ) in broken.stdout.splitlines()
     assert f"host: ok (running for {harness.home.root})" in broken.stdout.splitlines()
 
+    unsplittable = harness.cli("pi", "doctor", check=False, PI_WORKFLOWS_PI_ARGS='"unclosed')
+    assert unsplittable.returncode == 1 and "Traceback" not in unsplittable.stderr
+    assert (
+        "pi: not checked (The pi_args setting cannot be split like a shell command "
+        "(No closing quotation); fix its quotes with 'pi-workflows config set' or its "
+        "PI_WORKFLOWS_ variable.)"
+    ) in unsplittable.stdout.splitlines()
+
 
 @pytest.mark.scenario("4.18")
 def test_socket_starts_a_host_unless_told_not_to(harness: HostHarness):
