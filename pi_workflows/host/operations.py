@@ -451,7 +451,10 @@ class Operations:
         # A pause released the claim and is still stopping the worker: the resume holds,
         # and the claim pass takes the run once that worker has exited.
         stopping = run.paused and active is not None and active.control == "pause"
-        busy = slots.is_busy(run_id) and not stopping
+        # The worker's own write made the run wait and released its claim: it is only
+        # exiting, and a waiting run has no worker to start.
+        exiting = run.status == "waiting" and active is not None and active.released
+        busy = slots.is_busy(run_id) and not (stopping or exiting)
         if busy or forwarded_commands.owned_elsewhere(self.slots, run_id):
             return OperationResult(
                 "adopted",

@@ -185,3 +185,44 @@ def test_a_paused_runs_checkpoint_refuses_its_answer_until_resumed(harness: Host
     child = json.loads(answer.stdout)["runId"]
     assert harness.wait_for_status(child, "completed")["finalOutput"] == {"answer": {"ok": True}}
     assert harness.query("SELECT status FROM run_queue WHERE run_id = ?", parent) == [("done",)]
+
+
+# A worker that lingers after it exits: the host sees its process (a shell around the
+# worker) end only once the test creates <release> in the project.
+LINGERING_WORKER = """
+import sys
+from dataclasses import replace
+
+from pi_workflows import hookimpl
+from pi_workflows.plugin import default_worker_process
+
+LINGER = '"$0" -m pi_workflows.worker; s=$?; until [ -e release ]; do sleep 0.05; done; exit $s'
+
+
+@hookimpl
+def piw_worker_process(envelope, settings):
+    spec = default_worker_process(envelope, settings)
+    return replace(spec, argv=["sh", "-c", LINGER, sys.executable], forkable=False)
+"""
+
+
+@pytest.mark.scenario("5.1")
+def test_a_paused_checkpoint_resumes_while_its_worker_is_still_exiting(harness: HostHarness):
+    # A worker's own write makes the run wait; its process exits a moment later. A pause
+    # and a resume in that moment must undo the pause, not answer "already running".
+    harness.write_workflow("checkpointed", CHECKPOINTED)
+    harness.add_plugin("lingering_worker", LINGERING_WORKER)
+    harness.start_host()
+    parent = harness.start_run("checkpointed")
+    harness.wait_for_status(parent, "waiting")
+    assert harness.client().host_status()["activeWorkers"] == 1  # its worker is still there
+    assert json.loads(harness.cli("run", "pause", parent, "--json").stdout)["paused"] is True
+
+    resumed = json.loads(harness.cli("run", "resume", parent, "--json").stdout)
+
+    assert resumed["paused"] is False and resumed["waitingForAnswer"] is True, resumed
+    assert harness.client().run_status(parent)["paused"] is False
+    (harness.project / "release").touch()
+    answer = harness.cli("checkpoint", "answer", parent, "--input-json", '{"ok": true}', "--json")
+    child = json.loads(answer.stdout)["runId"]
+    assert harness.wait_for_status(child, "completed")["finalOutput"] == {"answer": {"ok": True}}
