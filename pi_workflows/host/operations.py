@@ -451,9 +451,9 @@ class Operations:
         # A pause released the claim and is still stopping the worker: the resume holds,
         # and the claim pass takes the run once that worker has exited.
         stopping = run.paused and active is not None and active.control == "pause"
-        # The worker's own write made the run wait and released its claim: it is only
-        # exiting, and a waiting run has no worker to start.
-        exiting = run.status == "waiting" and active is not None and active.released
+        # The worker's own write released its claim (the run waits or ended): it owns
+        # nothing and is only exiting, as `run_pause` and `run_cancel` treat it.
+        exiting = active is not None and active.released
         busy = slots.is_busy(run_id) and not (stopping or exiting)
         if busy or forwarded_commands.owned_elsewhere(self.slots, run_id):
             return OperationResult(
