@@ -491,6 +491,29 @@ def test_a_prepared_read_of_a_whole_row_gives_the_model_object(store, make_run):
     assert run.paused is False and read_json(run.input_hash) == {"name": "x"}
 
 
+def test_a_prepared_join_gives_the_selected_models_rows_in_order(store, make_run):
+    with store.transaction():
+        for run_id, priority in (("prepared-g", 1), ("prepared-h", 5), ("prepared-i", 3)):
+            make_run(run_id, priority=priority)
+    # The shape of the host's poll reads: one model's fields, joined and filtered.
+    by_priority = PreparedQuery(
+        lambda p: (
+            Run.select(Run)
+            .join(RunQueue, on=(RunQueue.run == Run.run_id))
+            .where((RunQueue.priority >= p.lowest) & Run.run_id.startswith("prepared-"))
+            .order_by(RunQueue.priority.desc())
+        )
+    )
+
+    runs = by_priority.models(Run, lowest=2)
+
+    assert [run.run_id for run in runs] == ["prepared-h", "prepared-i"]
+    assert [run.__data__ for run in runs] == [
+        Run.get_by_id(run_id).__data__ for run_id in ("prepared-h", "prepared-i")
+    ]
+    assert by_priority.models(Run, lowest=9) == []
+
+
 # --- run records -----------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from ..clock import now_ms
 from ..errors import DatabaseUnavailableError, PiWorkflowsError
 from ..home import Home, home_key, machine_name
 from ..storage import StateStore, host_leases, run_claims
@@ -138,8 +139,12 @@ class HostLease:
         """Shared database: free the runs of hosts whose lease expired (SPEC §14)."""
         assert self.held is not None
         try:
-            with self.store.transaction():
-                taken = epoch_lease.take_over_expired_hosts(self.held)
+            taken: list[int] = []
+            # Read first, outside a transaction: at almost every poll no lease has run out,
+            # and the fenced transaction would cost three more round trips for nothing.
+            if host_leases.expired_hosts(self.held.row_id, now_ms()):
+                with self.store.transaction():
+                    taken = epoch_lease.take_over_expired_hosts(self.held)
             self.is_duty_host = epoch_lease.is_duty_host(self.held)
         except DatabaseUnavailableError:
             return

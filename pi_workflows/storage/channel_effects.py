@@ -249,23 +249,29 @@ def delivery_result(decision_id: str, channel: str) -> Any:
     return read_json(effect.result_hash) if effect is not None else None
 
 
-def deliveries_to_settle() -> list[tuple[HumanDecision, str]]:
-    """(resolved decision, channel) pairs whose delivery succeeded but is not settled."""
-    settled = Effect.select(Effect.idempotency_key).where(
-        (Effect.effect_type == CHANNEL_EFFECT_TYPES["settlement"])
-        & (
-            Effect.status.in_(_FINISHED_SETTLEMENT)
-            | ((Effect.status == "rejected") & Effect.next_attempt_at.is_null())
-        )
-    )
-    rows = Effect.select(Effect.idempotency_key).where(
+_DELIVERIES_NOT_SETTLED = PreparedQuery(
+    lambda p: Effect.select(Effect.idempotency_key).where(
         (Effect.effect_type == CHANNEL_EFFECT_TYPES["delivery"])
         & (Effect.status == "applied")
-        & Effect.idempotency_key.not_in(settled)
+        & Effect.idempotency_key.not_in(
+            Effect.select(Effect.idempotency_key).where(
+                (Effect.effect_type == CHANNEL_EFFECT_TYPES["settlement"])
+                & (
+                    Effect.status.in_(_FINISHED_SETTLEMENT)
+                    | ((Effect.status == "rejected") & Effect.next_attempt_at.is_null())
+                )
+            )
+        )
     )
+)
+
+
+def deliveries_to_settle() -> list[tuple[HumanDecision, str]]:
+    """(resolved decision, channel) pairs whose delivery succeeded but is not settled
+    (the channel runner asks at every poll)."""
     pairs = []
-    for row in rows:
-        decision_id, channel = row.idempotency_key.split("|", 1)
+    for (key,) in _DELIVERIES_NOT_SETTLED.rows():
+        decision_id, channel = key.split("|", 1)
         decision = HumanDecision.get_or_none(HumanDecision.decision_id == decision_id)
         if decision is not None and decision.status != "pending":
             pairs.append((decision, channel))

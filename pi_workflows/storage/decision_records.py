@@ -229,9 +229,14 @@ def get_decision(decision_id: str) -> HumanDecision:
     return model_instance(HumanDecision, row)
 
 
+_PENDING_DECISIONS = PreparedQuery(
+    lambda p: HumanDecision.select().where(HumanDecision.status == "pending")
+)
+
+
 def pending_decisions() -> list[HumanDecision]:
-    """Every decision still waiting for its answer."""
-    return list(HumanDecision.select().where(HumanDecision.status == "pending"))
+    """Every decision still waiting for its answer (the channel runner asks at every poll)."""
+    return _PENDING_DECISIONS.models(HumanDecision)
 
 
 def pending_decision(run_id: str) -> HumanDecision | None:

@@ -269,8 +269,15 @@ def supersede_earlier_requests(run_id: str, node_id: str, decision_id: str) -> i
     return len(earlier)
 
 
+# The host asks at every poll: prepared, because building this query cost more than
+# running it on an idle host.
+_ANY_UNRESERVED_CONTINUATION = PreparedQuery(
+    lambda p: _unreserved_continuations().select(SQL("1")).limit(1)
+)
+
+
 def has_pending_continuations() -> bool:
-    return bool(_unreserved_continuations().exists())
+    return _ANY_UNRESERVED_CONTINUATION.exists()
 
 
 def reserve_pending_continuations() -> list[str]:
@@ -289,21 +296,26 @@ def reserve_pending_continuations() -> list[str]:
     return reserved
 
 
-def expired_decisions(now: int) -> list[HumanDecision]:
-    """Pending decisions with a default whose deadline has passed, oldest deadline first;
-    not those of a paused run (their clock is stopped until `run resume`)."""
-    return list(
+_EXPIRED_DECISIONS = PreparedQuery(
+    lambda p: (
         HumanDecision.select(HumanDecision)
         .join(Run, on=(Run.run_id == HumanDecision.run))
         .where(
             (HumanDecision.status == "pending")
             & HumanDecision.deadline_at.is_null(False)
-            & (HumanDecision.deadline_at <= now)
+            & (HumanDecision.deadline_at <= p.now)
             & HumanDecision.default_response_hash.is_null(False)
             & ~Run.paused
         )
         .order_by(HumanDecision.deadline_at, HumanDecision.decision_id)
     )
+)
+
+
+def expired_decisions(now: int) -> list[HumanDecision]:
+    """Pending decisions with a default whose deadline has passed, oldest deadline first;
+    not those of a paused run (their clock is stopped until `run resume`)."""
+    return _EXPIRED_DECISIONS.models(HumanDecision, now=now)
 
 
 def give_back_pause(run_id: str, now: int) -> None:

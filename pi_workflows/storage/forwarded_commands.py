@@ -8,6 +8,17 @@ from __future__ import annotations
 from ..clock import now_ms
 from .models import ForwardedCommand as ForwardedCommand
 from .models import Lease
+from .prepared import PreparedQuery
+
+# Asked at every poll of a host on a shared database, and almost always empty: the
+# prepared check spares building the join.
+_ANY_PENDING = PreparedQuery(
+    lambda p: (
+        ForwardedCommand.select(ForwardedCommand.command_id)
+        .where(ForwardedCommand.status == "pending")
+        .limit(1)
+    )
+)
 
 
 def record_forwarded_command(run_id: str, operation: str, client_id: str) -> None:
@@ -23,6 +34,8 @@ def record_forwarded_command(run_id: str, operation: str, client_id: str) -> Non
 
 def pending_forwarded_commands() -> list[tuple[ForwardedCommand, Lease]]:
     """Every pending command with its run's claim row, oldest first."""
+    if not _ANY_PENDING.exists():
+        return []
     pending = (
         ForwardedCommand.select(ForwardedCommand, Lease)
         .join(Lease, on=(Lease.run == ForwardedCommand.run))

@@ -11,6 +11,7 @@ from typing import Any
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from .models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker
+from .prepared import Parameters, PreparedQuery
 
 # Serialises epoch allocation between hosts starting at once on PostgreSQL.
 _EPOCH_LOCK_KEY = 0x7069_7766  # "piwf"
@@ -38,14 +39,21 @@ def previous_host(key: str) -> HostState | None:
     return HostState.get_or_none(HostState.home_key == key)
 
 
-def live_hosts() -> list[HostState]:
-    """The rows of every host whose lease has not run out, oldest epoch first."""
-    now = now_ms()
-    return list(
+# The statements below run at every poll of a host on a shared database, or in every one
+# of its transactions (the fence): prepared, because building them cost more than running
+# them.
+_LIVE_HOSTS = PreparedQuery(
+    lambda p: (
         HostState.select()
-        .where(HostState.host_id.is_null(False) & (HostState.expires_at > now))
+        .where(HostState.host_id.is_null(False) & (HostState.expires_at > p.now))
         .order_by(HostState.epoch)
     )
+)
+
+
+def live_hosts() -> list[HostState]:
+    """The rows of every host whose lease has not run out, oldest epoch first."""
+    return _LIVE_HOSTS.models(HostState, now=now_ms())
 
 
 def lock_epoch_allocation() -> None:
@@ -130,17 +138,34 @@ def renew_lease(lease: EpochLease, now: int, expires_at: int) -> bool:
     return changed == 1
 
 
-def share_live_lease(lease: EpochLease, now: int) -> bool:
-    """Hold the host's row until commit if its lease is live at `now`; False when it is not."""
+def _own_live_row(p: Parameters) -> Any:
     # `FOR SHARE`: a takeover of this host waits for the transaction, and a transaction
     # after a takeover finds no row.
-    row = (
+    return (
         HostState.select(HostState.id)
-        .where(_own_row(lease) & (HostState.expires_at > now))
+        .where(
+            (HostState.id == p.row_id)
+            & (HostState.epoch == p.epoch)
+            & (HostState.host_id == p.host_id)
+            & (HostState.token_hash == p.token_hash)
+            & (HostState.expires_at > p.now)
+        )
         .for_update("FOR SHARE")  # type: ignore[arg-type]  # peewee takes the clause text
-        .first()
     )
-    return row is not None
+
+
+_SHARE_LIVE_LEASE = PreparedQuery(_own_live_row)
+
+
+def share_live_lease(lease: EpochLease, now: int) -> bool:
+    """Hold the host's row until commit if its lease is live at `now`; False when it is not."""
+    return _SHARE_LIVE_LEASE.exists(
+        row_id=lease.row_id,
+        epoch=lease.epoch,
+        host_id=lease.host_id,
+        token_hash=sha256_hex(lease.token),
+        now=now,
+    )
 
 
 def release_epoch(lease: EpochLease) -> bool:
@@ -149,15 +174,18 @@ def release_epoch(lease: EpochLease) -> bool:
     return changed == 1
 
 
+_EXPIRED_HOSTS = PreparedQuery(
+    lambda p: HostState.select().where(
+        HostState.host_id.is_null(False)
+        & (HostState.expires_at <= p.now)
+        & (HostState.id != p.own_row_id)
+    )
+)
+
+
 def expired_hosts(own_row_id: int, now: int) -> list[HostState]:
     """The rows of other hosts that still hold a lease which ran out by `now`."""
-    return list(
-        HostState.select().where(
-            HostState.host_id.is_null(False)
-            & (HostState.expires_at <= now)
-            & (HostState.id != own_row_id)
-        )
-    )
+    return _EXPIRED_HOSTS.models(HostState, own_row_id=own_row_id, now=now)
 
 
 def release_expired(row: HostState, now: int) -> bool:

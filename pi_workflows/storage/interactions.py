@@ -9,6 +9,7 @@ from typing import Any
 from .blobs import put_json
 from .models import InteractiveRequest as InteractiveRequest
 from .models import InteractiveSubmission as InteractiveSubmission
+from .prepared import PreparedQuery
 
 
 def get_request(request_id: str) -> InteractiveRequest:
@@ -111,8 +112,20 @@ def get_submission(submission_id: str) -> InteractiveSubmission:
     return InteractiveSubmission.get_by_id(submission_id)
 
 
+# Asked at every poll, and almost always empty: the prepared check spares building the join.
+_ANY_VALIDATING = PreparedQuery(
+    lambda p: (
+        InteractiveSubmission.select(InteractiveSubmission.submission_id)
+        .where(InteractiveSubmission.outcome == "validating")
+        .limit(1)
+    )
+)
+
+
 def validating_submissions() -> list[InteractiveSubmission]:
     """Every submission that waits for its node's validator, with its request."""
+    if not _ANY_VALIDATING.exists():
+        return []
     return list(
         InteractiveSubmission.select(InteractiveSubmission, InteractiveRequest)
         .join(InteractiveRequest)

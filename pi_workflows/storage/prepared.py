@@ -110,6 +110,11 @@ class PreparedQuery:
     def exists(self, **arguments: Any) -> bool:
         return self.first(**arguments) is not None
 
+    def models(self, model: type[ModelT], **arguments: Any) -> list[ModelT]:
+        """Each row as a `model` object: the query selects exactly ``model``'s fields (a
+        ``model.select()`` or ``select(model)``, joins allowed)."""
+        return [model_instance(model, row) for row in self.rows(**arguments)]
+
     def changed(self, **arguments: Any) -> int:
         """Rows changed by an UPDATE or DELETE."""
         changed: int = self.execute(**arguments).rowcount

@@ -28,6 +28,7 @@ from .models import (
     WorkflowMessage,
     WorkflowTurn,
 )
+from .prepared import Parameters, PreparedQuery
 from .revisions import record_run_change
 from .runs import paused_since
 from .terminal_facts import TERMINAL_QUEUE_STATUSES
@@ -84,11 +85,9 @@ def give_back_pause(run_id: str, request: InteractiveRequest, now: int) -> None:
         _shift(request.attempt_id, min(turn.ended_at or now, now) - paused_at)
 
 
-def expired_requests(now: int) -> list[InteractiveRequest]:
-    """Pending agent steps past their deadline on a running, unpaused run with an open
-    step turn, oldest deadline first (reference §6.9 `expiredInteractionRuns`)."""
+def _expired_requests(p: Parameters) -> peewee.BaseQuery:
     open_turn = _step_turns(InteractiveRequest.request_id).where(WorkflowTurn.state == "started")
-    return list(
+    return (
         InteractiveRequest.select(InteractiveRequest)
         .join(NodeAttempt, on=(NodeAttempt.attempt_id == InteractiveRequest.attempt_id))
         .switch(InteractiveRequest)
@@ -99,13 +98,24 @@ def expired_requests(now: int) -> list[InteractiveRequest]:
             (InteractiveRequest.status == "pending")
             & (InteractiveRequest.kind != "decision")
             & NodeAttempt.deadline_at.is_null(False)
-            & (NodeAttempt.deadline_at <= now)
+            & (NodeAttempt.deadline_at <= p.now)
             & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)
             & ~Run.paused
             & peewee.fn.EXISTS(open_turn)
         )
         .order_by(NodeAttempt.deadline_at, InteractiveRequest.request_id)
     )
+
+
+# The host asks at every poll: prepared, because building this query cost more than
+# running it on an idle host.
+_EXPIRED_REQUESTS = PreparedQuery(_expired_requests)
+
+
+def expired_requests(now: int) -> list[InteractiveRequest]:
+    """Pending agent steps past their deadline on a running, unpaused run with an open
+    step turn, oldest deadline first (reference §6.9 `expiredInteractionRuns`)."""
+    return _EXPIRED_REQUESTS.models(InteractiveRequest, now=now)
 
 
 def _open_step_requests(session_id: str | None = None) -> list[InteractiveRequest]:
