@@ -128,44 +128,50 @@ def _released(now: int) -> dict[str, Any]:
     }
 
 
+def _own_live(p: Parameters) -> Any:
+    """The host's own row while its lease is live at `p.now` (`_own_row`, prepared)."""
+    return (
+        (HostState.id == p.row_id)
+        & (HostState.epoch == p.epoch)
+        & (HostState.host_id == p.host_id)
+        & (HostState.token_hash == p.token_hash)
+        & (HostState.expires_at > p.now)
+    )
+
+
+def _own_live_arguments(lease: EpochLease, now: int) -> dict[str, Any]:
+    return {
+        "row_id": lease.row_id,
+        "epoch": lease.epoch,
+        "host_id": lease.host_id,
+        "token_hash": sha256_hex(lease.token),
+        "now": now,
+    }
+
+
+_RENEW_LEASE = PreparedQuery(
+    lambda p: HostState.update(heartbeat_at=p.now, expires_at=p.expires_at).where(_own_live(p))
+)
+
+
 def renew_lease(lease: EpochLease, now: int, expires_at: int) -> bool:
     """Extend the host's live lease to `expires_at`; False when it is no longer held."""
-    changed: int = (
-        HostState.update(heartbeat_at=now, expires_at=expires_at)
-        .where(_own_row(lease) & (HostState.expires_at > now))
-        .execute()
-    )
-    return changed == 1
+    return _RENEW_LEASE.changed(**_own_live_arguments(lease, now), expires_at=expires_at) == 1
 
 
-def _own_live_row(p: Parameters) -> Any:
+def _held_own_live(p: Parameters) -> Any:
     # `FOR SHARE`: a takeover of this host waits for the transaction, and a transaction
     # after a takeover finds no row.
-    return (
-        HostState.select(HostState.id)
-        .where(
-            (HostState.id == p.row_id)
-            & (HostState.epoch == p.epoch)
-            & (HostState.host_id == p.host_id)
-            & (HostState.token_hash == p.token_hash)
-            & (HostState.expires_at > p.now)
-        )
-        .for_update("FOR SHARE")  # type: ignore[arg-type]  # peewee takes the clause text
-    )
+    query = HostState.select(HostState.id).where(_own_live(p))
+    return query.for_update("FOR SHARE")  # type: ignore[arg-type]  # peewee takes the clause text
 
 
-_SHARE_LIVE_LEASE = PreparedQuery(_own_live_row)
+_SHARE_LIVE_LEASE = PreparedQuery(_held_own_live)
 
 
 def share_live_lease(lease: EpochLease, now: int) -> bool:
     """Hold the host's row until commit if its lease is live at `now`; False when it is not."""
-    return _SHARE_LIVE_LEASE.exists(
-        row_id=lease.row_id,
-        epoch=lease.epoch,
-        host_id=lease.host_id,
-        token_hash=sha256_hex(lease.token),
-        now=now,
-    )
+    return _SHARE_LIVE_LEASE.exists(**_own_live_arguments(lease, now))
 
 
 def release_epoch(lease: EpochLease) -> bool:
