@@ -106,16 +106,26 @@ def write_lease(
     return current.id if changed == 1 else None
 
 
-def _own_row(lease: EpochLease) -> Any:
+def _own_row(p: Parameters) -> Any:
+    """The host's own row: its id, epoch, host and token (as `_own_arguments` gives them)."""
     return (
-        (HostState.id == lease.row_id)
-        & (HostState.epoch == lease.epoch)
-        & (HostState.host_id == lease.host_id)
-        & (HostState.token_hash == sha256_hex(lease.token))
+        (HostState.id == p.row_id)
+        & (HostState.epoch == p.epoch)
+        & (HostState.host_id == p.host_id)
+        & (HostState.token_hash == p.token_hash)
     )
 
 
-def _released(now: int) -> dict[str, Any]:
+def _own_arguments(lease: EpochLease) -> dict[str, Any]:
+    return {
+        "row_id": lease.row_id,
+        "epoch": lease.epoch,
+        "host_id": lease.host_id,
+        "token_hash": sha256_hex(lease.token),
+    }
+
+
+def _released(now: Any) -> dict[str, Any]:
     """A row's lease cleared; its epoch and last heartbeat stay."""
     return {
         "host_id": None,
@@ -129,24 +139,8 @@ def _released(now: int) -> dict[str, Any]:
 
 
 def _own_live(p: Parameters) -> Any:
-    """The host's own row while its lease is live at `p.now` (`_own_row`, prepared)."""
-    return (
-        (HostState.id == p.row_id)
-        & (HostState.epoch == p.epoch)
-        & (HostState.host_id == p.host_id)
-        & (HostState.token_hash == p.token_hash)
-        & (HostState.expires_at > p.now)
-    )
-
-
-def _own_live_arguments(lease: EpochLease, now: int) -> dict[str, Any]:
-    return {
-        "row_id": lease.row_id,
-        "epoch": lease.epoch,
-        "host_id": lease.host_id,
-        "token_hash": sha256_hex(lease.token),
-        "now": now,
-    }
+    """The host's own row while its lease is live at `p.now`."""
+    return _own_row(p) & (HostState.expires_at > p.now)
 
 
 _RENEW_LEASE = PreparedQuery(
@@ -156,7 +150,7 @@ _RENEW_LEASE = PreparedQuery(
 
 def renew_lease(lease: EpochLease, now: int, expires_at: int) -> bool:
     """Extend the host's live lease to `expires_at`; False when it is no longer held."""
-    return _RENEW_LEASE.changed(**_own_live_arguments(lease, now), expires_at=expires_at) == 1
+    return _RENEW_LEASE.changed(**_own_arguments(lease), now=now, expires_at=expires_at) == 1
 
 
 def _held_own_live(p: Parameters) -> Any:
@@ -171,13 +165,15 @@ _SHARE_LIVE_LEASE = PreparedQuery(_held_own_live)
 
 def share_live_lease(lease: EpochLease, now: int) -> bool:
     """Hold the host's row until commit if its lease is live at `now`; False when it is not."""
-    return _SHARE_LIVE_LEASE.exists(**_own_live_arguments(lease, now))
+    return _SHARE_LIVE_LEASE.exists(**_own_arguments(lease), now=now)
+
+
+_RELEASE_EPOCH = PreparedQuery(lambda p: HostState.update(**_released(p.now)).where(_own_row(p)))
 
 
 def release_epoch(lease: EpochLease) -> bool:
     """Give up the lease; the epoch and the last heartbeat stay for the next host."""
-    changed: int = HostState.update(**_released(now_ms())).where(_own_row(lease)).execute()
-    return changed == 1
+    return _RELEASE_EPOCH.changed(**_own_arguments(lease), now=now_ms()) == 1
 
 
 _EXPIRED_HOSTS = PreparedQuery(
