@@ -4,10 +4,11 @@
 
 A host with no run polls for due work every `PI_WORKFLOWS_POLL_S` (2 s by default; the
 test kit's hosts poll every 0.1 s, and a test suite keeps hundreds of them up). For each
-poll period and backend this starts a private host as a user runs it, lets it settle for a
-second, then samples the CPU (user + system) of the host process, and of the PostgreSQL
-backends serving it, every 5 s (the kernel counts CPU in 10 ms ticks, too coarse for one
-second): it prints the median and p95 of those windows in milliseconds of CPU per second.
+poll period and backend this starts a private host as a user runs it, then samples the CPU
+(user + system) of the host process, and of the PostgreSQL backends serving it, every 5 s
+(the kernel counts CPU in 10 ms ticks, too coarse for one second): it prints the median and
+p95 of those windows in milliseconds of CPU per second, leaving out the first, which holds
+what remains of the host's start.
 The PostgreSQL server is the test kit's (`PostgresCluster`), started here.
 """
 
@@ -80,9 +81,10 @@ def measure(poll: str, cluster: PostgresCluster | None, windows: int) -> str:
         extra["PI_WORKFLOWS_DATABASE"] = url
     try:
         with private_host("piw-idle-", **extra) as bench:
-            time.sleep(1.0)  # past the start-up's own work
             backends = backends_of(cluster, database) if cluster and database else []
-            host_ms, backend_ms = sample(psutil.Process(bench.process.pid), backends, windows)
+            host = psutil.Process(bench.process.pid)
+            host_ms, backend_ms = sample(host, backends, windows + 1)
+            host_ms, backend_ms = host_ms[1:], backend_ms[1:]  # the start's remains
     finally:
         if cluster is not None and url is not None:
             cluster.server.drop_database(url)
