@@ -185,9 +185,9 @@ def _in_parts_content(value: Any) -> bytes:
     whole = canonical_bytes(value)
     if len(whole) < PART_MIN_BYTES or not isinstance(value, dict):
         return whole  # encoded once: this is every durable boundary's path
-    parts: list[list[Any]] = []
-    skeleton = _split(value, [], SPLIT_DEPTH, parts)
-    return canonical_bytes({_SKELETON: skeleton, _PARTS: parts})
+    splitter = _Splitter()
+    skeleton = splitter.split(value, [], SPLIT_DEPTH)
+    return canonical_bytes({_SKELETON: skeleton, _PARTS: splitter.parts})
 
 
 def put_json_in_parts(value: Any) -> str:
@@ -208,26 +208,40 @@ def put_json_in_parts_together(values: list[Any]) -> list[str]:
     return _put_together([_in_parts_content(value) for value in values], JSON)
 
 
-def _split(
-    value: dict[str, Any] | list[Any], path: list[str | int], depth: int, parts: list[list[Any]]
-) -> Any:
-    if isinstance(value, dict):
-        return {key: _member(item, [*path, key], depth, parts) for key, item in value.items()}
-    return [_member(item, [*path, index], depth, parts) for index, item in enumerate(value)]
+class _Splitter:
+    """One value's split: its parts, and each member's canonical bytes encoded once.
 
+    Whether a member is large is asked of it by its parent (is any child large?) and by
+    itself, and a large one is then stored: without the memo a 2 MiB state was encoded
+    three times over at each of its levels. The members are alive for the whole split, so
+    their ids are stable keys.
+    """
 
-def _member(item: Any, path: list[str | int], depth: int, parts: list[list[Any]]) -> Any:
-    if not _is_large(item):
-        return item
-    children = item.values() if isinstance(item, dict) else item
-    if depth > 1 and isinstance(item, dict | list) and any(map(_is_large, children)):
-        return _split(item, path, depth - 1, parts)
-    parts.append([path, _put_part(item)])
-    return None
+    def __init__(self) -> None:
+        self.parts: list[list[Any]] = []
+        self._encoded: dict[int, bytes] = {}
 
+    def split(self, value: dict[str, Any] | list[Any], path: list[str | int], depth: int) -> Any:
+        if isinstance(value, dict):
+            return {key: self._member(item, [*path, key], depth) for key, item in value.items()}
+        return [self._member(item, [*path, index], depth) for index, item in enumerate(value)]
 
-def _is_large(value: Any) -> bool:
-    return isinstance(value, dict | list | str) and len(canonical_bytes(value)) >= PART_MIN_BYTES
+    def _member(self, item: Any, path: list[str | int], depth: int) -> Any:
+        if not self._is_large(item):
+            return item
+        children = item.values() if isinstance(item, dict) else item
+        if depth > 1 and isinstance(item, dict | list) and any(map(self._is_large, children)):
+            return self.split(item, path, depth - 1)
+        self.parts.append([path, _put(self._encoded[id(item)], JSON)])
+        return None
+
+    def _is_large(self, value: Any) -> bool:
+        if not isinstance(value, dict | list | str):
+            return False
+        encoded = self._encoded.get(id(value))
+        if encoded is None:
+            encoded = self._encoded[id(value)] = canonical_bytes(value)
+        return len(encoded) >= PART_MIN_BYTES
 
 
 def _put_part(value: Any) -> str:
