@@ -1,9 +1,9 @@
 """What a host doing nothing costs: CPU per second of the host, and of its PostgreSQL backend.
 
-    python benchmarks/idle_host_bench.py [--windows 6] [--polls 0.1,2] [--backend both]
+    python benchmarks/idle_host_bench.py [--windows 6] [--polls 0.2,2] [--backend both]
 
 A host with no run polls for due work every `PI_WORKFLOWS_POLL_S` (2 s by default; the
-test kit's hosts poll every 0.1 s, and a test suite keeps hundreds of them up). For each
+test kit's hosts poll every 0.2 s, and a test suite keeps hundreds of them up). For each
 poll period and backend this starts a private host as a user runs it, then samples the CPU
 (user + system) of the host process, and of the PostgreSQL backends serving it, every 5 s
 (the kernel counts CPU in 10 ms ticks, too coarse for one second): it prints the median and
@@ -97,7 +97,7 @@ def measure(poll: str, cluster: PostgresCluster | None, windows: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--windows", type=int, default=6, help="5-second samples per case")
-    parser.add_argument("--polls", default="0.1,2", help="poll periods to try, in seconds")
+    parser.add_argument("--polls", default="0.2,2", help="poll periods to try, in seconds")
     parser.add_argument("--backend", choices=("sqlite", "postgresql", "both"), default="both")
     args = parser.parse_args()
     polls = [poll.strip() for poll in args.polls.split(",") if poll.strip()]
