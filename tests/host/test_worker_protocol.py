@@ -428,7 +428,15 @@ def test_a_write_sent_again_is_answered_from_its_stored_reply(harness: HostHarne
     run_id = harness.start_run("two")
 
     assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 2}
-    first, again = (json.loads(line) for line in (harness.project / "replies.jsonl").open())
+    replies = [json.loads(line) for line in (harness.project / "replies.jsonl").open()]
+    # One worker, one message sent twice; a second worker would mean the first one died.
+    workers = harness.query(
+        "SELECT w.status, w.exit_code, w.signal, b.content FROM run_workers w "
+        "LEFT JOIN blobs b ON b.blob_hash = w.diagnostic_hash WHERE w.run_id = ?",
+        run_id,
+    )
+    assert len(replies) == 2 and len(workers) == 1, (workers, replies)
+    first, again = replies
     # Applied once: the second copy gets the first one's reply, not a revision conflict.
     assert first["outcome"] == "accepted" and again["outcome"] == "adopted"
     assert (again["revision"], again["result"]) == (first["revision"], first["result"])
