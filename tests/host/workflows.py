@@ -370,7 +370,7 @@ from pi_workflows import hookimpl
 from pi_workflows.builtin import launch
 
 RELAY = """
-import json, subprocess, sys, threading
+import json, os, subprocess, sys, threading
 
 READS = {"worker.ready", "worker.exiting", "store.readRunState"}
 worker = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -400,7 +400,10 @@ for line in worker.stdout:
         resent.append(message["messageId"])
         sys.stdout.buffer.write(line)
     sys.stdout.buffer.flush()
-sys.exit(worker.wait())
+# os._exit, not sys.exit: at interpreter shutdown the reader thread may still hold
+# stdin's lock, and Python then aborts (SIGABRT), which the host rightly counts as a
+# crash and runs the worker again.
+os._exit(worker.wait())
 """
 
 
