@@ -232,16 +232,19 @@ class _Splitter:
         children = item.values() if isinstance(item, dict) else item
         if depth > 1 and isinstance(item, dict | list) and any(map(self._is_large, children)):
             return self.split(item, path, depth - 1)
-        self.parts.append([path, _put(self._encoded[id(item)], JSON)])
+        self.parts.append([path, _put(self._canonical(item), JSON)])
         return None
 
     def _is_large(self, value: Any) -> bool:
         if not isinstance(value, dict | list | str):
             return False
+        return len(self._canonical(value)) >= PART_MIN_BYTES
+
+    def _canonical(self, value: Any) -> bytes:
         encoded = self._encoded.get(id(value))
         if encoded is None:
             encoded = self._encoded[id(value)] = canonical_bytes(value)
-        return len(encoded) >= PART_MIN_BYTES
+        return encoded
 
 
 def _put_part(value: Any) -> str:
