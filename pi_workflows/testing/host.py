@@ -32,8 +32,8 @@ from .isolation import clean_environ, isolating_env
 from .polling import wait_until
 
 # Short timers so a test waits milliseconds, not the production seconds, for a poll. The
-# poll is 0.2 s, not 0.1: the suite keeps hundreds of hosts up, and their idle polls (and
-# their PostgreSQL backends') were about 8 % of its CPU (docs/performance.md).
+# poll is 0.2 s, not 0.1: the suite keeps hundreds of hosts up, and this halves what their
+# idle polls (and their PostgreSQL backends') cost (docs/performance.md).
 FAST_TIMERS = {"PI_WORKFLOWS_POLL_S": "0.2", "PI_WORKFLOWS_HEARTBEAT_S": "0.5"}
 TERMINAL_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 CLI_TIMEOUT_S = 120
