@@ -202,8 +202,17 @@ def test_runs_still_complete_after_the_worker_fork_server_dies(harness: HostHarn
 
 
 def _fork_servers(host: subprocess.Popen) -> list[psutil.Process]:
-    """The host's worker fork servers (`--zygote` children)."""
-    return [c for c in psutil.Process(host.pid).children() if "--zygote" in c.cmdline()]
+    """The host's live worker fork servers (`--zygote` children)."""
+    return [c for c in psutil.Process(host.pid).children() if "--zygote" in _cmdline(c)]
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    """Its command line; none once it has exited (a killed fork server is a zombie until
+    the host reaps it, and psutil refuses a zombie's command line)."""
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _live_children(zygote: psutil.Process) -> list[psutil.Process]:
