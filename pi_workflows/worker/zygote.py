@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
-import signal
 import socket
 import sys
 from pathlib import Path
+
+from ..fork_loop import CHILD, ForkLoop
 
 CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 MAX_CONTROL_BYTES = 1024 * 1024 + 4096
@@ -57,26 +57,23 @@ class Spare:
         return True
 
 
-def _fork_spare(closing: list[int]) -> Spare:
-    """Fork a spare that runs the launch it is handed; `closing`: the zygote's own fds."""
+def _fork_spare(loop: ForkLoop) -> Spare:
+    """Fork a spare that runs the launch it is handed."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         ours.close()
-        _become_worker(closing, theirs)
+        _become_worker(loop, theirs)
     theirs.close()
     return Spare(pid, ours)
 
 
-def _become_worker(closing: list[int], launches: socket.socket | tuple[bytes, list[int]]) -> None:
+def _become_worker(loop: ForkLoop, launches: socket.socket | tuple[bytes, list[int]]) -> None:
     """In the forked child: leave the zygote's state, take the launch (a spare waits for
     it on its socket), run it, exit."""
     code = 1
     try:
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in closing:
-            os.close(fd)
+        loop.leave()
         os.setsid()
         if isinstance(launches, socket.socket):
             data, fds, _flags, _addr = socket.recv_fds(launches, MAX_CONTROL_BYTES, 3)
@@ -110,22 +107,14 @@ def _become_worker(closing: list[int], launches: socket.socket | tuple[bytes, li
 def serve() -> int:
     control = socket.socket(fileno=int(os.environ.pop(CONTROL_FD_ENV)))
     _preload()
-    wakeup_r, wakeup_w = os.pipe()
-    os.set_blocking(wakeup_w, False)
-    signal.set_wakeup_fd(wakeup_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    selector = selectors.DefaultSelector()
-    selector.register(control, selectors.EVENT_READ, "control")
-    selector.register(wakeup_r, selectors.EVENT_READ, "child")
-    zygote_fds = [control.fileno(), wakeup_r, wakeup_w, selector.fileno()]
-    first_spare = _fork_spare(zygote_fds)
+    loop = ForkLoop(control)
+    first_spare = _fork_spare(loop)
     spare: Spare | None = first_spare
     unannounced = {first_spare.pid}  # children the host never heard of: their exits are not news
     _send(control, {"ready": True})
     while True:
-        for key, _ in selector.select():
-            if key.data == "child":
-                os.read(wakeup_r, 4096)
+        for event in loop.events():
+            if event == CHILD:
                 gone = _reap(control, unannounced)
                 unannounced -= gone
                 if spare is not None and spare.pid in gone:
@@ -142,12 +131,12 @@ def serve() -> int:
             else:
                 pid = os.fork()
                 if pid == 0:
-                    _become_worker(zygote_fds, (data, fds))
+                    _become_worker(loop, (data, fds))
             for fd in fds:
                 os.close(fd)
             _send(control, {"launchId": launch["launchId"], "pid": pid})
             _precompile_workflow(launch["envelope"])
-            spare = _fork_spare(zygote_fds)
+            spare = _fork_spare(loop)
             unannounced.add(spare.pid)
 
 
