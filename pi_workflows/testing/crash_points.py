@@ -33,11 +33,14 @@ from typing import Any
 from ..client.start_request import start_payload
 from ..storage.database import KILL_POINT_ENV
 from .host import HOST_START_TIMEOUT_S, TERMINAL_STATUSES, WorkflowHost, short_temp_dir
+from .polling import wait_until
 
 WHEN = ("before", "after")
 TARGETS = ("worker", "host")
 SESSION = "crash-points"
 HOST_LOG_LINES = 40  # of a stranded trial's host log, in its failure
+# How long `channel_effects` waits for a settlement that follows a run's end.
+CHANNEL_EFFECTS_WAIT_S = 15.0
 
 # The headless agent: answers each step with the reply its node id maps to.
 _AGENT_SCRIPT = """\
@@ -434,20 +437,46 @@ def channel_effects(host: WorkflowHost) -> Counter[str]:
 
     Each must be once for every decision. How many decisions there are may differ between
     executions: a worker killed while its node asked a human asks again in a new attempt,
-    a decision of its own (the first one is settled as superseded).
+    a decision of its own (the first one is settled as superseded). That settlement goes
+    out through the host's channel runner and may take hold after the run has ended, so
+    the reader waits (up to `CHANNEL_EFFECTS_WAIT_S`) until every decision has each kind
+    of effect, then counts.
     """
+    seen: list[Counter[tuple[str, str, str]]] = []
+
+    def complete() -> bool:
+        seen[:] = [_applied_channel_effects(host)]
+        return all(count > 0 for count in _per_decision(seen[0]).values())
+
+    try:
+        wait_until(complete, timeout=CHANNEL_EFFECTS_WAIT_S, what="every channel effect")
+    except AssertionError:
+        pass  # counted as they are: the comparison with the first execution names the gap
+    return Counter(
+        {
+            f"{channel} {kind} applied {count} times": 1
+            for (_, channel, kind), count in _per_decision(seen[0]).items()
+        }
+    )
+
+
+def _applied_channel_effects(host: WorkflowHost) -> Counter[tuple[str, str, str]]:
     with closing(host.client()) as client:
-        applied = Counter(
+        return Counter(
             (effect["decisionId"], effect["channel"], effect["effectType"])
             for effect in client.list_effects()
             if effect["scope"] == "channel" and effect["status"] == "applied"
         )
+
+
+def _per_decision(
+    applied: Counter[tuple[str, str, str]],
+) -> dict[tuple[str, str, str], int]:
+    """Every (decision, channel, kind) that some decision had applied, with its count."""
     kinds = {(channel, kind) for _, channel, kind in applied}
     decisions = {decision for decision, _, _ in applied}
-    return Counter(
-        {
-            f"{channel} {kind} applied {applied[(decision, channel, kind)]} times": 1
-            for decision in decisions
-            for channel, kind in kinds
-        }
-    )
+    return {
+        (decision, channel, kind): applied[(decision, channel, kind)]
+        for decision in decisions
+        for channel, kind in kinds
+    }
