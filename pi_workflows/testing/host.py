@@ -14,7 +14,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import textwrap
 from collections.abc import Iterable
@@ -28,7 +27,9 @@ from ..errors import RunWaitTimedOut
 from ..home import CONFIG_ENV, HOME_ENV, Home
 from ..host.lock import live_lock_holder
 from ..plugins import PLUGINS_ENV
+from . import launcher
 from .isolation import clean_environ, isolating_env
+from .launcher import LaunchedProcess
 from .polling import wait_until
 
 # Short timers so a test waits milliseconds, not the production seconds, for a poll. The
@@ -120,16 +121,12 @@ class WorkflowHome:
         The console script next to this interpreter runs it, or ``python -m pi_workflows``
         with ``module=True``.
         """
-        console = Path(sys.executable).with_name("pi-workflows")
-        command = [sys.executable, "-m", "pi_workflows"] if module else [str(console)]
-        return subprocess.run(
-            [*command, *args],
+        return launcher.run(
+            args,
             env={**self.env, **(env or {})},
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
             cwd=self.project,
+            module=module,
+            timeout=CLI_TIMEOUT_S,
         )
 
     def host_log(self) -> str:
@@ -168,20 +165,27 @@ class WorkflowHost(WorkflowHome):
     def __init__(self, root: Path, *, entry_points: Iterable[str] = ()) -> None:
         super().__init__(root, entry_points=entry_points)
         self.env.update(FAST_TIMERS)
-        self.host_process: subprocess.Popen | None = None
+        self.host_process: LaunchedProcess | subprocess.Popen[bytes] | None = None
+        self.host_as_child = False
 
     # --- the host process ------------------------------------------------------------
 
-    def start(self, *, timeout: float = HOST_START_TIMEOUT_S, **extra_env: str) -> subprocess.Popen:
-        """Start the host and return once it answers ``host.status`` (within `timeout` s)."""
+    def start(
+        self, *, timeout: float = HOST_START_TIMEOUT_S, **extra_env: str
+    ) -> LaunchedProcess | subprocess.Popen[bytes]:
+        """Start the host and return once it answers ``host.status`` (within `timeout` s).
+
+        The host is forked from the test kit's launcher (`testing/launcher.py`), or, with
+        `host_as_child` set, exec'd as a child of this process: for a test that leaves it
+        unreaped.
+        """
         with open(self.root / "host.log", "ab") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "pi_workflows", "host", "run"],
+            process = launcher.start(
+                ["host", "run"],
                 env={**self.env, **extra_env},
-                stdout=log,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
                 cwd=self.project,
+                log=log,
+                child=self.host_as_child,
             )
         self.host_process = process
         wait_until(

@@ -13,6 +13,7 @@ from .conftest import HostHarness, wait_until
 
 @pytest.mark.integration
 def test_an_unreaped_killed_host_does_not_block_the_next_client(harness: HostHarness):
+    harness.host_as_child = True  # this process's own child, so that it can stay unreaped
     first = harness.start_host()
     first.send_signal(signal.SIGKILL)
     # Not reaped: the killed host stays a zombie holding its pid and start time.

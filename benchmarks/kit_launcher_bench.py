@@ -1,0 +1,95 @@
+"""What a test's host and command cost, exec'd and forked from the test kit's launcher.
+
+    python benchmarks/kit_launcher_bench.py [--rounds 15]
+
+The test kit forks hosts and commands from one warm process (`pi_workflows.testing.
+launcher`) instead of exec'ing a new interpreter for each. For each way this runs a
+command (`run list` against a live host, which has to answer it) and a host started and
+stopped with SIGTERM (no run, so no worker fork server), alternating the two ways, and
+prints the median and p95 of each one's CPU (user + system, in the kernel's 10 ms ticks:
+read as a median over many rounds) and wall time. An exec'd child's CPU is this process's
+children's; a forked one's is the launcher's children's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import psutil
+from host_bench import percentile
+
+from pi_workflows.testing import WorkflowHost, launcher, short_temp_dir
+
+Sample = tuple[float, float]  # CPU ms, wall ms
+
+
+def own_children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def launcher_children_cpu(host: WorkflowHost) -> float:
+    shared = launcher.shared_launcher()
+    assert shared is not None
+    times = psutil.Process(shared.process.pid).cpu_times()
+    return times.children_user + times.children_system
+
+
+def measure(action: Callable[[], object], cpu: Callable[[], float]) -> Sample:
+    cpu_before, began = cpu(), time.perf_counter()
+    action()
+    wall = time.perf_counter() - began
+    time.sleep(0.05)  # the launcher reaps the child and counts its CPU
+    return (cpu() - cpu_before) * 1000, wall * 1000
+
+
+def host_cycle(host: WorkflowHost) -> None:
+    host.start()
+    host.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    samples: dict[str, list[Sample]] = {}
+    served = WorkflowHost(short_temp_dir())  # the host the commands ask
+    cycled = WorkflowHost(short_temp_dir())
+    try:
+        served.start()
+        for _ in range(args.rounds):
+            for way in ("exec", "fork"):
+                if way == "exec":
+                    os.environ[launcher.MODE_ENV] = "exec"
+                    cpu = own_children_cpu
+                else:
+                    os.environ.pop(launcher.MODE_ENV, None)
+                    launcher.shared_launcher()
+                    cpu = lambda: launcher_children_cpu(served)  # noqa: E731
+                samples.setdefault(f"command `run list`, {way}", []).append(
+                    measure(lambda: served.cli("run", "list"), cpu)
+                )
+                samples.setdefault(f"host start + stop, {way}", []).append(
+                    measure(lambda: host_cycle(cycled), cpu)
+                )
+    finally:
+        os.environ.pop(launcher.MODE_ENV, None)
+        served.cleanup()
+        cycled.cleanup()
+    print(f"{'':32} {'CPU median':>11} {'CPU p95':>9} {'wall median':>12} {'wall p95':>9}")
+    for name, values in samples.items():
+        cpu_ms, wall_ms = [v[0] for v in values], [v[1] for v in values]
+        print(
+            f"{name:32} {statistics.median(cpu_ms):9.0f}ms {percentile(cpu_ms, 0.95):7.0f}ms "
+            f"{statistics.median(wall_ms):10.0f}ms {percentile(wall_ms, 0.95):7.0f}ms"
+        )
+    print(f"load average after: {os.getloadavg()[0]:.2f} (2 cores: {os.cpu_count()})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+"""The test kit's launcher: `pi-workflows` commands and hosts forked from a process that
+imported them once.
+
+A test suite starts hundreds of hosts and commands, and each pays for a new interpreter
+and its imports before it does anything: about 90 ms of CPU for `run list` against a live
+host, 260 ms for a host started and stopped, mostly imports
+(`benchmarks/kit_launcher_bench.py`). The launcher is one process per test process that
+imported the CLI and the host once; for each command it forks a child that takes the
+request's environment, working directory and stdio (passed over SCM_RIGHTS), sets
+`sys.argv` and `sys.path` as the interpreter would have, and runs
+`pi_workflows.cli.main.main`: 10 ms for the same `run list`, 50 ms for the host. The child
+ends as the interpreter would end it (non-daemon threads joined, atexit handlers run,
+streams flushed, `SystemExit`'s status), without tearing its modules down. Its parent is
+the launcher, which reports its pid and, later, its exit code as `subprocess` does
+(negative: the signal that ended it).
+
+A request whose environment changes how an interpreter starts (a ``PYTHON*`` variable
+other than ``PYTHONPATH`` unlike the launcher's own) is run with a real `exec`, and so is
+every request when ``PI_WORKFLOWS_TEST_LAUNCHER=exec`` is set in the test process's
+environment. The launcher stays single-threaded, so forking it is safe, and ends when its
+test process does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import locale
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+from ..fork_loop import CHILD, ForkLoop
+from .isolation import clean_environ
+
+MODE_ENV = "PI_WORKFLOWS_TEST_LAUNCHER"
+_CONTROL_FD_ENV = "PI_WORKFLOWS_TEST_LAUNCHER_FD"
+_MAX_REQUEST_BYTES = 1024 * 1024
+# Start-up settings a forked child can take on as a new interpreter would.
+_ADOPTABLE = {"PYTHONPATH"}
+
+
+# --- the launcher process --------------------------------------------------------------
+
+
+def _preload() -> None:
+    # What commands and hosts import first thing; the children share it.
+    from ..cli import (  # noqa: F401
+        checkpoint_commands,
+        decision_commands,
+        host_commands,
+        main,
+        run_commands,
+        state_commands,
+    )
+    from ..host import runtime  # noqa: F401
+
+
+def serve() -> int:
+    control = socket.socket(fileno=int(os.environ.pop(_CONTROL_FD_ENV)))
+    _preload()
+    gc.freeze()  # the children's collections leave the preloaded objects (and their pages) alone
+    loop = ForkLoop(control)
+    while True:
+        for event in loop.events():
+            if event == CHILD:
+                _report_exits(control)
+                continue
+            data, fds, _flags, _addr = socket.recv_fds(control, _MAX_REQUEST_BYTES, 3)
+            if not data:
+                return 0  # the test process is gone
+            request = json.loads(data)
+            pid = os.fork()
+            if pid == 0:
+                loop.leave()
+                _become_command(request, fds)  # ends the child: never returns
+            for fd in fds:
+                os.close(fd)
+            control.send(json.dumps({"request": request["request"], "pid": pid}).encode())
+
+
+def _become_command(request: dict[str, Any], fds: list[int]) -> NoReturn:
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(request["cwd"])
+    inherited = os.environ.get("PYTHONPATH", "")
+    os.environ.clear()
+    os.environ.update(request["env"])
+    added = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    added = [p for p in added if p not in inherited.split(os.pathsep)]
+    # As the interpreter would have: the script's folder (or, for `-m`, the working
+    # directory) first, then PYTHONPATH.
+    sys.path[0:1] = [request["path0"], *added]
+    sys.argv = [request["argv0"], *request["args"]]
+    from ..cli.main import main
+
+    code = 0
+    try:
+        main(request["args"])
+    except SystemExit as exit_request:
+        code = _exit_status(exit_request)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    # The interpreter's own exit, but for tearing down every module and object: that
+    # would touch, and so copy, each page the child shares with the launcher (it cost
+    # a command three times its work).
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
+def _exit_status(exit_request: SystemExit) -> int:
+    """The exit status Python gives `exit_request` at the top level."""
+    if exit_request.code is None:
+        return 0
+    if isinstance(exit_request.code, int):
+        return exit_request.code
+    print(exit_request.code, file=sys.stderr)
+    return 1
+
+
+def _report_exits(control: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        control.send(
+            json.dumps({"exited": pid, "code": os.waitstatus_to_exitcode(status)}).encode()
+        )
+
+
+# --- the test process's side -----------------------------------------------------------
+
+
+class LaunchedProcess:
+    """A child of the launcher, used as a `subprocess.Popen` is: `pid`, `returncode`,
+    `poll`, `wait`, `send_signal`, `terminate`, `kill`."""
+
+    def __init__(self, launcher: Launcher, pid: int, args: list[str]) -> None:
+        self._launcher = launcher
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._launcher.exit_code(self.pid, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            code = self._launcher.exit_code(self.pid, timeout=timeout)
+            if code is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self.returncode = code
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass  # it ended; its exit is on its way
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class Launcher:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; from {__name__} import serve; sys.exit(serve())"],
+            env={**self.env, _CONTROL_FD_ENV: str(theirs.fileno())},
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self._control = ours
+        self._sending = threading.Lock()
+        self._changed = threading.Condition()
+        self._pids: dict[int, int] = {}  # request number -> pid
+        self._exits: dict[int, int] = {}  # pid -> exit code
+        self._next = 0
+        self.alive = True
+        threading.Thread(target=self._read, name="test launcher", daemon=True).start()
+
+    def adopts(self, env: Mapping[str, str]) -> bool:
+        """Whether a forked child can take on `env` as a new interpreter would."""
+        keys = {k for k in (*env, *self.env) if k.startswith("PYTHON") and k not in _ADOPTABLE}
+        return all(env.get(k) == self.env.get(k) for k in keys)
+
+    def launch(
+        self,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        module: bool,
+        stdio: list[int],
+    ) -> LaunchedProcess:
+        console = str(console_script())
+        request: dict[str, Any] = {
+            "args": list(args),
+            "env": dict(env),
+            "cwd": str(cwd),
+            "argv0": str(Path(__file__).parents[1] / "__main__.py") if module else console,
+            "path0": str(Path(cwd).resolve()) if module else str(Path(console).parent),
+        }
+        with self._sending:
+            self._next += 1
+            number = request["request"] = self._next
+            socket.send_fds(self._control, [json.dumps(request).encode()], stdio)
+        with self._changed:
+            self._changed.wait_for(lambda: number in self._pids or not self.alive)
+            if number not in self._pids:
+                raise RuntimeError("the test kit's launcher process ended")
+            pid = self._pids.pop(number)
+        return LaunchedProcess(self, pid, list(args))
+
+    def exit_code(self, pid: int, *, timeout: float | None) -> int | None:
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._exits or not self.alive, timeout)
+            if pid not in self._exits and not self.alive:
+                raise RuntimeError("the test kit's launcher process ended")
+            return self._exits.get(pid)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._control.recv(65536)
+            except OSError:
+                data = b""
+            with self._changed:
+                if not data:
+                    self.alive = False
+                    self._changed.notify_all()
+                    return
+                message = json.loads(data)
+                if "exited" in message:
+                    self._exits[message["exited"]] = message["code"]
+                else:
+                    self._pids[message["request"]] = message["pid"]
+                self._changed.notify_all()
+
+
+_launcher: Launcher | None = None
+_starting = threading.Lock()
+
+
+def shared_launcher() -> Launcher | None:
+    """This test process's launcher, or None when every command is to be exec'd.
+
+    It is started with this process's environment (less its ``PI_WORKFLOWS_*``
+    variables): a request's own environment is set in each child.
+    """
+    global _launcher
+    if os.environ.get(MODE_ENV) == "exec":
+        return None
+    with _starting:
+        if _launcher is None or not _launcher.alive:
+            _launcher = Launcher(clean_environ())
+        return _launcher
+
+
+def console_script() -> Path:
+    """The `pi-workflows` console script beside this interpreter."""
+    return Path(sys.executable).with_name("pi-workflows")
+
+
+def _command(args: Sequence[str], module: bool) -> list[str]:
+    if module:
+        return [sys.executable, "-m", "pi_workflows", *args]
+    return [str(console_script()), *args]
+
+
+def start(
+    args: Sequence[str], *, env: Mapping[str, str], cwd: Path, log: IO[bytes], child: bool = False
+) -> LaunchedProcess | subprocess.Popen[bytes]:
+    """``python -m pi_workflows ARGS`` in the background, its output appended to `log`;
+    with `child`, exec'd as a child of this process (which then reaps it)."""
+    launcher = None if child else shared_launcher()
+    if launcher is None or not launcher.adopts(env):
+        return subprocess.Popen(
+            _command(args, True),
+            env=dict(env),
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+        )
+    with open(os.devnull, "rb") as devnull:
+        stdio = [devnull.fileno(), log.fileno(), log.fileno()]
+        return launcher.launch(args, env=env, cwd=cwd, module=True, stdio=stdio)
+
+
+def run(
+    args: Sequence[str], *, env: Mapping[str, str], cwd: Path, module: bool, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``pi-workflows ARGS`` to its end, as `subprocess.run(..., capture_output=True,
+    text=True, stdin=DEVNULL)` would run it."""
+    launcher = shared_launcher()
+    command = _command(args, module)
+    if launcher is None or not launcher.adopts(env):
+        return subprocess.run(
+            command,
+            env=dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+        )
+    with (
+        open(os.devnull, "rb") as devnull,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        process = launcher.launch(
+            args,
+            env=env,
+            cwd=cwd,
+            module=module,
+            stdio=[devnull.fileno(), out.fileno(), err.fileno()],
+        )
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise subprocess.TimeoutExpired(command, timeout, _text(out), _text(err)) from None
+        return subprocess.CompletedProcess(command, code, _text(out), _text(err))
+
+
+def _text(file: IO[bytes]) -> str:
+    # As `subprocess` decodes with text=True: the locale's encoding, newlines made "\n".
+    file.seek(0)
+    text = file.read().decode(locale.getpreferredencoding(False))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
