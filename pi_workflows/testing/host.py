@@ -321,11 +321,16 @@ def _kill_tree(pid: int) -> None:
 
 
 def _kill_processes_in(directory: Path) -> None:
-    """Kill workers a crashed host left behind (their working directory is the project)."""
+    """Kill workers a crashed host left behind (their working directory is the project),
+    or a fork server still on its way out, and wait until they are gone: the directory is
+    deleted next, and a test may unmount the filesystem it is on."""
     prefix = str(directory)
+    killed = []
     for process in psutil.process_iter(["pid", "cwd"]):
         try:
             if process.info["cwd"] and process.info["cwd"].startswith(prefix):
                 process.kill()
+                killed.append(process)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
+    psutil.wait_procs(killed, timeout=10)
