@@ -33,6 +33,7 @@ class HostHarness(WorkflowHost):
     ) -> None:
         super().__init__(root, entry_points=entry_points)
         self.database_url = database_url
+        self._reader: Any = None  # psycopg2's connection for `query`, opened on first use
         if database_url is not None:
             self.env[DATABASE_ENV] = database_url
 
@@ -72,14 +73,33 @@ class HostHarness(WorkflowHost):
             return super().query(sql, *params)
         import psycopg2
 
-        connection = psycopg2.connect(self.database_url)
+        # One connection for all of a test's reads: each new one is a server process
+        # that loads the schema's catalog first, and tests poll with these reads. Opened
+        # again after a failure (a test may restart the server under it).
         try:
-            connection.set_session(readonly=True, autocommit=True)
-            with connection.cursor() as cursor:
-                cursor.execute(sql.replace("%", "%%").replace("?", "%s"), params)
-                return [_as_sqlite_returns(row) for row in cursor.fetchall()]
-        finally:
-            connection.close()
+            return self._read(sql, params)
+        except (psycopg2.OperationalError, psycopg2.InterfaceError):
+            self._close_reader()
+            return self._read(sql, params)
+
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple]:
+        import psycopg2
+
+        if self._reader is None:
+            self._reader = psycopg2.connect(self.database_url)
+            self._reader.set_session(readonly=True, autocommit=True)
+        with self._reader.cursor() as cursor:
+            cursor.execute(sql.replace("%", "%%").replace("?", "%s"), params)
+            return [_as_sqlite_returns(row) for row in cursor.fetchall()]
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def cleanup(self) -> None:
+        self._close_reader()  # before the test's database is dropped
+        super().cleanup()
 
     def open_store(self) -> StateStore:
         """The host's state database, opened in this process (close it when done)."""
