@@ -187,6 +187,8 @@ class LaunchedProcess:
 
 
 class Launcher:
+    """A launcher process and this process's end of its socket (see the module's doc)."""
+
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -245,7 +247,7 @@ class Launcher:
             self._changed.wait_for(lambda: pid in self._exits or not self.alive, timeout)
             if pid not in self._exits and not self.alive:
                 raise RuntimeError("the test kit's launcher process ended")
-            return self._exits.get(pid)
+            return self._exits.pop(pid, None)  # kept by its LaunchedProcess from now on
 
     def _read(self) -> None:
         while True:
@@ -263,6 +265,8 @@ class Launcher:
                     self._exits[message["exited"]] = message["code"]
                 else:
                     self._pids[message["request"]] = message["pid"]
+                    # A pid the system used again: the exit of its earlier owner is not this one's.
+                    self._exits.pop(message["pid"], None)
                 self._changed.notify_all()
 
 
