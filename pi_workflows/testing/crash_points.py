@@ -442,11 +442,12 @@ def channel_effects(host: WorkflowHost) -> Counter[str]:
     the reader waits (up to `CHANNEL_EFFECTS_WAIT_S`) until every decision has each kind
     of effect, then counts.
     """
-    seen: list[Counter[tuple[str, str, str]]] = []
+    counts: dict[tuple[str, str, str], int] = {}
 
     def complete() -> bool:
-        seen[:] = [_applied_channel_effects(host)]
-        return all(count > 0 for count in _per_decision(seen[0]).values())
+        nonlocal counts
+        counts = _per_decision(_applied_channel_effects(host))
+        return all(counts.values())
 
     try:
         wait_until(complete, timeout=CHANNEL_EFFECTS_WAIT_S, what="every channel effect")
@@ -455,7 +456,7 @@ def channel_effects(host: WorkflowHost) -> Counter[str]:
     return Counter(
         {
             f"{channel} {kind} applied {count} times": 1
-            for (_, channel, kind), count in _per_decision(seen[0]).items()
+            for (_, channel, kind), count in counts.items()
         }
     )
 

@@ -289,6 +289,12 @@ def shared_launcher() -> Launcher | None:
         return _launcher
 
 
+def _forking(env: Mapping[str, str]) -> Launcher | None:
+    """The launcher, when a child forked from it can take on `env`; else None (exec)."""
+    launcher = shared_launcher()
+    return launcher if launcher is not None and launcher.adopts(env) else None
+
+
 def console_script() -> Path:
     """The `pi-workflows` console script beside this interpreter."""
     return Path(sys.executable).with_name("pi-workflows")
@@ -305,8 +311,8 @@ def start(
 ) -> LaunchedProcess | subprocess.Popen[bytes]:
     """``python -m pi_workflows ARGS`` in the background, its output appended to `log`;
     with `child`, exec'd as a child of this process (which then reaps it)."""
-    launcher = None if child else shared_launcher()
-    if launcher is None or not launcher.adopts(env):
+    launcher = None if child else _forking(env)
+    if launcher is None:
         return subprocess.Popen(
             _command(args, True),
             env=dict(env),
@@ -325,9 +331,9 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """``pi-workflows ARGS`` to its end, as `subprocess.run(..., capture_output=True,
     text=True, stdin=DEVNULL)` would run it."""
-    launcher = shared_launcher()
+    launcher = _forking(env)
     command = _command(args, module)
-    if launcher is None or not launcher.adopts(env):
+    if launcher is None:
         return subprocess.run(
             command,
             env=dict(env),
