@@ -3,9 +3,12 @@
 Launches of the built-in worker command are forked from a process that has already
 imported everything, so a worker is ready in milliseconds instead of after a cold
 interpreter start. The forked worker is the leader of its own process group and speaks
-the worker protocol on pipes the host created, exactly like a spawned one. The host's
-first launch starts the fork server, so a host that never runs a worker never pays for
-one (nor keeps its two idle processes). A launch that comes while the fork server is
+the worker protocol on pipes the host created, exactly like a spawned one. A host process
+forks its fork server-to-be as it starts (`fork_standby`, before it has a thread), and the
+host's first launch makes it serve; a host that never runs a worker never pays for more
+than that fork (one idle process sharing the host's memory). A host that has no standby
+(one running in a process with other threads, or whose standby died) starts the fork
+server as a new interpreter at its first launch. A launch that comes while the fork server is
 still starting waits for it (at most `STARTING_WAIT_S`): a cold start beside it would
 cost more than the wait, on every core. When the fork server is not available (it
 died, could not start, or did not start in time) the host spawns a cold worker instead.
@@ -21,15 +24,16 @@ import os
 import secrets
 import signal
 import socket
+import threading
 from collections.abc import Callable
 
 import psutil
 
 from ..protocol.framing import MAX_WORKER_FRAME_BYTES
 from ..records import WorkerProcessSpec
+from ..worker import zygote
 from ..worker.command import LAUNCH_ENV, is_worker_command, worker_argv, worker_pythonpath
 
-CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 FORK_REPLY_TIMEOUT_S = 10.0
 STARTING_WAIT_S = 5.0
 # While a launch waits for the fork server's reply, it looks this often whether the
@@ -81,12 +85,71 @@ class ForkedWorker:
         return await asyncio.shield(self._exit)
 
 
+class ForkedChild:
+    """A child this process forked itself, with the part of an asyncio subprocess's
+    interface the fork server uses (its exit is read from a pidfd)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)
+        self._reaping: asyncio.Task[int] | None = None
+
+    async def wait(self) -> int:
+        # One reaping task for all waiters, shielded from a waiter that gives up.
+        if self._reaping is None:
+            self._reaping = asyncio.get_running_loop().create_task(self._reap())
+        return await asyncio.shield(self._reaping)
+
+    async def _reap(self) -> int:
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(self._pidfd, readable)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(self._pidfd)
+        _, status = os.waitpid(self.pid, 0)
+        os.close(self._pidfd)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+class Standby:
+    """The fork server-to-be a starting host forked (`zygote.standby`): it waits, on
+    `control`, for the host's first launch."""
+
+    def __init__(self, process: ForkedChild, control: socket.socket) -> None:
+        self.process = process
+        self.control = control
+
+
+def fork_standby(cwd: str) -> Standby | None:
+    """Fork the fork server-to-be now; None when this process has other threads (a fork
+    would copy their locks held) or the system has no pidfds to watch the child with."""
+    if threading.active_count() != 1 or not hasattr(os, "pidfd_open"):
+        return None
+    host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        host_end.close()
+        zygote.standby(zygote_end, cwd)
+    zygote_end.close()
+    return Standby(ForkedChild(pid), host_end)
+
+
 class ForkServer:
-    def __init__(self, python: str, cwd: str) -> None:
+    def __init__(self, python: str, cwd: str, standby: Standby | None = None) -> None:
         self.python = python
         self.cwd = cwd
+        self._standby = standby
         self._socket: socket.socket | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: asyncio.subprocess.Process | ForkedChild | None = None
         self._ready = False
         self._closed = False
         self._launches: dict[str, asyncio.Future] = {}
@@ -97,13 +160,54 @@ class ForkServer:
         self._reader: asyncio.Task | None = None
         # While the zygote starts: True once it is ready, False if it ends first.
         self._starting: asyncio.Future[bool] | None = None
+        self._standby_watch = (
+            None
+            if standby is None
+            else asyncio.get_running_loop().create_task(self._watch_standby(standby))
+        )
+
+    async def _watch_standby(self, standby: Standby) -> None:
+        """Reap a standby that dies before the first launch (it is not replaced until then)."""
+        code = await standby.process.wait()
+        if self._standby is standby:
+            self._standby = None
+            standby.control.close()
+            log.warning(
+                "worker fork server (PID %d) exited with %s before the first launch",
+                standby.process.pid,
+                code,
+            )
 
     async def start(self) -> None:
         """Start the zygote; launches are forked once it reports ready."""
         self._starting = asyncio.get_running_loop().create_future()
+        try:
+            self._process, host_end = self._woken_standby() or await self._new_interpreter()
+        except BaseException:
+            self._end_starting(False)  # nothing to wait for
+            raise
+        host_end.setblocking(False)
+        self._socket = host_end
+        self._reader = asyncio.get_running_loop().create_task(self._read_replies())
+
+    def _woken_standby(self) -> tuple[ForkedChild, socket.socket] | None:
+        """The standby, told to serve; None when there is none (any more)."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return None
+        try:
+            standby.control.send(zygote.SERVE)
+        except OSError:
+            # It died: its exit is reaped, and the fork server starts the other way.
+            standby.control.close()
+            asyncio.get_running_loop().create_task(standby.process.wait())
+            return None
+        return standby.process, standby.control
+
+    async def _new_interpreter(self) -> tuple[asyncio.subprocess.Process, socket.socket]:
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._process = await asyncio.create_subprocess_exec(
+            process = await asyncio.create_subprocess_exec(
                 *worker_argv(self.python),
                 "--zygote",
                 stdin=asyncio.subprocess.DEVNULL,
@@ -112,19 +216,17 @@ class ForkServer:
                 env={
                     **os.environ,
                     "PYTHONPATH": worker_pythonpath(),
-                    CONTROL_FD_ENV: str(zygote_end.fileno()),
+                    zygote.CONTROL_FD_ENV: str(zygote_end.fileno()),
                 },
                 pass_fds=(zygote_end.fileno(),),
                 start_new_session=True,
             )
         except BaseException:
-            self._end_starting(False)  # nothing to wait for
+            host_end.close()
             raise
         finally:
             zygote_end.close()
-        host_end.setblocking(False)
-        self._socket = host_end
-        self._reader = asyncio.get_running_loop().create_task(self._read_replies())
+        return process, host_end
 
     async def _read_replies(self) -> None:
         loop = asyncio.get_running_loop()
@@ -291,6 +393,11 @@ class ForkServer:
     async def close(self) -> None:
         self._closed = True
         self._end_starting(False)
+        standby, self._standby = self._standby, None
+        if standby is not None:
+            standby.control.close()  # it reads end-of-file and exits
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(standby.process.wait(), 5)
         if self._socket is not None:
             self._socket.close()
         if self._reader is not None:

@@ -37,7 +37,7 @@ from . import epoch_lease, forwarded_commands, hard_stop, lease_recovery, proces
 from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
-from .forkserver import ForkServer
+from .forkserver import ForkServer, Standby, fork_standby
 from .host_lease import HostLease
 from .host_log import configure_host_logging
 from .human_decisions import HumanDecisions
@@ -104,6 +104,7 @@ class Host:
         timings: HostTimings | None = None,
         max_workers: int | None = None,
         host_settings: settings.Settings | None = None,
+        fork_standby: Standby | None = None,
     ) -> None:
         self.home = home
         self.database_url = database_url
@@ -140,7 +141,7 @@ class Host:
         )
         self.operations = Operations(self.slots, self)
         self.fork_server = (
-            ForkServer(sys.executable, str(home.root))
+            ForkServer(sys.executable, str(home.root), fork_standby)
             if self.settings.switch("fork_server")
             else None
         )
@@ -408,9 +409,12 @@ def run_host_forever(home: Home, database_url: str | None, log_file: Path | None
     # their environment, so every process of the host acts on the settings it started with.
     host_settings = settings.resolve()
     os.environ.update(host_settings.file_environment())
+    # Forked now, while this process has one thread: its first launch then costs a few
+    # imports rather than a new interpreter.
+    standby = fork_standby(str(home.root)) if host_settings.switch("fork_server") else None
 
     async def main() -> None:
-        host = Host(home, database_url, host_settings=host_settings)
+        host = Host(home, database_url, host_settings=host_settings, fork_standby=standby)
         await host.start()
         loop = asyncio.get_running_loop()
 

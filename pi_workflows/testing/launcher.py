@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+import setproctitle
+
 from ..fork_loop import CHILD, ForkLoop
 from .isolation import clean_environ
 
@@ -62,6 +64,11 @@ def _preload() -> None:
         state_commands,
     )
     from ..host import runtime  # noqa: F401
+
+    # A fork server forked by a host retitles itself (setproctitle), which needs the
+    # process's first environment block, as a new interpreter has it: set up here, before a
+    # child replaces its environment with the request's.
+    setproctitle.getproctitle()
 
 
 def serve() -> int:

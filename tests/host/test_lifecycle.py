@@ -206,13 +206,14 @@ def _fork_servers(host: subprocess.Popen) -> list[psutil.Process]:
     return [c for c in psutil.Process(host.pid).children() if "--zygote" in _cmdline(c)]
 
 
-def _cmdline(process: psutil.Process) -> list[str]:
-    """Its command line; none once it has exited (a killed fork server is a zombie until
-    the host reaps it, and psutil refuses a zombie's command line)."""
+def _cmdline(process: psutil.Process) -> str:
+    """Its command line (one string: the fork server a host forked sets it as its title);
+    none once it has exited (a killed fork server is a zombie until the host reaps it, and
+    psutil refuses a zombie's command line)."""
     try:
-        return process.cmdline()
+        return " ".join(process.cmdline())
     except psutil.Error:
-        return []
+        return ""
 
 
 def _live_children(zygote: psutil.Process) -> list[psutil.Process]:
@@ -258,21 +259,67 @@ def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: Host
 
 
 @pytest.mark.integration
-def test_the_fork_server_starts_with_the_hosts_first_launch(harness: HostHarness):
+def test_the_host_forks_its_fork_server_as_it_starts_and_the_first_launch_wakes_it(
+    harness: HostHarness,
+):
     host = harness.start_host()
-    # A host answering clients with no run to launch keeps no fork server (and no spare).
     assert harness.cli("run", "list").returncode == 0
     wait_until(lambda: "ready at epoch" in harness.host_log(), what="the host's start to end")
-    assert harness.cli("host", "status").returncode == 0
-    assert not _fork_servers(host)
+    # Before any launch the host keeps one fork server-to-be, forked as it started: in its
+    # own process group, with no spare yet, and none of the host's descriptors (database,
+    # socket, lock, log file) but stderr and its own control socket.
+    (standby,) = _fork_servers(host)
+    assert os.getpgid(standby.pid) == standby.pid
+    assert not standby.children()
+    targets = {
+        int(fd): os.readlink(f"/proc/{standby.pid}/fd/{fd}")
+        for fd in os.listdir(f"/proc/{standby.pid}/fd")
+    }
+    assert targets[0] == targets[1] == os.devnull
+    assert [t.split(":")[0] for fd, t in targets.items() if fd > 2] == ["socket"]
     harness.write_workflow("steps", STEPS)
     run_id = harness.start_run("steps")
     worker = psutil.Process(harness.wait_for_pid("b.pid"))
-    # That first worker was forked by the fork server its launch started, not spawned cold.
-    (zygote,) = _fork_servers(host)
-    assert worker.ppid() == zygote.pid
+    # That first worker was forked by that very process, now the fork server.
+    assert _fork_servers(host) == [standby]
+    assert worker.ppid() == standby.pid
+    assert worker.cwd() == str(harness.project)
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("ending", ["host stop", "SIGKILL"])
+def test_an_unused_fork_server_ends_with_its_host(harness: HostHarness, ending: str):
+    host = harness.start_host()
+    wait_until(lambda: "ready at epoch" in harness.host_log(), what="the host's start to end")
+    (standby,) = _fork_servers(host)
+    if ending == "host stop":
+        assert harness.cli("host", "stop").returncode == 0
+    else:
+        host.kill()
+    # It reads end-of-file from its host and exits (reaped by the host it had, or by init).
+    wait_until(lambda: process_gone(standby.pid), what="the fork server to end")
+
+
+@pytest.mark.integration
+def test_a_fork_server_killed_before_the_first_launch_is_replaced(harness: HostHarness):
+    host = harness.start_host()
+    wait_until(lambda: "ready at epoch" in harness.host_log(), what="the host's start to end")
+    (standby,) = _fork_servers(host)
+    standby.kill()
+    wait_until(lambda: not psutil.pid_exists(standby.pid), what="the host to reap it")
+    harness.write_workflow("steps", STEPS)
+    run_id = harness.start_run("steps")
+    worker = psutil.Process(harness.wait_for_pid("b.pid"))
+    (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+    # The run went on (cold, or from a new fork server, which serves the next launches).
+    (zygote,) = wait_until(lambda: _fork_servers(host), what="a new fork server")
+    assert zygote.pid != standby.pid
+    assert worker.pid != standby.pid
+    again = harness.start_run("hello", {"name": "again"})
+    assert harness.wait_for_status(again, "completed")["status"] == "completed"
 
 
 # Holds the fork server's start (its workflow preload) until the file ZYGOTE_GO exists.

@@ -40,7 +40,7 @@ launches = 0
 
 def _fork_server():
     for child in psutil.Process().children():
-        if "--zygote" in child.cmdline():
+        if "--zygote" in " ".join(child.cmdline()):
             return child
     return None
 
@@ -65,7 +65,7 @@ def piw_worker_process(envelope, settings):
 
 def _zygote_children(host: subprocess.Popen) -> list[psutil.Process] | None:
     for child in psutil.Process(host.pid).children():
-        if "--zygote" in child.cmdline():
+        if "--zygote" in " ".join(child.cmdline()):
             return child.children()
     return None
 
