@@ -198,9 +198,8 @@ class ForkServer:
         try:
             standby.control.send(zygote.SERVE)
         except OSError:
-            # It died: its exit is reaped, and the fork server starts the other way.
+            # It died (`_watch_standby` reaps it): the fork server starts the other way.
             standby.control.close()
-            asyncio.get_running_loop().create_task(standby.process.wait())
             return None
         return standby.process, standby.control
 

@@ -31,6 +31,7 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -86,15 +87,15 @@ def _fork_spare(loop: ForkLoop) -> Spare:
 def _become_worker(loop: ForkLoop, launches: socket.socket | tuple[bytes, list[int]]) -> None:
     """In the forked child: leave the zygote's state, take the launch (a spare waits for
     it on its socket), run it, exit."""
-    code = 1
-    try:
+
+    def run() -> int:
         loop.leave()
         os.setsid()
         if isinstance(launches, socket.socket):
             data, fds, _flags, _addr = socket.recv_fds(launches, MAX_CONTROL_BYTES, 3)
             launches.close()
             if not data:
-                os._exit(0)  # the zygote is gone: this spare was never used
+                return 0  # the zygote is gone: this spare was never used
         else:
             data, fds = launches
         launch = json.loads(data)
@@ -106,7 +107,17 @@ def _become_worker(loop: ForkLoop, launches: socket.socket | tuple[bytes, list[i
         os.chdir(launch["cwd"])
         from .main import main
 
-        code = main([])
+        return main([])
+
+    _exit_after(run)
+
+
+def _exit_after(body: Callable[[], int]) -> NoReturn:
+    """Run `body` in a forked child and end the child with its status, flushed, without
+    running the parent's exit handlers (`os._exit`)."""
+    code = 1
+    try:
+        code = body()
     except SystemExit as exit_request:
         code = exit_request.code if isinstance(exit_request.code, int) else 1
     except BaseException:
@@ -120,20 +131,15 @@ def _become_worker(loop: ForkLoop, launches: socket.socket | tuple[bytes, list[i
 def standby(control: socket.socket, cwd: str) -> NoReturn:
     """In the child a starting host forked: leave the host behind, wait for its first
     launch, then serve; exit at once if the host goes away (or stops) before that."""
-    code = 1
-    try:
+
+    def run() -> int:
         _leave_host(control, cwd)
-        if control.recv(len(SERVE)) == SERVE:
-            os.chdir(cwd)  # the host made it by now (it may not have existed at the fork)
-            code = serve(control)
-        else:
-            code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        if control.recv(len(SERVE)) != SERVE:
+            return 0
+        os.chdir(cwd)  # the host made it by now (it may not have existed at the fork)
+        return serve(control)
+
+    _exit_after(run)
 
 
 def _leave_host(control: socket.socket, cwd: str) -> None:
