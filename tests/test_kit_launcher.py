@@ -11,7 +11,14 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pi_workflows.testing import WorkflowHome, WorkflowHost, launcher, short_temp_dir, wait_until
+from pi_workflows.testing import (
+    InProcessHost,
+    WorkflowHome,
+    WorkflowHost,
+    launcher,
+    short_temp_dir,
+    wait_until,
+)
 from pi_workflows.testing.launcher import LaunchedProcess
 
 
@@ -132,3 +139,41 @@ def test_a_killed_launcher_is_replaced_by_the_next_command(home: WorkflowHome):
     result = home.run_cli("--version")
     assert result.returncode == 0 and result.stdout.strip()
     assert launcher.shared_launcher() is not first
+
+
+def _fork_servers(parent: int) -> list[psutil.Process]:
+    """The live worker fork servers (`--zygote`) among `parent`'s children."""
+    found = []
+    for child in psutil.Process(parent).children():
+        try:
+            if "--zygote" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:
+            pass  # it ended meanwhile
+    return found
+
+
+def test_an_in_process_hosts_fork_server_is_forked_by_the_launcher(
+    in_process_host: InProcessHost,
+):
+    kit_launcher = launcher.shared_launcher()
+    assert kit_launcher is not None
+    in_process_host.start()
+    # Before any launch: one fork server-to-be, the launcher's child, none of this process's.
+    (standby,) = wait_until(
+        lambda: _fork_servers(kit_launcher.process.pid), what="the host's fork server-to-be"
+    )
+    assert not _fork_servers(os.getpid())
+    assert os.getpgid(standby.pid) == standby.pid
+
+    run_id = in_process_host.start_run("hello", {"name": "Ada"})
+    assert in_process_host.wait_for_run(run_id)["finalOutput"] == {"greeting": "Hello, Ada!"}
+    # The run's worker came from that very process, now serving in the host's home.
+    [(worker_pid,)] = in_process_host.query("SELECT pid FROM run_workers WHERE run_id = ?", run_id)
+    assert worker_pid != os.getpid()
+    assert _fork_servers(kit_launcher.process.pid) == [standby]
+    assert standby.cwd() == str(in_process_host.home.root)
+    assert not _fork_servers(os.getpid())
+
+    in_process_host.stop()
+    wait_until(lambda: not standby.is_running(), what="the fork server to end with its host")

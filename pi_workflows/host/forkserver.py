@@ -85,14 +85,21 @@ class ForkedWorker:
         return await asyncio.shield(self._exit)
 
 
-class ForkedChild:
-    """A child this process forked itself, with the part of an asyncio subprocess's
-    interface the fork server uses (its exit is read from a pidfd)."""
+def _waitpid(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
-    def __init__(self, pid: int) -> None:
+
+class ForkedChild:
+    """A forked process, with the part of an asyncio subprocess's interface the fork
+    server uses: its end is seen on a pidfd, and then `reap(pid)` collects its exit
+    status (by default `waitpid`: it is this process's own child)."""
+
+    def __init__(self, pid: int, reap: Callable[[int], int] = _waitpid) -> None:
         self.pid = pid
         self.returncode: int | None = None
         self._pidfd = os.pidfd_open(pid)
+        self._collect = reap
         self._reaping: asyncio.Task[int] | None = None
 
     async def wait(self) -> int:
@@ -114,9 +121,8 @@ class ForkedChild:
             await exited
         finally:
             loop.remove_reader(self._pidfd)
-        _, status = os.waitpid(self.pid, 0)
         os.close(self._pidfd)
-        self.returncode = os.waitstatus_to_exitcode(status)
+        self.returncode = self._collect(self.pid)
         return self.returncode
 
 

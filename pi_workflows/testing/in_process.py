@@ -30,9 +30,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .. import plugins
+from .. import plugins, settings
 from ..home import DATABASE_ENV
 from ..host.host_log import FORMAT, RepeatLimiter
+from . import launcher
 from .host import WorkflowHost
 from .polling import wait_until
 
@@ -78,7 +79,14 @@ class InProcessHost(WorkflowHost):
 
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
-            self.host = Host(self.home, os.environ.get(DATABASE_ENV) or None)
+            # This process has threads, so the launcher forks the host's fork server-to-be
+            # (as a host process forks its own) instead of the host starting a new one.
+            standby = (
+                launcher.fork_server_standby(os.environ, self.home.root)
+                if settings.resolve().switch("fork_server")
+                else None
+            )
+            self.host = Host(self.home, os.environ.get(DATABASE_ENV) or None, fork_standby=standby)
             await self.host.start()
             self._started.set()
             await self.host.stopped.wait()

@@ -14,6 +14,10 @@ streams flushed, `SystemExit`'s status), without tearing its modules down. Its p
 the launcher, which reports its pid and, later, its exit code as `subprocess` does
 (negative: the signal that ended it).
 
+It also forks the worker fork server-to-be of an in-process host (`fork_server_standby`):
+a host process forks its own as it starts, but the test process has threads, and the
+host would otherwise start a new interpreter for it (about 120 ms of CPU per host).
+
 A request whose environment changes how an interpreter starts (a ``PYTHON*`` variable
 other than ``PYTHONPATH`` unlike the launcher's own) is run with a real `exec`, and so is
 every request when ``PI_WORKFLOWS_TEST_LAUNCHER=exec`` is set in the test process's
@@ -41,6 +45,7 @@ from typing import IO, Any, NoReturn
 import setproctitle
 
 from ..fork_loop import CHILD, ForkLoop
+from ..host.forkserver import ForkedChild, Standby
 from .isolation import clean_environ
 
 MODE_ENV = "PI_WORKFLOWS_TEST_LAUNCHER"
@@ -48,6 +53,8 @@ _CONTROL_FD_ENV = "PI_WORKFLOWS_TEST_LAUNCHER_FD"
 _MAX_REQUEST_BYTES = 1024 * 1024
 # Start-up settings a forked child can take on as a new interpreter would.
 _ADOPTABLE = {"PYTHONPATH"}
+# How long a child's end may come before the launcher's report of its exit status.
+EXIT_REPORT_WAIT_S = 5.0
 
 
 # --- the launcher process --------------------------------------------------------------
@@ -81,23 +88,29 @@ def serve() -> int:
             if event == CHILD:
                 _report_exits(control)
                 continue
-            data, fds, _flags, _addr = socket.recv_fds(control, _MAX_REQUEST_BYTES, 3)
+            data, fds, _flags, _addr = socket.recv_fds(control, _MAX_REQUEST_BYTES, 4)
             if not data:
                 return 0  # the test process is gone
             request = json.loads(data)
             pid = os.fork()
             if pid == 0:
                 loop.leave()
-                _become_command(request, fds)  # ends the child: never returns
+                if "standby" in request:
+                    _become_standby(request, fds)
+                _become_command(request, fds)  # each ends the child: never returns
             for fd in fds:
                 os.close(fd)
             control.send(json.dumps({"request": request["request"], "pid": pid}).encode())
 
 
-def _become_command(request: dict[str, Any], fds: list[int]) -> NoReturn:
+def _take_stdio(fds: list[int]) -> None:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
+
+
+def _become_command(request: dict[str, Any], fds: list[int]) -> NoReturn:
+    _take_stdio(fds)
     os.chdir(request["cwd"])
     inherited = os.environ.get("PYTHONPATH", "")
     os.environ.clear()
@@ -128,6 +141,18 @@ def _become_command(request: dict[str, Any], fds: list[int]) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     os._exit(code)
+
+
+def _become_standby(request: dict[str, Any], fds: list[int]) -> NoReturn:
+    """A fork server-to-be, as a host process forks its own (`forkserver.fork_standby`),
+    in the request's environment; its host gets the other end of its control socket."""
+    control = socket.socket(fileno=fds.pop())
+    _take_stdio(fds)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    from ..worker import zygote
+
+    zygote.standby(control, request["standby"])
 
 
 def _exit_status(exit_request: SystemExit) -> int:
@@ -238,16 +263,39 @@ class Launcher:
             "argv0": str(Path(__file__).parents[1] / "__main__.py") if module else console,
             "path0": str(Path(cwd).resolve()) if module else str(Path(console).parent),
         }
+        return LaunchedProcess(self, self._forked(request, stdio), list(args))
+
+    def standby(
+        self, *, env: Mapping[str, str], cwd: Path
+    ) -> tuple[LaunchedProcess, socket.socket]:
+        """A fork server-to-be in `env` that serves in `cwd` once told to, and the host's
+        end of its control socket."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        request = {"standby": str(cwd), "env": dict(env)}
+        try:
+            with open(os.devnull, "rb") as devnull:
+                # Its stderr is this process's, as an exec'd fork server's would be.
+                pid = self._forked(
+                    request, [devnull.fileno(), devnull.fileno(), 2, theirs.fileno()]
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        return LaunchedProcess(self, pid, ["--zygote"]), ours
+
+    def _forked(self, request: dict[str, Any], fds: list[int]) -> int:
+        """Send `request` with `fds`; the pid of the child forked for it."""
         with self._sending:
             self._next += 1
             number = request["request"] = self._next
-            socket.send_fds(self._control, [json.dumps(request).encode()], stdio)
+            socket.send_fds(self._control, [json.dumps(request).encode()], fds)
         with self._changed:
             self._changed.wait_for(lambda: number in self._pids or not self.alive)
             if number not in self._pids:
                 raise RuntimeError("the test kit's launcher process ended")
-            pid = self._pids.pop(number)
-        return LaunchedProcess(self, pid, list(args))
+            return self._pids.pop(number)
 
     def exit_code(self, pid: int, *, timeout: float | None) -> int | None:
         with self._changed:
@@ -300,6 +348,17 @@ def _forking(env: Mapping[str, str]) -> Launcher | None:
     """The launcher, when a child forked from it can take on `env`; else None (exec)."""
     launcher = shared_launcher()
     return launcher if launcher is not None and launcher.adopts(env) else None
+
+
+def fork_server_standby(env: Mapping[str, str], cwd: Path) -> Standby | None:
+    """A fork server-to-be forked by the launcher, for a host that cannot fork its own
+    (an in-process host shares this process with other threads); None when commands are
+    exec'd. Its exit status comes from the launcher, its parent."""
+    launcher = _forking(env)
+    if launcher is None:
+        return None
+    process, control = launcher.standby(env=env, cwd=cwd)
+    return Standby(ForkedChild(process.pid, lambda _pid: process.wait(EXIT_REPORT_WAIT_S)), control)
 
 
 def console_script() -> Path:

@@ -17,9 +17,10 @@ A host started by `pi-workflows host run` forks its fork server-to-be at start-u
 it still has one thread and no database connection or socket (`standby`). The child waits
 for the host's first launch and then serves: it has the host's imports already, so
 becoming the fork server costs the few modules the host had not imported instead of a
-cold interpreter (about 20 ms of CPU instead of 110 ms). A host that cannot fork then (an
-in-process host has threads) starts the fork server as a new interpreter
-(`python -m pi_workflows.worker --zygote`), the title the standby takes too.
+cold interpreter (about 20 ms of CPU instead of 110 ms). A host that cannot fork then (one
+in a process with other threads) is given a standby forked elsewhere (the test kit's
+launcher forks one for its in-process hosts) or starts the fork server as a new
+interpreter (`python -m pi_workflows.worker --zygote`), the title the standby takes too.
 """
 
 from __future__ import annotations
