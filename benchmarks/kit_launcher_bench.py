@@ -9,6 +9,11 @@ stopped with SIGTERM (no run, so no worker fork server), alternating the two way
 prints the median and p95 of each one's CPU (user + system, in the kernel's 10 ms ticks:
 read as a median over many rounds) and wall time. An exec'd child's CPU is this process's
 children's; a forked one's is the launcher's children's.
+
+A third case is an in-process host (the installed plugins enabled, as the host tests
+have them) running one `hello` run: its worker fork server is a new interpreter when
+commands are exec'd and a child forked by the launcher otherwise; what is measured is
+that fork server's CPU with its worker's (the host itself runs in this process either way).
 """
 
 from __future__ import annotations
@@ -23,7 +28,13 @@ from collections.abc import Callable
 import psutil
 from host_bench import percentile
 
-from pi_workflows.testing import WorkflowHost, launcher, short_temp_dir
+from pi_workflows.testing import (
+    InProcessHost,
+    WorkflowHost,
+    installed_entry_points,
+    launcher,
+    short_temp_dir,
+)
 
 Sample = tuple[float, float]  # CPU ms, wall ms
 
@@ -54,6 +65,17 @@ def host_cycle(host: WorkflowHost) -> None:
     host.stop()
 
 
+def in_process_run() -> None:
+    host = InProcessHost(short_temp_dir())
+    try:
+        host.use_entry_points(*installed_entry_points())
+        host.start()
+        host.wait_for_run(host.start_run("hello", {"name": "bench"}))
+        host.stop()  # its fork server ends (and is reaped) before this returns
+    finally:
+        host.cleanup()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
@@ -78,15 +100,18 @@ def main() -> None:
                 samples.setdefault(f"host start + stop, {way}", []).append(
                     measure(lambda: host_cycle(cycled), cpu)
                 )
+                samples.setdefault(f"in-process host's fork server, {way}", []).append(
+                    measure(in_process_run, cpu)
+                )
     finally:
         os.environ.pop(launcher.MODE_ENV, None)
         served.cleanup()
         cycled.cleanup()
-    print(f"{'':32} {'CPU median':>11} {'CPU p95':>9} {'wall median':>12} {'wall p95':>9}")
+    print(f"{'':36} {'CPU median':>11} {'CPU p95':>9} {'wall median':>12} {'wall p95':>9}")
     for name, values in samples.items():
         cpu_ms, wall_ms = [v[0] for v in values], [v[1] for v in values]
         print(
-            f"{name:32} {statistics.median(cpu_ms):9.0f}ms {percentile(cpu_ms, 0.95):7.0f}ms "
+            f"{name:36} {statistics.median(cpu_ms):9.0f}ms {percentile(cpu_ms, 0.95):7.0f}ms "
             f"{statistics.median(wall_ms):10.0f}ms {percentile(wall_ms, 0.95):7.0f}ms"
         )
     print(f"load average after: {os.getloadavg()[0]:.2f} (2 cores: {os.cpu_count()})")

@@ -177,3 +177,17 @@ def test_an_in_process_hosts_fork_server_is_forked_by_the_launcher(
 
     in_process_host.stop()
     wait_until(lambda: not standby.is_running(), what="the fork server to end with its host")
+
+
+def test_an_in_process_host_told_to_exec_starts_its_fork_server_itself(
+    in_process_host: InProcessHost, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv(launcher.MODE_ENV, "exec")
+    in_process_host.start()
+    run_id = in_process_host.start_run("hello", {"name": "Ada"})
+    assert in_process_host.wait_for_run(run_id)["status"] == "completed"
+    # A new interpreter, this process's child, as every command is then.
+    (zygote,) = _fork_servers(os.getpid())
+    assert zygote.cmdline()[1:] == ["-m", "pi_workflows.worker", "--zygote"]
+    in_process_host.stop()
+    wait_until(lambda: not zygote.is_running(), what="the fork server to end with its host")

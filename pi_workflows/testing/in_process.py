@@ -80,10 +80,12 @@ class InProcessHost(WorkflowHost):
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             # This process has threads, so the launcher forks the host's fork server-to-be
-            # (as a host process forks its own) instead of the host starting a new one.
+            # (as a host process forks its own) instead of the host starting a new one;
+            # unless this process was told to exec (its own environment, saved by now).
+            execs = (self._saved_environ or {}).get(launcher.MODE_ENV) == "exec"
             standby = (
                 launcher.fork_server_standby(os.environ, self.home.root)
-                if settings.resolve().switch("fork_server")
+                if settings.resolve().switch("fork_server") and not execs
                 else None
             )
             self.host = Host(self.home, os.environ.get(DATABASE_ENV) or None, fork_standby=standby)

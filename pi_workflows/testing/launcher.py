@@ -28,7 +28,9 @@ test process does.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
+import importlib
 import json
 import locale
 import os
@@ -71,6 +73,14 @@ def _preload() -> None:
         state_commands,
     )
     from ..host import runtime  # noqa: F401
+    from ..plugin_set import plugin_entry_points
+
+    # The installed plugins' modules, imported (not registered): a host or fork server
+    # whose home enables them registers them without importing them anew. One that fails
+    # to import fails again, and is reported, where it is loaded.
+    for entry_point in plugin_entry_points():
+        with contextlib.suppress(Exception):
+            importlib.import_module(entry_point.value.partition(":")[0].strip())
 
     # A fork server forked by a host retitles itself (setproctitle), which needs the
     # process's first environment block, as a new interpreter has it: set up here, before a
