@@ -242,6 +242,20 @@ def test_an_existing_database_gets_the_indexes_it_lacks_when_opened(store, home_
         reopened.close()
 
 
+def test_the_index_names_read_at_once_include_those_peewee_finds_table_by_table(store):
+    """Opening a store reads every index name in one query; peewee's per-table way (kept
+    for other kinds of database) finds no index that one misses, and neither sees a
+    dropped one."""
+    from pi_workflows.storage.database import index_names, index_names_by_table
+    from pi_workflows.storage.models import ADDED_INDEXES
+
+    by_table = index_names_by_table(store.db)
+    assert {index._name for _, index in ADDED_INDEXES} <= by_table <= index_names(store.db)
+    dropped = ADDED_INDEXES[0][1]._name
+    store.db.execute_sql(f"DROP INDEX {dropped}")
+    assert dropped not in index_names(store.db) | index_names_by_table(store.db)
+
+
 def test_state_status_shows_the_room_a_prune_frees(store, make_run, backend):
     from pi_workflows.storage.maintenance import state_status
 

@@ -28,7 +28,15 @@ from ..errors import (
     UnsafeHomeError,
 )
 from ..home import Home, check_private_dir, prepare_home
-from . import blobs, file_watch, known_attempts, revisions, run_transitions, server_plans
+from . import (
+    blobs,
+    file_watch,
+    known_attempts,
+    revisions,
+    run_transitions,
+    server_plans,
+    statements,
+)
 from .connection_guard import ConnectionGuard
 from .connection_use import ConnectionUse
 from .deferred_statements import DeferredStatements
@@ -468,15 +476,33 @@ def _initialize_schema(store: StateStore) -> None:
 def add_missing_indexes(db: peewee.Database) -> None:
     """Create the indexes added since the schema version was released that `db` lacks
     (`CREATE INDEX IF NOT EXISTS`: two processes opening it at once both succeed)."""
-    existing: dict[str, set[str]] = {}
+    existing = index_names(db)
     for model, index in ADDED_INDEXES:
-        table = model._meta.table_name
-        if table not in existing:
-            existing[table] = {row.name for row in db.get_indexes(table)}
-        if index._name not in existing[table]:  # type: ignore[attr-defined]  # not in stubs
+        if index._name not in existing:  # type: ignore[attr-defined]  # not in stubs
             # Through the schema manager, as create_tables does: it spells a partial
             # index's WHERE values out, since SQLite refuses parameters there.
             db.execute(model._schema._create_index(index, safe=True))  # type: ignore[attr-defined]  # not in stubs
+
+
+def index_names(db: peewee.Database) -> set[str]:
+    """The names of the indexes of `db`'s tables, read at once where the kind of database
+    allows. A store opened to write an existing database reads them; peewee's
+    `get_indexes` takes one query per table (on PostgreSQL a catalog join that also spells
+    out each index's columns): 26 ms instead of 0.7 on a local server."""
+    if isinstance(db, peewee.SqliteDatabase):
+        query = "SELECT name FROM sqlite_master WHERE type = 'index'"
+    elif isinstance(db, peewee.PostgresqlDatabase):
+        query = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
+    else:
+        return index_names_by_table(db)
+    return {name for (name,) in statements.run_sql(db, query, ()).fetchall()}
+
+
+def index_names_by_table(db: peewee.Database) -> set[str]:
+    """The names of the indexes of the tables that have added indexes, one query per
+    table: any other kind of database a storage plugin returns."""
+    tables = {model._meta.table_name for model, _ in ADDED_INDEXES}
+    return {row.name for table in tables for row in db.get_indexes(table)}
 
 
 def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -> StateStore:
