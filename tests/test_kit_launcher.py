@@ -3,6 +3,7 @@ exec'd ones do, and whatever it cannot take on is exec'd."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -191,3 +192,21 @@ def test_an_in_process_host_told_to_exec_starts_its_fork_server_itself(
     assert zygote.cmdline()[1:] == ["-m", "pi_workflows.worker", "--zygote"]
     in_process_host.stop()
     wait_until(lambda: not zygote.is_running(), what="the fork server to end with its host")
+
+
+@pytest.mark.integration
+def test_a_fork_server_whose_launcher_died_ends_with_an_unknown_status(home: WorkflowHome):
+    kit_launcher = launcher.shared_launcher()
+    assert kit_launcher is not None
+
+    async def orphaned_standby_ends() -> int:
+        standby = launcher.fork_server_standby(home.env, home.root)
+        assert standby is not None
+        kit_launcher.process.kill()
+        kit_launcher.process.wait(timeout=30)
+        standby.control.close()  # as its host closes it: it reads end-of-file and exits
+        return await asyncio.wait_for(standby.process.wait(), 30)
+
+    # Its parent is gone, so nobody reports its exit status: it is unknown, not an error.
+    assert asyncio.run(orphaned_standby_ends()) == -1
+    assert launcher.shared_launcher() is not kit_launcher

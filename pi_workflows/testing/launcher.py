@@ -368,7 +368,16 @@ def fork_server_standby(env: Mapping[str, str], cwd: Path) -> Standby | None:
     if launcher is None:
         return None
     process, control = launcher.standby(env=env, cwd=cwd)
-    return Standby(ForkedChild(process.pid, lambda _pid: process.wait(EXIT_REPORT_WAIT_S)), control)
+    return Standby(ForkedChild(process.pid, lambda _pid: _reported_exit(process)), control)
+
+
+def _reported_exit(process: LaunchedProcess) -> int:
+    """Its exit status as the launcher reports it; -1 (unknown, as for a worker whose fork
+    server died) when the launcher is gone or does not report it in time."""
+    try:
+        return process.wait(EXIT_REPORT_WAIT_S)
+    except (RuntimeError, subprocess.TimeoutExpired):
+        return -1
 
 
 def console_script() -> Path:
