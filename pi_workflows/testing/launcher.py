@@ -27,7 +27,6 @@ test process does.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import gc
 import importlib
@@ -46,6 +45,7 @@ from typing import IO, Any, NoReturn
 
 import setproctitle
 
+from ..fork_exit import exit_as_interpreter
 from ..fork_loop import CHILD, ForkLoop
 from ..host.forkserver import ForkedChild, Standby
 from .isolation import clean_environ
@@ -133,24 +133,7 @@ def _become_command(request: dict[str, Any], fds: list[int]) -> NoReturn:
     sys.argv = [request["argv0"], *request["args"]]
     from ..cli.main import main
 
-    code = 0
-    try:
-        main(request["args"])
-    except SystemExit as exit_request:
-        code = _exit_status(exit_request)
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    # The interpreter's own exit, but for tearing down every module and object: that
-    # would touch, and so copy, each page the child shares with the launcher (it cost
-    # a command three times its work).
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(code)
+    exit_as_interpreter(lambda: main(request["args"]))
 
 
 def _become_standby(request: dict[str, Any], fds: list[int]) -> NoReturn:
@@ -163,16 +146,6 @@ def _become_standby(request: dict[str, Any], fds: list[int]) -> NoReturn:
     from ..worker import zygote
 
     zygote.standby(control, request["standby"])
-
-
-def _exit_status(exit_request: SystemExit) -> int:
-    """The exit status Python gives `exit_request` at the top level."""
-    if exit_request.code is None:
-        return 0
-    if isinstance(exit_request.code, int):
-        return exit_request.code
-    print(exit_request.code, file=sys.stderr)
-    return 1
 
 
 def _report_exits(control: socket.socket) -> None:

@@ -1,0 +1,70 @@
+"""A host a command starts on demand (SPEC §5): forked from the command, it is what
+`python -m pi_workflows host run` started in the background would be."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psutil
+
+from pi_workflows.host.lock import live_lock_holder
+from pi_workflows.testing import WorkflowHome, launcher, wait_until
+
+
+def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
+    workflow_home: WorkflowHome,
+):
+    home = workflow_home
+    # A real command process whose output is pipes, given one more pipe's writing end: a
+    # host that kept any descriptor of the command's would keep that pipe open.
+    reading, writing = os.pipe()
+    try:
+        started = subprocess.run(
+            [str(launcher.console_script()), "run", "start", "hello", "--wait"],
+            env=home.env,
+            cwd=home.project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            pass_fds=[writing],
+        )
+        os.close(writing)
+        assert started.returncode == 0, started.stderr
+        assert "Hello, world!" in started.stdout
+        os.set_blocking(reading, False)
+        # End of file: nobody (the host included) holds the writing end any more.
+        assert wait_until(lambda: _at_end(reading), what="the pipe's end of file") is True
+    finally:
+        os.close(reading)
+    holder = live_lock_holder(home.home.lock_path)
+    assert holder is not None
+    host = psutil.Process(holder["pid"])
+
+    log = home.home.logs_dir / "host.log"
+    argv = [sys.executable, "-m", "pi_workflows", "--home", str(home.home.root)]
+    argv += ["host", "run", "--log-file", str(log)]
+    assert " ".join(host.cmdline()) == " ".join(argv)  # what `ps` shows
+    assert os.getsid(host.pid) == host.pid  # its own session: not the command's terminal's
+    assert host.cwd() == str(home.project)
+    targets = {
+        int(fd): os.readlink(f"/proc/{host.pid}/fd/{fd}")
+        for fd in os.listdir(f"/proc/{host.pid}/fd")
+    }
+    assert targets[0] == os.devnull
+    assert targets[1] == targets[2] == str(log)
+    assert not [target for target in targets.values() if target.startswith("pipe:")]
+    wait_until(lambda: "ready at epoch" in log.read_text(), what="the host's start in its log")
+
+    stopped = home.run_cli("host", "stop")
+    assert stopped.returncode == 0 and "host stopped" in stopped.stdout
+    assert live_lock_holder(home.home.lock_path) is None
+
+
+def _at_end(fd: int) -> bool:
+    try:
+        return os.read(fd, 1) == b""
+    except BlockingIOError:
+        return False  # a writer still holds it
