@@ -8,13 +8,25 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from pi_workflows.host.lock import live_lock_holder
 from pi_workflows.testing import WorkflowHome, launcher, wait_until
 
 
+@pytest.mark.parametrize(
+    "title_env",
+    [
+        {},
+        # setproctitle may then use only the command's own argument space, too short for
+        # the host's title: the child starts the host anew rather than show a cut title
+        # (or the command's arguments).
+        {"SPT_NOENV": "1"},
+    ],
+    ids=["forked", "not retitled"],
+)
 def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
-    workflow_home: WorkflowHome,
+    workflow_home: WorkflowHome, title_env: dict[str, str]
 ):
     home = workflow_home
     # A real command process whose output is pipes, given one more pipe's writing end: a
@@ -23,7 +35,7 @@ def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
     try:
         started = subprocess.run(
             [str(launcher.console_script()), "run", "start", "hello", "--wait"],
-            env=home.env,
+            env={**home.env, **title_env},
             cwd=home.project,
             capture_output=True,
             text=True,

@@ -135,7 +135,12 @@ def _become_host(
 
         # `ps` shows the command it stands for. Set before the environment is replaced:
         # setproctitle takes over the process's first environment block.
-        setproctitle.setproctitle(" ".join(argv))
+        title = " ".join(argv)
+        setproctitle.setproctitle(title)
+        if _command_line() != title:
+            # Not retitled: it would show the command's arguments for as long as it runs
+            # (a database URL with its password among them). Start the host anew instead.
+            os.execve(argv[0], argv, env)
         os.environ.clear()
         os.environ.update(env)
         # `python -m pi_workflows ARGS` has the working directory first on its path.
@@ -145,6 +150,12 @@ def _become_host(
         return entry(args)
 
     fork_exit.exit_as_interpreter(run)
+
+
+def _command_line() -> str:
+    """This process's command line as `ps` reads it (its first string)."""
+    with open("/proc/self/cmdline", "rb") as cmdline:
+        return cmdline.read().split(b"\0", 1)[0].decode(errors="replace")
 
 
 class ForkedHost:

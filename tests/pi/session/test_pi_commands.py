@@ -7,7 +7,6 @@ import os
 import uuid
 from pathlib import Path
 
-import psutil
 import pytest
 from piw_pi.node import BUNDLED_PI, DISTRIBUTION_DIR, SESSION_EXTENSION
 
@@ -162,16 +161,40 @@ def test_a_host_the_extension_starts_does_not_inherit_what_pi_sets_for_itself(
 ):
     """Pi sets PI_CODING_AGENT=true in its own process; a host started through the
     extension is nobody's child and must not pass it to its workers and their commands."""
+    harness.write_workflow("environment", ENVIRONMENT)
     bed = WorkflowPi(harness, pi_home, model_server)
     try:
         bed.start(f"pi-session-{uuid.uuid4().hex}")  # connecting starts the home's host
-        holder = wait_until(
+        wait_until(
             lambda: harness.home.host_dir.exists() and live_lock_holder(harness.home.lock_path),
             timeout=60,
             what="the host the extension starts",
         )
-        env = psutil.Process(holder["pid"]).environ()
+        # What a worker of that host is given (a forked host's /proc environ is its
+        # forebear's, so the worker reports its own).
+        run_id = json.loads(harness.cli("run", "start", "environment", "--json").stdout)["runId"]
+        harness.wait_for_status(run_id, "completed")
+        env = json.loads((harness.project / "environment.json").read_text())
         assert env["PI_WORKFLOWS_HOME"] == str(harness.home.root)
         assert "PI_CODING_AGENT" not in env
     finally:
         bed.close()
+
+
+ENVIRONMENT = """
+import json
+import os
+from pathlib import Path
+
+from pi_workflows import compute, workflow
+
+
+def report(ctx):
+    (Path.cwd() / "environment.json").write_text(json.dumps(dict(os.environ)))
+    return {}
+
+
+WORKFLOW = workflow(
+    name="environment", start_at="report", nodes={"report": compute(report)}, edges=[]
+)
+"""
