@@ -15,18 +15,18 @@ from pi_workflows.testing import WorkflowHome, launcher, wait_until
 
 
 @pytest.mark.parametrize(
-    "title_env",
+    ("title_env", "forked"),
     [
-        {},
+        ({}, True),
         # setproctitle may then use only the command's own argument space, too short for
         # the host's title: the child starts the host anew rather than show a cut title
         # (or the command's arguments).
-        {"SPT_NOENV": "1"},
+        ({"SPT_NOENV": "1"}, False),
     ],
     ids=["forked", "not retitled"],
 )
 def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
-    workflow_home: WorkflowHome, title_env: dict[str, str]
+    workflow_home: WorkflowHome, title_env: dict[str, str], forked: bool
 ):
     home = workflow_home
     # A real command process whose output is pipes, given one more pipe's writing end: a
@@ -59,6 +59,7 @@ def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
     argv = [sys.executable, "-m", "pi_workflows", "--home", str(home.home.root)]
     argv += ["host", "run", "--log-file", str(log)]
     assert " ".join(host.cmdline()) == " ".join(argv)  # what `ps` shows
+    assert _was_forked(host.pid) is forked
     assert os.getsid(host.pid) == host.pid  # its own session: not the command's terminal's
     assert host.cwd() == str(home.project)
     targets = {
@@ -80,3 +81,54 @@ def _at_end(fd: int) -> bool:
         return os.read(fd, 1) == b""
     except BlockingIOError:
         return False  # a writer still holds it
+
+
+def _was_forked(pid: int) -> bool:
+    """A forked host's command line is its title, one string; an exec'd one's is its
+    arguments, one string each."""
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        first = cmdline.read().split(b"\0", 1)[0].decode()
+    return " " in first
+
+
+# A program that embeds the client and has a second thread (the guard, `_may_fork`), and
+# one whose command line entry is set but runs an event loop: both start a new interpreter.
+EMBEDDED = """
+import asyncio, sys, threading
+from pi_workflows import fork_exit
+from pi_workflows.cli.main import main
+from pi_workflows.client.autostart import start_background_host
+from pi_workflows.home import resolve_home
+
+fork_exit.command_entry = main
+home = resolve_home(None)
+if sys.argv[1] == "thread":
+    stop = threading.Event()
+    threading.Thread(target=stop.wait).start()
+    print(start_background_host(home, None))
+    stop.set()
+else:
+    async def start():
+        return start_background_host(home, None)
+    print(asyncio.run(start()))
+"""
+
+
+@pytest.mark.parametrize("why", ["thread", "event loop"])
+def test_a_process_that_cannot_fork_safely_starts_the_host_as_a_new_interpreter(
+    workflow_home: WorkflowHome, why: str
+):
+    home = workflow_home
+    started = subprocess.run(
+        [sys.executable, "-c", EMBEDDED, why.split()[0]],
+        env=home.env,
+        cwd=home.project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 0, started.stderr
+    pid = int(started.stdout.strip())
+    assert psutil.Process(pid).cmdline()[1:4] == ["-m", "pi_workflows", "--home"]
+    assert _was_forked(pid) is False
+    assert home.run_cli("host", "stop").returncode == 0
