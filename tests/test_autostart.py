@@ -95,12 +95,12 @@ def _was_forked(pid: int) -> bool:
 # one whose command line entry is set but runs an event loop: both start a new interpreter.
 EMBEDDED = """
 import asyncio, sys, threading
-from pi_workflows import fork_exit
+from pi_workflows import forked_child
 from pi_workflows.cli.main import main
 from pi_workflows.client.autostart import start_background_host
 from pi_workflows.home import resolve_home
 
-fork_exit.command_entry = main
+forked_child.command_entry = main
 home = resolve_home(None)
 if sys.argv[1] == "thread":
     stop = threading.Event()

@@ -200,7 +200,7 @@ def test_a_fork_server_whose_launcher_died_ends_with_an_unknown_status(home: Wor
     assert kit_launcher is not None
 
     async def orphaned_standby_ends() -> int:
-        standby = launcher.fork_server_standby(home.env, home.root)
+        standby = kit_launcher.fork_server_standby(home.env, home.root)
         assert standby is not None
         kit_launcher.process.kill()
         kit_launcher.process.wait(timeout=30)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .. import __version__, fork_exit
+from .. import __version__, forked_child
 from ..errors import PiWorkflowsError
 from ..home import HOME_ENV
 
@@ -97,5 +97,5 @@ def cli(ctx: click.Context, home: str | None, database: str | None, no_autostart
 
 
 def main(argv: list[str] | None = None) -> None:
-    fork_exit.command_entry = main  # a host this command starts is forked from it
+    forked_child.command_entry = main  # a host this command starts is forked from it
     cli.main(args=argv, prog_name="pi-workflows")

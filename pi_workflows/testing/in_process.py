@@ -53,6 +53,7 @@ class InProcessHost(WorkflowHost):
         self._saved_environ: dict[str, str] | None = None
         self._log_handler: logging.Handler | None = None
         self._added_paths: list[str] = []
+        self._launcher: launcher.Launcher | None = None
 
     def start(self, **extra_env: str) -> None:  # type: ignore[override]
         """Start the host in a thread and return once it answers ``host.status``."""
@@ -60,6 +61,9 @@ class InProcessHost(WorkflowHost):
             if self._thread.is_alive():
                 raise AssertionError("this in-process host is already running")
             self.stop()  # it stopped itself (`host stop`): put this process back first
+        # Chosen in this process's own environment (`PI_WORKFLOWS_TEST_LAUNCHER`), before
+        # it becomes the home's.
+        self._launcher = launcher.shared_launcher()
         self._enter_environment({**self.env, **extra_env})
         self._started.clear()
         self._failure = None
@@ -80,15 +84,19 @@ class InProcessHost(WorkflowHost):
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             # This process has threads, so the launcher forks the host's fork server-to-be
-            # (as a host process forks its own) instead of the host starting a new one;
-            # unless this process was told to exec (its own environment, saved by now).
-            execs = (self._saved_environ or {}).get(launcher.MODE_ENV) == "exec"
+            # (as a host process forks its own) instead of the host starting a new one.
+            host_settings = settings.resolve()
             standby = (
-                launcher.fork_server_standby(os.environ, self.home.root)
-                if settings.resolve().switch("fork_server") and not execs
+                self._launcher.fork_server_standby(os.environ, self.home.root)
+                if self._launcher is not None and host_settings.switch("fork_server")
                 else None
             )
-            self.host = Host(self.home, os.environ.get(DATABASE_ENV) or None, fork_standby=standby)
+            self.host = Host(
+                self.home,
+                os.environ.get(DATABASE_ENV) or None,
+                host_settings=host_settings,
+                fork_standby=standby,
+            )
             await self.host.start()
             self._started.set()
             await self.host.stopped.wait()

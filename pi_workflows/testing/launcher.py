@@ -14,9 +14,10 @@ streams flushed, `SystemExit`'s status), without tearing its modules down. Its p
 the launcher, which reports its pid and, later, its exit code as `subprocess` does
 (negative: the signal that ended it).
 
-It also forks the worker fork server-to-be of an in-process host (`fork_server_standby`):
-a host process forks its own as it starts, but the test process has threads, and the
-host would otherwise start a new interpreter for it (about 120 ms of CPU per host).
+It also forks the worker fork server-to-be of an in-process host
+(`Launcher.fork_server_standby`): a host process forks its own as it starts, but the
+test process has threads, and the host would otherwise start a new interpreter for it
+(about 120 ms of CPU per host).
 
 A request whose environment changes how an interpreter starts (a ``PYTHON*`` variable
 other than ``PYTHONPATH`` unlike the launcher's own) is run with a real `exec`, and so is
@@ -45,8 +46,8 @@ from typing import IO, Any, NoReturn
 
 import setproctitle
 
-from ..fork_exit import exit_as_interpreter
 from ..fork_loop import CHILD, ForkLoop
+from ..forked_child import exit_as_interpreter
 from ..host.forkserver import ForkedChild, Standby
 from .isolation import clean_environ
 
@@ -268,6 +269,15 @@ class Launcher:
             theirs.close()
         return LaunchedProcess(self, pid, ["--zygote"]), ours
 
+    def fork_server_standby(self, env: Mapping[str, str], cwd: Path) -> Standby | None:
+        """A fork server-to-be for a host that cannot fork its own (an in-process host
+        shares its process with other threads), as `standby`; None when a child cannot
+        take on `env`. Its exit status comes from this launcher, its parent."""
+        if not self.adopts(env):
+            return None
+        process, control = self.standby(env=env, cwd=cwd)
+        return Standby(ForkedChild(process.pid, lambda _pid: _reported_exit(process)), control)
+
     def _forked(self, request: dict[str, Any], fds: list[int]) -> int:
         """Send `request` with `fds`; the pid of the child forked for it."""
         with self._sending:
@@ -331,17 +341,6 @@ def _forking(env: Mapping[str, str]) -> Launcher | None:
     """The launcher, when a child forked from it can take on `env`; else None (exec)."""
     launcher = shared_launcher()
     return launcher if launcher is not None and launcher.adopts(env) else None
-
-
-def fork_server_standby(env: Mapping[str, str], cwd: Path) -> Standby | None:
-    """A fork server-to-be forked by the launcher, for a host that cannot fork its own
-    (an in-process host shares this process with other threads); None when commands are
-    exec'd. Its exit status comes from the launcher, its parent."""
-    launcher = _forking(env)
-    if launcher is None:
-        return None
-    process, control = launcher.standby(env=env, cwd=cwd)
-    return Standby(ForkedChild(process.pid, lambda _pid: _reported_exit(process)), control)
 
 
 def _reported_exit(process: LaunchedProcess) -> int:

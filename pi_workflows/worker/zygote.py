@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import traceback
@@ -36,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from .. import forked_child
 from ..fork_loop import CHILD, ForkLoop
 from .command import worker_argv, worker_pythonpath
 
@@ -148,25 +148,11 @@ def _leave_host(control: socket.socket, cwd: str) -> None:
     (but for the working directory, which `standby` enters when it is to serve):
     its own session, stdin and stdout on /dev/null, no descriptor of the host's but
     stderr, no log handler, default signals, the worker's import path."""
-    os.setsid()
     for handler in logging.root.handlers[:]:
         handler.close()
         logging.root.removeHandler(handler)
     devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)
-    os.dup2(devnull, 1)
-    os.close(devnull)
-    keep = {0, 1, 2, control.fileno()}
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) not in keep:
-            try:
-                os.close(int(name))
-            except OSError:
-                pass  # the directory's own descriptor, closed by now
-    signal.set_wakeup_fd(-1)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
+    forked_child.detach((devnull, devnull, 2), keep=[control.fileno()])
     # An interpreter run with `-m` in `cwd` puts `cwd` first, then PYTHONPATH's entries.
     os.environ["PYTHONPATH"] = worker_pythonpath()
     wanted = [cwd, *os.environ["PYTHONPATH"].split(os.pathsep), *sys.path[1:]]
