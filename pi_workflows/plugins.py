@@ -554,6 +554,15 @@ def _post(hook_name: str, **kwargs: Any) -> None:
         _delivery.post(impl.plugin_name, Notification(hook_name, impl.function, args))
 
 
+def is_heard(*hook_names: str) -> bool:
+    """True when one of these notification hooks has an implementation or calls are
+    traced: work done only to fill in such a notification may be skipped otherwise."""
+    reg = registry()
+    return reg.tracing or any(
+        getattr(reg.manager.hook, name).get_hookimpls() for name in hook_names
+    )
+
+
 def answered_by_builtin_alone(hook_name: str) -> bool:
     """True when one built-in is the hook's only implementation and calls are not traced:
     the core may then act on what that built-in is known to answer without asking it."""
@@ -912,6 +921,11 @@ def run_transition(
         workflow_name=workflow_name,
         at=at,
     )
+
+
+def node_attempts_heard() -> bool:
+    """Whether `node_attempt_changed` reaches anyone (a commit then reads its attempts)."""
+    return is_heard("piw_node_attempt_started", "piw_node_attempt_finished")
 
 
 def node_attempt_changed(phase: str, attempt: NodeAttemptRecord) -> None:

@@ -10,6 +10,7 @@ import sqlite3
 import peewee
 import pytest
 
+from pi_workflows import plugins
 from pi_workflows.builtin import claiming
 from pi_workflows.canonical import canonical_bytes, canonical_json, is_json_value
 from pi_workflows.errors import (
@@ -19,6 +20,7 @@ from pi_workflows.errors import (
     SchemaMismatchError,
     TransactionAborted,
 )
+from pi_workflows.plugin import hookimpl
 from pi_workflows.records import RunRecord
 from pi_workflows.storage import (
     SCHEMA_NAME,
@@ -34,6 +36,7 @@ from pi_workflows.storage import (
     run_claims,
     run_events,
     run_state,
+    statements,
 )
 from pi_workflows.storage.blobs import put_json_in_parts_together
 from pi_workflows.storage.models import Blob, Event, NodeAttempt, Run, RunQueue
@@ -875,6 +878,43 @@ def test_attempts_of_a_rolled_back_snapshot_are_not_taken_for_stored_ones(store,
     attempts = _attempts("r-1")
     assert attempts["a-1"][0] == "interrupted" and "a-2" not in attempts
     assert attempts["a-3"] == ("running", None)
+
+
+class _AttemptListener:
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str]] = []
+
+    @hookimpl
+    def piw_node_attempt_started(self, attempt):
+        self.heard.append(("started", attempt.attempt_id))
+
+    @hookimpl
+    def piw_node_attempt_finished(self, attempt):
+        self.heard.append(("finished", attempt.attempt_id))
+
+
+def test_a_commit_reads_its_node_attempts_back_only_when_a_plugin_listens(
+    store, make_run, monkeypatch, plugin_env
+):
+    plugin_env.setenv(plugins.DISABLE_ENV, "otel")  # the installed plugin that listens
+    plugins.reload()
+    assert not plugins.node_attempts_heard()
+    reads: list[list[str]] = []
+    read_attempts = statements.attempt_rows
+    monkeypatch.setattr(
+        statements, "attempt_rows", lambda ids: reads.append(ids) or read_attempts(ids)
+    )
+    with store.transaction():
+        make_run("r-1")
+    _write(store, "r-1", _snapshot("r-1", "a-1"))
+    assert reads == []  # nobody hears of a-1 starting: no statement for it
+
+    listener = _AttemptListener()
+    with plugins.temporary_plugin(listener):
+        _write(store, "r-1", _snapshot("r-1", "a-2", done=["a-1"]))
+
+    assert reads == [["a-1", "a-2"]]
+    assert listener.heard == [("finished", "a-1"), ("started", "a-2")]
 
 
 def test_one_commit_records_the_announced_status_of_each_of_its_runs(store, make_run):

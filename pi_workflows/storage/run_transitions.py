@@ -16,6 +16,7 @@ rolled back their write takes them back), so each is announced once, after the c
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..event_types import EventType
@@ -120,11 +121,12 @@ def collect(now: int) -> list[RunTransition]:
     return transitions
 
 
-def collect_attempts() -> list[AttemptChange]:
+def collect_attempts(heard: Callable[[], bool]) -> list[AttemptChange]:
     """Inside the committing transaction: the noted attempt changes its rows still show,
-    in the order they were noted, with their workflow name and attempt number."""
+    in the order they were noted, with their workflow name and attempt number. When
+    `heard()` says no plugin listens, nothing is read and nothing returned."""
     noted, _noted.attempts = _noted.attempts, {}
-    if not noted:
+    if not noted or not heard():
         return []
     rows = {
         attempt_id: (status, number, workflow_name)
