@@ -17,8 +17,9 @@ server the benchmark starts (the test kit's PostgresCluster; fsync on, as in pro
 pg_stat_statements loaded), each run of a workload in a fresh database of its own.
 Besides the timings it reports, per run, the statements each system sent and the
 transactions it committed (pg_stat_statements calls and pg_stat_database xact_commit of
-that database), and the server's time executing them (pg_stat_statements total_exec_time,
-the commits' WAL flushes included), each over the system's whole life, read after it
+that database), the server's time executing them (pg_stat_statements total_exec_time,
+the commits' WAL flushes included) and planning them (total_plan_time), each over the
+system's whole life, read after it
 has exited: start-up and shut-down included, spread over the runs. `--statements`
 prints pi-workflows' most frequent statements of the 4-worker queue workload and of the
 one- and two-host ones (the benchmark's own completion poll among them). `--round-trips`
@@ -157,7 +158,12 @@ class Databases:
         self.statements: dict[str, list[tuple[int, str]]] = {}
         self.round_trips = round_trips
         if backend == "postgresql":
-            settings = {"shared_preload_libraries": "pg_stat_statements", "fsync": "on"}
+            settings = {
+                "shared_preload_libraries": "pg_stat_statements",
+                "fsync": "on",
+                # Planning counted apart from execution (`server planning per run`).
+                "pg_stat_statements.track_planning": "on",
+            }
             if round_trips:
                 # One log line per query text the server receives (a round trip), named
                 # by database; what it costs the server shows in the timings.
@@ -182,11 +188,12 @@ class Databases:
             if time.monotonic() > deadline:
                 raise SystemExit(f"connections to {name} outlived their system")
             time.sleep(0.05)
-        ((commits, statements, server_ms),) = server.execute(
+        ((commits, statements, server_ms, planning_ms),) = server.execute(
             "SELECT d.xact_commit, (SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s"
             " WHERE s.dbid = d.datid), (SELECT coalesce(sum(s.total_exec_time), 0) FROM"
-            f" pg_stat_statements s WHERE s.dbid = d.datid) FROM pg_stat_database d"
-            f" WHERE d.datname = '{name}'"
+            " pg_stat_statements s WHERE s.dbid = d.datid), (SELECT"
+            " coalesce(sum(s.total_plan_time), 0) FROM pg_stat_statements s WHERE s.dbid ="
+            f" d.datid) FROM pg_stat_database d WHERE d.datname = '{name}'"
         )
         if keep_statements:
             self.statements[keep_statements] = [
@@ -206,6 +213,8 @@ class Databases:
             "commits_per_run": int(commits) / runs,
             # The server's time executing them (commits' WAL flushes included).
             "server_ms_per_run": float(server_ms) / runs,
+            # The server's time planning them (a prepared statement's EXECUTE plans nothing).
+            "planning_ms_per_run": float(planning_ms) / runs,
         }
 
     def _round_trips(self, name: str) -> int:
@@ -636,6 +645,7 @@ ROWS = (
     ("statements per run ({queued} queued)", "queue4.statements_per_run", "", False),
     ("commits per run ({queued} queued)", "queue4.commits_per_run", "", False),
     ("server time per run ({queued} queued)", "queue4.server_ms_per_run", "ms", False),
+    ("server planning per run ({queued} queued)", "queue4.planning_ms_per_run", "ms", False),
     ("{queued} queued runs, 1 host x 4 workers, runs/s", "hosts1x4.runs_per_s", "/s", True),
     ("{queued} queued runs, 2 hosts x 4 workers, runs/s", "hosts2x4.runs_per_s", "/s", True),
     ("{queued} queued runs, 2 hosts x 2 workers, runs/s", "hosts2x2.runs_per_s", "/s", True),

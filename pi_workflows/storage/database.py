@@ -35,11 +35,11 @@ from . import (
     revisions,
     run_transitions,
     server_plans,
-    statements,
 )
 from .connection_guard import ConnectionGuard
 from .connection_use import ConnectionUse
 from .deferred_statements import DeferredStatements
+from .driver import run_sql
 from .models import (
     ADDED_INDEXES,
     ALL_MODELS,
@@ -226,6 +226,8 @@ class StateStore:
             blobs.transaction_ended(committed)
             revisions.transaction_ended()
             known_attempts.transaction_ended(committed)
+        # Between transactions: what ran often enough is planned once (PostgreSQL).
+        server_plans.prepare_wanted(self.db)
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()
@@ -496,7 +498,7 @@ def index_names(db: peewee.Database) -> set[str]:
         query = "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"
     else:
         return index_names_by_table(db)
-    return {name for (name,) in statements.run_sql(db, query, ()).fetchall()}
+    return {name for (name,) in run_sql(db, query, ()).fetchall()}
 
 
 def index_names_by_table(db: peewee.Database) -> set[str]:

@@ -72,7 +72,8 @@ _UNSETTLED = PreparedQuery(
         Effect.select(Effect.effect_id)
         .where((Effect.run == p.run_id) & Effect.status.in_(("applying", "ambiguous")))
         .limit(1)
-    )
+    ),
+    planned=True,
 )
 
 

@@ -144,7 +144,8 @@ def _own_live(p: Parameters) -> Any:
 
 
 _RENEW_LEASE = PreparedQuery(
-    lambda p: HostState.update(heartbeat_at=p.now, expires_at=p.expires_at).where(_own_live(p))
+    lambda p: HostState.update(heartbeat_at=p.now, expires_at=p.expires_at).where(_own_live(p)),
+    planned=True,
 )
 
 
@@ -160,7 +161,7 @@ def _held_own_live(p: Parameters) -> Any:
     return query.for_update("FOR SHARE")  # type: ignore[arg-type]  # peewee takes the clause text
 
 
-_SHARE_LIVE_LEASE = PreparedQuery(_held_own_live)
+_SHARE_LIVE_LEASE = PreparedQuery(_held_own_live, planned=True)
 
 
 def share_live_lease(lease: EpochLease, now: int) -> bool:
@@ -168,7 +169,9 @@ def share_live_lease(lease: EpochLease, now: int) -> bool:
     return _SHARE_LIVE_LEASE.exists(**_own_arguments(lease), now=now)
 
 
-_RELEASE_EPOCH = PreparedQuery(lambda p: HostState.update(**_released(p.now)).where(_own_row(p)))
+_RELEASE_EPOCH = PreparedQuery(
+    lambda p: HostState.update(**_released(p.now)).where(_own_row(p)), planned=True
+)
 
 
 def release_epoch(lease: EpochLease) -> bool:

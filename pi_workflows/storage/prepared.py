@@ -24,8 +24,10 @@ from typing import Any, TypeVar, cast
 
 import peewee
 
+from . import server_plans
+from .driver import run_sql
 from .models import database_proxy
-from .statements import run_later, run_sql
+from .statements import run_later
 
 ModelT = TypeVar("ModelT", bound=peewee.Model)
 
@@ -50,13 +52,20 @@ _PARAMETERS = Parameters()
 
 
 class PreparedQuery:
-    """One query: built by `build` on first use per database kind, then run from its text."""
+    """One query: built by `build` on first use per database kind, then run from its text.
 
-    __slots__ = ("_build", "_compiled")
+    A `planned` query (one that looks rows up, or writes them, by key) may be planned by
+    the server once per connection (`server_plans`).
+    """
 
-    def __init__(self, build: Callable[[Parameters], peewee.BaseQuery]) -> None:
+    __slots__ = ("_build", "_compiled", "_planned")
+
+    def __init__(
+        self, build: Callable[[Parameters], peewee.BaseQuery], *, planned: bool = False
+    ) -> None:
         self._build = build
         self._compiled: dict[type, tuple[str, tuple[Any, ...], bool]] = {}
+        self._planned = planned
 
     def _compile(self, db: peewee.Database) -> tuple[str, tuple[Any, ...], bool]:
         sql, values = db.get_sql_context().sql(self._build(_PARAMETERS)).query()
@@ -73,7 +82,8 @@ class PreparedQuery:
     def execute(self, **arguments: Any) -> Any:
         """Run the query on the open state database; returns its cursor."""
         db = database_proxy.obj
-        return run_sql(db, *self._sql_and_params(db, arguments))
+        run = server_plans.run if self._planned else run_sql
+        return run(db, *self._sql_and_params(db, arguments))
 
     def _sql_and_params(
         self, db: peewee.Database, arguments: dict[str, Any]

@@ -17,8 +17,9 @@ from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..event_types import EventType
 from ..records import Claim
-from . import effects, run_state
+from . import effects, run_state, server_plans
 from .blobs import put_text
+from .driver import run_sql
 from .models import (
     TERMINAL_RUN_STATUSES,
     Effect,
@@ -36,8 +37,6 @@ from .models import (
 from .prepared import PreparedQuery
 from .revisions import record_run_change
 from .run_state import ACTIVE_ATTEMPT_STATUSES
-from .server_plans import run_planned
-from .statements import run_sql
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
@@ -63,7 +62,8 @@ _PENDING_INTERACTION = PreparedQuery(
             & (NodeAttempt.status == "waiting")
         )
         .limit(1)
-    )
+    ),
+    planned=True,
 )
 
 
@@ -83,7 +83,8 @@ _QUEUE_AND_LEASE = PreparedQuery(
         RunQueue.select(RunQueue.status, Lease.generation, Lease.owner_id, Lease.expires_at)
         .join(Lease, on=(Lease.run == RunQueue.run))
         .where(RunQueue.run == p.run_id)
-    )
+    ),
+    planned=True,
 )
 _TAKE_CLAIM = PreparedQuery(
     lambda p: Lease.update(
@@ -93,12 +94,14 @@ _TAKE_CLAIM = PreparedQuery(
         acquired_at=p.now,
         heartbeat_at=p.now,
         expires_at=p.expires_at,
-    ).where((Lease.run == p.run_id) & (Lease.generation == p.previous_generation))
+    ).where((Lease.run == p.run_id) & (Lease.generation == p.previous_generation)),
+    planned=True,
 )
 _QUEUE_STARTING = PreparedQuery(
     lambda p: RunQueue.update(
         status="starting", error_code=None, error_hash=None, updated_at=p.now
-    ).where(RunQueue.run == p.run_id)
+    ).where(RunQueue.run == p.run_id),
+    planned=True,
 )
 
 
@@ -149,7 +152,8 @@ def claim_run(
 _LIVE_CLAIM = PreparedQuery(
     lambda p: Lease.select(Lease.generation).where(
         (Lease.run == p.run_id) & (Lease.token_hash == p.token_hash) & (Lease.expires_at > p.now)
-    )
+    ),
+    planned=True,
 )
 _LIVE_CLAIM_OF_GENERATION = PreparedQuery(
     lambda p: Lease.select(Lease.generation).where(
@@ -157,7 +161,8 @@ _LIVE_CLAIM_OF_GENERATION = PreparedQuery(
         & (Lease.token_hash == p.token_hash)
         & (Lease.expires_at > p.now)
         & (Lease.generation == p.generation)
-    )
+    ),
+    planned=True,
 )
 
 
@@ -183,7 +188,8 @@ _CLAIMED_RUN = PreparedQuery(
             & (Lease.expires_at > p.now)
             & (Lease.generation == p.generation)
         )
-    )
+    ),
+    planned=True,
 )
 
 
@@ -203,7 +209,8 @@ def verify_claim(run_id: str, token: str, generation: int | None = None) -> bool
 _RENEW_CLAIM = PreparedQuery(
     lambda p: Lease.update(heartbeat_at=p.now, expires_at=p.expires_at).where(
         (Lease.run == p.run_id) & (Lease.token_hash == p.token_hash) & (Lease.expires_at > p.now)
-    )
+    ),
+    planned=True,
 )
 
 
@@ -219,7 +226,8 @@ def renew_claim(run_id: str, token: str, lease_ms: int = RUN_CLAIM_LEASE_MS) -> 
 _RELEASE_CLAIM = PreparedQuery(
     lambda p: Lease.update(
         owner_id=None, token_hash=None, acquired_at=None, heartbeat_at=None, expires_at=None
-    ).where((Lease.run == p.run_id) & (Lease.generation == p.generation))
+    ).where((Lease.run == p.run_id) & (Lease.generation == p.generation)),
+    planned=True,
 )
 
 
@@ -255,7 +263,8 @@ def _release(run_id: str, token: str) -> int | None:
 _QUEUE_RUNNING = PreparedQuery(
     lambda p: RunQueue.update(
         status="running", started_at=fn.COALESCE(RunQueue.started_at, p.now), updated_at=p.now
-    ).where(RunQueue.run == p.run_id)
+    ).where(RunQueue.run == p.run_id),
+    planned=True,
 )
 
 
@@ -368,7 +377,8 @@ def park_for_ambiguous_effect(run_id: str, token: str, effect_ids: list[str]) ->
 _END_OPEN_TURNS = PreparedQuery(
     lambda p: WorkflowTurn.update(state="ended", stop_reason="lost", ended_at=p.now).where(
         (WorkflowTurn.run == p.run_id) & (WorkflowTurn.state == "started")
-    )
+    ),
+    planned=True,
 )
 
 
@@ -395,7 +405,9 @@ def settle_open_turns_and_messages(run_id: str, run_status: str) -> None:
     cancel.changed(run_id=run_id, now=now)
 
 
-_RUN_ERROR_HASH = PreparedQuery(lambda p: Run.select(Run.error_hash).where(Run.run_id == p.run_id))
+_RUN_ERROR_HASH = PreparedQuery(
+    lambda p: Run.select(Run.error_hash).where(Run.run_id == p.run_id), planned=True
+)
 _PROJECT_QUEUE = PreparedQuery(
     lambda p: RunQueue.update(
         status=p.status,
@@ -403,7 +415,8 @@ _PROJECT_QUEUE = PreparedQuery(
         error_hash=p.error_hash,
         updated_at=p.now,
         finished_at=p.finished_at,
-    ).where((RunQueue.run == p.run_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES))
+    ).where((RunQueue.run == p.run_id) & RunQueue.status.not_in(TERMINAL_QUEUE_STATUSES)),
+    planned=True,
 )
 
 QUEUE_STATUS_FOR_RUN = {
@@ -709,7 +722,7 @@ def _candidates(
         after=after is not None,
     )
     # Planned once per connection: planning the four branches costs more than running them.
-    rows = run_planned(database, sql, params).fetchall()
+    rows = server_plans.run(database, sql, params).fetchall()
     # Each row is a place and a revision: sorted, they come in the built-in selection's
     # order (the host takes the first candidate as that selection's answer when nothing
     # else selects).

@@ -159,7 +159,8 @@ def _decision_answer(run_id: str, state: dict[str, Any] | None) -> dict[str, Any
 
 
 _ATTEMPT_REQUEST = PreparedQuery(
-    lambda p: InteractiveRequest.select().where(InteractiveRequest.attempt_id == p.attempt_id)
+    lambda p: InteractiveRequest.select().where(InteractiveRequest.attempt_id == p.attempt_id),
+    planned=True,
 )
 
 
@@ -464,7 +465,8 @@ def note_attempt_finished(
 _INTERRUPT_ATTEMPT = PreparedQuery(
     lambda p: NodeAttempt.update(status="interrupted", finished_at=p.now).where(
         NodeAttempt.attempt_id == p.attempt_id
-    )
+    ),
+    planned=True,
 )
 # The columns `_sync_attempts` may set; those a snapshot does not give stay NULL.
 _NEW_ATTEMPT = dict.fromkeys(("finished_at", "output_hash", "error_hash"))
@@ -480,7 +482,8 @@ _INSERT_ATTEMPT = PreparedQuery(
         finished_at=p.finished_at,
         output_hash=p.output_hash,
         error_hash=p.error_hash,
-    )
+    ),
+    planned=True,
 )
 
 
@@ -490,7 +493,8 @@ def _attempt_update(columns: tuple[str, ...]) -> PreparedQuery:
     return PreparedQuery(
         lambda p: NodeAttempt.update(
             {getattr(NodeAttempt, name): getattr(p, name) for name in columns}
-        ).where(NodeAttempt.attempt_id == p.attempt_id)
+        ).where(NodeAttempt.attempt_id == p.attempt_id),
+        planned=True,
     )
 
 

@@ -18,24 +18,28 @@ _INSERT = PreparedQuery(
         launch_progress_revision=p.revision,
         status="starting",
         started_at=p.now,
-    )
+    ),
+    planned=True,
 )
 _MARK_RUNNING = PreparedQuery(
     lambda p: RunWorker.update(
         status="running", ready_at=p.now, pid=p.pid, process_start_identity=p.identity
-    ).where((RunWorker.worker_epoch == p.worker_epoch) & (RunWorker.status == "starting"))
+    ).where((RunWorker.worker_epoch == p.worker_epoch) & (RunWorker.status == "starting")),
+    planned=True,
 )
 _DROP = PreparedQuery(
     lambda p: RunWorker.update(status="cancelled", finished_at=p.now).where(
         (RunWorker.worker_epoch == p.worker_epoch) & (RunWorker.status == "starting")
-    )
+    ),
+    planned=True,
 )
 _DROP_UNLAUNCHED = PreparedQuery(
     lambda p: RunWorker.update(status="cancelled", finished_at=p.now).where(
         (RunWorker.run == p.run_id)
         & (RunWorker.host_epoch == p.host_epoch)
         & (RunWorker.status == "starting")
-    )
+    ),
+    planned=True,
 )
 _FINISH = PreparedQuery(
     lambda p: RunWorker.update(
@@ -46,7 +50,8 @@ _FINISH = PreparedQuery(
         diagnostic_hash=p.diagnostic_hash,
     ).where(
         (RunWorker.worker_epoch == p.worker_epoch) & RunWorker.status.in_(ACTIVE_WORKER_STATUSES)
-    )
+    ),
+    planned=True,
 )
 
 

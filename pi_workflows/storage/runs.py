@@ -16,8 +16,9 @@ from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
 from ..event_types import EventType
 from ..records import RunRecord, stored_run_record
-from . import statements
+from . import server_plans, statements
 from .blobs import put_json, put_text, read_json, read_text
+from .driver import run_sql
 from .models import Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
 from .revisions import create_run_row, written_revision
@@ -141,14 +142,20 @@ def create_derived_run(
     return run, True
 
 
-_RUN = PreparedQuery(lambda p: Run.select().where(Run.run_id == p.run_id))
+_RUN = PreparedQuery(lambda p: Run.select().where(Run.run_id == p.run_id), planned=True)
 _QUEUE_PRIORITY = PreparedQuery(
-    lambda p: RunQueue.select(RunQueue.priority).where(RunQueue.run == p.run_id)
+    lambda p: RunQueue.select(RunQueue.priority).where(RunQueue.run == p.run_id),
+    planned=True,
 )
-_RUN_REVISION = PreparedQuery(lambda p: Run.select(Run.revision).where(Run.run_id == p.run_id))
-_RUN_STATUS = PreparedQuery(lambda p: Run.select(Run.status).where(Run.run_id == p.run_id))
+_RUN_REVISION = PreparedQuery(
+    lambda p: Run.select(Run.revision).where(Run.run_id == p.run_id), planned=True
+)
+_RUN_STATUS = PreparedQuery(
+    lambda p: Run.select(Run.status).where(Run.run_id == p.run_id), planned=True
+)
 _RUN_ORIGIN_SESSION = PreparedQuery(
-    lambda p: Run.select(Run.origin_session_id).where(Run.run_id == p.run_id)
+    lambda p: Run.select(Run.origin_session_id).where(Run.run_id == p.run_id),
+    planned=True,
 )
 
 
@@ -162,7 +169,8 @@ def get_run(run_id: str) -> Run:
 @functools.cache
 def _fields_query(names: tuple[str, ...]) -> PreparedQuery:
     return PreparedQuery(
-        lambda p: Run.select(*(getattr(Run, name) for name in names)).where(Run.run_id == p.run_id)
+        lambda p: Run.select(*(getattr(Run, name) for name in names)).where(Run.run_id == p.run_id),
+        planned=True,
     )
 
 
@@ -262,11 +270,13 @@ _RECORD_COLUMNS = f"""
 
 
 def _run_rows(
-    columns: str, where: str, params: list[Any], suffix: str = ""
+    columns: str, where: str, params: list[Any], suffix: str = "", *, by_key: bool = False
 ) -> list[tuple[Any, ...]]:
+    """`by_key`: the runs are named by their ids (the server may plan it once)."""
     database = database_proxy.obj
     sql = f"SELECT {columns} WHERE {where} {suffix}".replace("?", database.param)
-    fetched: list[tuple[Any, ...]] = statements.run_sql(database, sql, params).fetchall()
+    run = server_plans.run if by_key else run_sql
+    fetched: list[tuple[Any, ...]] = run(database, sql, params).fetchall()
     return fetched
 
 
@@ -302,7 +312,7 @@ def run_records(run_ids: list[str]) -> list[RunRecord]:
     if not run_ids:
         return []
     marks = ", ".join("?" for _ in run_ids)
-    rows = _run_rows(_RECORD_COLUMNS, f"r.run_id IN ({marks})", run_ids)
+    rows = _run_rows(_RECORD_COLUMNS, f"r.run_id IN ({marks})", run_ids, by_key=True)
     by_id = {row[0]: _record(row) for row in rows}
     return [by_id[run_id] for run_id in run_ids if run_id in by_id]
 
@@ -369,7 +379,7 @@ def _status(row: tuple[Any, ...]) -> dict[str, Any]:
 
 def run_status(run_id: str) -> dict[str, Any]:
     """The `run status --json` object of SPEC §13."""
-    rows = _run_rows(_STATUS_COLUMNS, "r.run_id = ?", [run_id])
+    rows = _run_rows(_STATUS_COLUMNS, "r.run_id = ?", [run_id], by_key=True)
     if not rows:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
     return _with_continuation(_status(rows[0]))
@@ -410,7 +420,9 @@ def run_statuses(
     return [_with_continuation(_status(row)) for row in rows]
 
 
-_RUN_CREATED = PreparedQuery(lambda p: Run.select(Run.created_at).where(Run.run_id == p.run_id))
+_RUN_CREATED = PreparedQuery(
+    lambda p: Run.select(Run.created_at).where(Run.run_id == p.run_id), planned=True
+)
 
 
 # One link per answered checkpoint or decision; the walk is bounded all the same.

@@ -1,42 +1,80 @@
 """PostgreSQL: statements the server plans once per connection, not once per call.
 
-psycopg2 sends every statement as text, and the server parses and plans it each time.
-For most statements that costs a few hundredths of a millisecond; the claim pass's
-candidate query (four branches of three joins each) takes ~1.5 ms to plan and ~0.3 ms to
-run, and a run meets it four times, in the host's event loop. `run_planned` prepares
-such a statement once on each connection (``PREPARE``: the server keeps it for the
-connection's life, whatever becomes of the transaction it was made in) and from then on
-sends ``EXECUTE`` with the values.
+psycopg2 sends every statement as text, and the server parses and plans it each time:
+a few hundredths of a millisecond for a key lookup, ~1.5 ms for the claim pass's
+candidate query (four branches of three joins each, ~0.3 ms to run). A queued 3-node
+run sends ~110 statements, and planning them cost the server ~6 ms per run, about as
+much as running them (`pg_stat_statements` with `track_planning`), on the cores the
+host and its workers share.
 
-`configure` opens every connection with ``plan_cache_mode=force_generic_plan``: by
-default the server plans a prepared statement anew for its first five calls and for
-every later call whose own plan it estimates cheaper, which for the candidate query is
-every call. Its generic plan walks the same queue index as the per-call one (measured
-with 3,000 queued runs). The setting concerns prepared statements only, and pi-workflows
-prepares no other.
+`run` sends a statement that is planned on this connection as ``EXECUTE name (values)``;
+the server keeps it (``PREPARE``) for the connection's life. A statement is prepared
+once it ran twice on a connection (one that runs once is not worth a round trip),
+between two transactions (`prepare_wanted`, which the store calls when a transaction
+ends): ``PREPARE`` is then a statement of its own, and a text the server cannot prepare
+(a parameter whose type it cannot tell) fails there without failing a transaction, and
+is run as it is from then on. A connection holds at most `MAX_PER_CONNECTION` of them.
 
-Elsewhere (SQLite, another driver) a statement runs as it is.
+A planned statement's parameters take the types the server infers from where they
+stand, as the values of the text would: none may stand bare in what a query returns
+(``SELECT %s`` would return text whatever the value).
+
+Only statements that look rows up, or write them, by key go through `run` (the
+hand-written ones of `statements`, and the `PreparedQuery`s marked ``planned``): every
+connection opens with ``plan_cache_mode=force_generic_plan`` (by default the server
+plans a prepared statement anew for its first five calls and for every later call whose
+own plan it estimates cheaper, which for the candidate query is every call), and a plan
+made without the values would do for a range only by chance. The candidate query's
+generic plan walks the same queue index as the per-call one (measured with 3,000
+queued runs).
+
+Outside a transaction a statement may be sent again on a new connection (the
+connection guard's retry), which holds none: it runs as it is. Elsewhere (SQLite,
+another driver) a statement runs as it is.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import peewee
 
+from ..errors import DatabaseUnavailableError
 from .deferred_statements import DeferredStatements
-from .statements import run_sql
+from .driver import run_sql
 
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+# IN lists of many lengths are statements of their own: enough room for the hot ones.
+MAX_PER_CONNECTION = 64
+# Calls on one connection before a statement is prepared for it.
+CALLS_BEFORE_PREPARING = 2
+
+log = logging.getLogger(__name__)
 
 _numbers = itertools.count(1)
+_lock = threading.Lock()
 # The name each statement text is prepared under, the same on every connection.
 _names: dict[str, str] = {}
-# The statements each open connection holds, by name.
-_prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+# Texts the server refused to prepare: run as they are.
+_refused: set[str] = set()
+
+
+class _Plans:
+    """What one connection holds: its prepared statements (by text), and how often each
+    text not prepared yet ran on it."""
+
+    def __init__(self) -> None:
+        self.prepared: set[str] = set()
+        self.calls: dict[str, int] = {}
+        self.wanted: list[str] = []  # ran often enough: prepared after this transaction
+
+
+_connections: weakref.WeakKeyDictionary[Any, _Plans] = weakref.WeakKeyDictionary()
 
 
 def applies_to(db: peewee.Database) -> bool:
@@ -50,27 +88,54 @@ def configure(db: peewee.Database) -> None:
     db.connect_params["options"] = f"{options} {GENERIC_PLANS}".strip()
 
 
-def run_planned(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
+def run(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     """Run `sql` (``%s`` placeholders) with `params`; returns its cursor. On PostgreSQL,
-    inside a transaction, the server plans it once per connection.
-
-    Outside a transaction a statement may be sent again on a new connection (the
-    connection guard's retry), which holds none: it runs as it is.
-    """
+    inside a transaction, a statement prepared on this connection is only executed."""
     if not applies_to(db) or not db.in_transaction():
         return run_sql(db, sql, params)
-    name = _names.get(sql)
-    if name is None:
-        name = _names.setdefault(sql, f"piw_planned_{next(_numbers)}")
-    connection = db.connection()
-    held = _prepared.setdefault(connection, set())
-    if name not in held:
-        # A round trip of its own, once: the statement is known to exist only once this
-        # one succeeded (a failure later in the same query text would leave it unknown).
-        db.execute_sql(f"PREPARE {name} AS {_numbered(sql)}")
-        held.add(name)
+    plans = _plans(db.connection())
+    if sql not in plans.prepared:
+        if sql not in _refused and len(plans.prepared) < MAX_PER_CONNECTION:
+            calls = plans.calls[sql] = plans.calls.get(sql, 0) + 1
+            if calls == CALLS_BEFORE_PREPARING:
+                plans.wanted.append(sql)
+        return run_sql(db, sql, params)
     arguments = f" ({', '.join(['%s'] * len(params))})" if params else ""
-    return db.execute_sql(f"EXECUTE {name}{arguments}", list(params))
+    return db.execute_sql(f"EXECUTE {_names[sql]}{arguments}", list(params))
+
+
+def prepare_wanted(db: peewee.Database) -> None:
+    """Outside a transaction: prepare, on `db`'s connection, the statements that ran
+    often enough on it. A failure is logged and leaves the statement to run as it is."""
+    if not applies_to(db) or db.in_transaction() or db.is_closed():
+        return
+    plans = _plans(db.connection())
+    while plans.wanted:
+        sql = plans.wanted.pop()
+        plans.calls.pop(sql, None)
+        if len(plans.prepared) >= MAX_PER_CONNECTION:
+            plans.calls.clear()  # no room left: nothing more is prepared here
+            plans.wanted.clear()
+            return
+        try:
+            numbered = _numbered(sql)
+            with _lock:
+                name = _names.setdefault(sql, f"piw_planned_{next(_numbers)}")
+            db.execute_sql(f"PREPARE {name} AS {numbered}")
+        except DatabaseUnavailableError:
+            return  # the connection is gone, and what it held with it
+        except (ValueError, peewee.DatabaseError) as refusal:
+            _refused.add(sql)
+            log.debug("statement not prepared (%s): %s", refusal, sql)
+            continue
+        plans.prepared.add(sql)
+
+
+def _plans(connection: Any) -> _Plans:
+    plans = _connections.get(connection)
+    if plans is None:
+        plans = _connections[connection] = _Plans()
+    return plans
 
 
 def _numbered(sql: str) -> str:

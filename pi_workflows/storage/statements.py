@@ -10,21 +10,24 @@ turned into the open database's own.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import peewee
 
 from ..event_types import EventType
+from . import server_plans
 from .deferred_statements import DeferredStatements
+from .driver import run_sql
 from .models import Run, database_proxy
 
 
 def execute(sql: str, params: Sequence[Any] = ()) -> Any:
-    """Run one statement on the open state database; returns its cursor."""
+    """Run one statement on the open state database; returns its cursor. Each of these is
+    a key lookup or a write by key, so on PostgreSQL the server may plan it once per
+    connection (`server_plans`)."""
     db = database_proxy.obj
-    return run_sql(db, _in_style(db.param, sql), params)
+    return server_plans.run(db, _in_style(db.param, sql), params)
 
 
 def execute_later(sql: str, params: Sequence[Any] = ()) -> None:
@@ -40,43 +43,6 @@ def run_later(db: peewee.Database, sql: str, params: Sequence[Any]) -> None:
     deferred = DeferredStatements.on(db)
     if deferred is None or not deferred.hold_write(sql, params):
         run_sql(db, sql, params)
-
-
-# The driver's errors as peewee's own. peewee's stubs leave out this module attribute,
-# `peewee.logger` and `Database._execute_cursor` below.
-_DRIVER_ERRORS = peewee.__exception_wrapper__  # type: ignore[attr-defined]
-_PEEWEE_LOG: logging.Logger = peewee.logger  # type: ignore[attr-defined]
-
-
-@functools.cache
-def _executes_as_peewee_does(database_class: type[peewee.Database]) -> bool:
-    base = peewee.Database
-    return (
-        database_class.execute_sql is base.execute_sql
-        and database_class._execute_cursor is base._execute_cursor  # type: ignore[attr-defined]
-        and database_class.cursor is base.cursor
-    )
-
-
-def run_sql(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
-    """`db.execute_sql(sql, params)`, without its per-call logging and hook checks when
-    nothing would see them (the host runs ~130 statements per queued run).
-
-    A database class or instance that changes how statements run, query hooks and
-    peewee's debug log all get the full `execute_sql`; errors are peewee's either way.
-    """
-    if (
-        db.query_hooks
-        or "execute_sql" in vars(db)  # wrapped by the connection guard (a server database)
-        # mypy reads a class's __hash__ as the instance method and calls it unhashable
-        or not _executes_as_peewee_does(type(db))  # type: ignore[arg-type]
-        or _PEEWEE_LOG.isEnabledFor(logging.DEBUG)
-    ):
-        return db.execute_sql(sql, params)
-    with _DRIVER_ERRORS:
-        cursor = db.cursor()
-        cursor.execute(sql, params)
-    return cursor
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

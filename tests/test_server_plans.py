@@ -1,0 +1,80 @@
+"""PostgreSQL plans a key lookup once per connection: prepared between transactions once it
+ran twice, executed from then on; a statement the server cannot prepare runs as it is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from pi_workflows.storage import StateStore, open_state, server_plans, statements
+
+RUN_REVISION = "SELECT revision FROM runs WHERE run_id = ?"
+
+
+@pytest.fixture
+def pg_store(home_env, postgres_server) -> Iterator[StateStore]:
+    url = postgres_server.create_database(from_template=True)
+    opened = open_state(home_env.home, url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        postgres_server.drop_database(url)
+
+
+def _prepared(store: StateStore) -> dict[str, int]:
+    """The statements this connection holds prepared, by text: how often each ran on a
+    generic plan (without planning)."""
+    found = store.db.execute_sql(
+        "SELECT statement, generic_plans FROM pg_prepared_statements"
+    ).fetchall()
+    return {statement.split(" AS ", 1)[1]: generic for statement, generic in found}
+
+
+def _revision(store: StateStore, run_id: str) -> list[tuple[int]]:
+    with store.transaction():
+        return statements.rows(RUN_REVISION, (run_id,))
+
+
+def test_a_key_lookup_run_twice_is_planned_once_and_then_only_executed(pg_store, make_run):
+    with pg_store.transaction():
+        make_run("r-1")
+    planned_text = "SELECT revision FROM runs WHERE run_id = $1"
+
+    assert _revision(pg_store, "r-1") == [(1,)]
+    assert planned_text not in _prepared(pg_store)  # once is not worth a round trip
+    assert _revision(pg_store, "r-1") == [(1,)]
+    assert _prepared(pg_store).get(planned_text) == 0  # prepared after that transaction
+
+    assert [_revision(pg_store, run_id) for run_id in ("r-1", "r-2", "r-1")] == [[(1,)], [], [(1,)]]
+    assert _prepared(pg_store)[planned_text] == 3  # executed, never planned again
+
+
+def test_a_statement_the_server_cannot_prepare_runs_as_it_is(pg_store, make_run):
+    # The server cannot tell the type of this parameter: PREPARE refuses it.
+    unknown_type = "SELECT %s IS NULL"
+    for number in range(3):
+        with pg_store.transaction():
+            assert server_plans.run(pg_store.db, unknown_type, ["x"]).fetchall() == [(False,)]
+            make_run(f"r-{number}")  # the transaction goes on and commits
+
+    assert not any(text.startswith("SELECT $1") for text in _prepared(pg_store))
+    with pg_store.transaction():
+        assert statements.rows("SELECT count(*) FROM runs") == [(3,)]
+
+
+def test_a_new_connection_runs_statements_as_they_are_until_it_plans_them(pg_store, make_run):
+    with pg_store.transaction():
+        make_run("r-1")
+    for _ in range(2):
+        _revision(pg_store, "r-1")
+    assert _prepared(pg_store)
+
+    pg_store.db.close()  # as the connection guard does with a lost connection
+    pg_store.db.connect()
+
+    assert _prepared(pg_store) == {}
+    assert _revision(pg_store, "r-1") == [(1,)]  # not an EXECUTE of what the old one held
+    assert _revision(pg_store, "r-1") == [(1,)]
+    assert "SELECT revision FROM runs WHERE run_id = $1" in _prepared(pg_store)
