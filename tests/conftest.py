@@ -23,6 +23,7 @@ from pi_workflows.home import Home
 from pi_workflows.storage import StateStore, open_state
 from pi_workflows.testing import WorkflowHome, installed_entry_points, short_temp_dir
 from pi_workflows.testing import run_record as kit_run_record
+from pi_workflows.testing.polling import wait_until
 from pi_workflows.testing.postgres import (
     SCHEMA_TEMPLATE,
     PostgresCluster,
@@ -48,7 +49,13 @@ def mounted_tmpfs(size: str = "8m") -> Iterator[Path]:
     try:
         yield point
     finally:
-        subprocess.run(["umount", str(point)], check=True)
+        # A process of the test (a worker, a fork server) may still be ending with a file
+        # or its directory there: the mount is busy until it is gone.
+        wait_until(
+            lambda: subprocess.run(["umount", str(point)], capture_output=True).returncode == 0,
+            timeout=10,
+            what=f"{point} to be unmounted (a process of the test still uses it)",
+        )
         point.rmdir()
 
 

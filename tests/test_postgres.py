@@ -220,7 +220,9 @@ def test_a_held_write_that_fails_undoes_its_savepoint_block_alone(store, make_ru
     assert texts[failed].endswith("; RELEASE SAVEPOINT piw_block")
     assert texts[failed + 1] == "ROLLBACK TO SAVEPOINT piw_block; RELEASE SAVEPOINT piw_block"
     assert "SAVEPOINT" not in " ".join(texts[failed + 2 :])
-    assert texts[-1].endswith("COMMIT")
+    committed = next(index for index, text in enumerate(texts) if text.endswith("COMMIT"))
+    # After it, between transactions, only the statements it ran twice are prepared.
+    assert all(text.startswith("PREPARE ") for text in texts[committed + 1 :])
     assert [record.revision for record in map(run_record, ("pg-kept", "pg-undone"))] == [2, 1]
 
     # A block that fails before it sent anything sends nothing, held writes included.
@@ -251,20 +253,22 @@ def test_the_claim_candidate_query_is_planned_once_per_connection(
         with store.transaction():
             make_run("pg-claimable")
         sent = _SentStatements(store, monkeypatch)
-        for _ in range(2):
+        for _ in range(3):
             with store.transaction():
                 assert run_claims.claim_candidates("host-a", set()) == ["pg-claimable"]
         verbs = [text.removeprefix("BEGIN; ").split(" ")[0] for text in sent.take()]
-        assert verbs == ["PREPARE", "EXECUTE", "COMMIT", "EXECUTE", "COMMIT"]
+        # Sent as it is twice, prepared between transactions, then only executed.
+        assert verbs == ["SELECT", "COMMIT", "SELECT", "COMMIT", "PREPARE", "EXECUTE", "COMMIT"]
         # The server keeps one plan for it (by default it plans it anew for every call).
         assert store.db.execute_sql("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
         sent.take()
 
         store.db.close()  # a new connection holds no prepared statement: prepared again
         store.db.connect()
-        with store.transaction():
-            assert run_claims.claim_candidates("host-a", {"pg-claimable"}) == []
+        for _ in range(3):
+            with store.transaction():
+                assert run_claims.claim_candidates("host-a", {"pg-claimable"}) == []
         verbs = [text.removeprefix("BEGIN; ").split(" ")[0] for text in sent.take()]
-        assert verbs == ["PREPARE", "EXECUTE", "COMMIT"]
+        assert verbs == ["SELECT", "COMMIT", "SELECT", "COMMIT", "PREPARE", "EXECUTE", "COMMIT"]
     finally:
         store.close()
