@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from pi_workflows.storage import StateStore, open_state, server_plans, statements
+from pi_workflows.storage.models import Run
 
 RUN_REVISION = "SELECT revision FROM runs WHERE run_id = ?"
 
@@ -78,3 +79,18 @@ def test_a_new_connection_runs_statements_as_they_are_until_it_plans_them(pg_sto
     assert _revision(pg_store, "r-1") == [(1,)]  # not an EXECUTE of what the old one held
     assert _revision(pg_store, "r-1") == [(1,)]
     assert "SELECT revision FROM runs WHERE run_id = $1" in _prepared(pg_store)
+
+
+def test_a_held_write_travels_as_an_execute_once_planned(pg_store, make_run):
+    with pg_store.transaction():
+        make_run("r-1")
+    announce = (
+        "UPDATE runs SET announced_status = CASE run_id WHEN $1 THEN $2 END WHERE run_id IN ($3)"
+    )
+    for status in ("first", "second", "third"):
+        with pg_store.transaction():  # held, it goes with the COMMIT
+            statements.set_announced_statuses({"r-1": status})
+
+    # The run's creation announced it too: prepared after "first", then executed twice.
+    assert _prepared(pg_store)[announce] == 2
+    assert Run.get_by_id("r-1").announced_status == "third"

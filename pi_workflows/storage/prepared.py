@@ -101,7 +101,7 @@ class PreparedQuery:
         """Run a write whose outcome nothing reads; on PostgreSQL it may travel with the
         transaction's next statement (`statements.execute_later`)."""
         db = database_proxy.obj
-        run_later(db, *self._sql_and_params(db, arguments))
+        run_later(db, *self._sql_and_params(db, arguments), planned=self._planned)
 
     def rows(self, **arguments: Any) -> list[tuple[Any, ...]]:
         fetched: list[tuple[Any, ...]] = self.execute(**arguments).fetchall()

@@ -388,7 +388,8 @@ def _cancel_pending_messages(kinds: tuple[str, ...]) -> PreparedQuery:
             (WorkflowMessage.run == p.run_id)
             & (WorkflowMessage.status == "pending")
             & WorkflowMessage.kind.in_(kinds)
-        )
+        ),
+        planned=True,
     )
 
 

@@ -93,15 +93,27 @@ def run(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     inside a transaction, a statement prepared on this connection is only executed."""
     if not applies_to(db) or not db.in_transaction():
         return run_sql(db, sql, params)
+    sent = to_send(db, sql)
+    if sent is sql:
+        return run_sql(db, sql, params)
+    return db.execute_sql(sent, list(params))
+
+
+def to_send(db: peewee.Database, sql: str) -> str:
+    """Inside a transaction on PostgreSQL: what to send for `sql` with the same
+    parameters, ``EXECUTE name (…)`` once it is prepared on this connection, else `sql`
+    itself (this call counts toward preparing it). A held write (`statements.run_later`)
+    travels as the one or the other."""
     plans = _plans(db.connection())
     if sql not in plans.prepared:
         if sql not in _refused and len(plans.prepared) < MAX_PER_CONNECTION:
             calls = plans.calls[sql] = plans.calls.get(sql, 0) + 1
             if calls == CALLS_BEFORE_PREPARING:
                 plans.wanted.append(sql)
-        return run_sql(db, sql, params)
-    arguments = f" ({', '.join(['%s'] * len(params))})" if params else ""
-    return db.execute_sql(f"EXECUTE {_names[sql]}{arguments}", list(params))
+        return sql
+    parameters = sql.count("%s")
+    arguments = f" ({', '.join(['%s'] * parameters)})" if parameters else ""
+    return f"EXECUTE {_names[sql]}{arguments}"
 
 
 def prepare_wanted(db: peewee.Database) -> None:

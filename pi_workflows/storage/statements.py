@@ -38,11 +38,17 @@ def execute_later(sql: str, params: Sequence[Any] = ()) -> None:
     run_later(db, _in_style(db.param, sql), params)
 
 
-def run_later(db: peewee.Database, sql: str, params: Sequence[Any]) -> None:
-    """`run_sql` for a write whose cursor nobody reads (see `execute_later`)."""
+def run_later(
+    db: peewee.Database, sql: str, params: Sequence[Any], *, planned: bool = True
+) -> None:
+    """`run_sql` for a write whose cursor nobody reads (see `execute_later`). Held, a
+    `planned` one (a write by key) travels as ``EXECUTE`` once the server planned it
+    (`server_plans`)."""
     deferred = DeferredStatements.on(db)
-    if deferred is None or not deferred.hold_write(sql, params):
+    if deferred is None or not db.in_transaction():
         run_sql(db, sql, params)
+        return
+    deferred.hold_write(server_plans.to_send(db, sql) if planned else sql, params)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

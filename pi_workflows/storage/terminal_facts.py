@@ -53,7 +53,8 @@ _REQUIRED_FACTS = PreparedQuery(
         Run.select(Run.execution_mode, Run.origin_session_id, Run.status, RunQueue.status)
         .join(RunQueue, on=(RunQueue.run == Run.run_id))
         .where(Run.run_id == p.run_id)
-    )
+    ),
+    planned=True,
 )
 
 
