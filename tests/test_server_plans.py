@@ -94,3 +94,24 @@ def test_a_held_write_travels_as_an_execute_once_planned(pg_store, make_run):
     # The run's creation announced it too: prepared after "first", then executed twice.
     assert _prepared(pg_store)[announce] == 2
     assert Run.get_by_id("r-1").announced_status == "third"
+
+
+def test_a_lookup_alone_is_planned_too_and_runs_as_it_is_on_a_new_connection(
+    pg_store, make_run, postgres_server
+):
+    with pg_store.transaction():
+        make_run("r-1")
+    planned_text = "SELECT revision FROM runs WHERE run_id = $1"
+    for _ in range(2):
+        assert statements.rows(RUN_REVISION, ("r-1",)) == [(1,)]  # no transaction
+    with pg_store.transaction():  # prepared when the next transaction ends
+        make_run("r-2")
+    assert statements.rows(RUN_REVISION, ("r-1",)) == [(1,)]
+    assert _prepared(pg_store)[planned_text] == 1
+
+    # The server drops the connection; the guard sends the lookup again on a new one,
+    # which holds no prepared statement: it runs as it is there.
+    ((backend,),) = pg_store.db.execute_sql("SELECT pg_backend_pid()").fetchall()
+    postgres_server.execute(f"SELECT pg_terminate_backend({backend})")
+    assert statements.rows(RUN_REVISION, ("r-2",)) == [(1,)]
+    assert _prepared(pg_store) == {}

@@ -28,9 +28,9 @@ made without the values would do for a range only by chance. The candidate query
 generic plan walks the same queue index as the per-call one (measured with 3,000
 queued runs).
 
-Outside a transaction a statement may be sent again on a new connection (the
-connection guard's retry), which holds none: it runs as it is. Elsewhere (SQLite,
-another driver) a statement runs as it is.
+Outside a transaction the connection guard sends a statement again on a new connection
+when the old one was lost; the new one holds no prepared statement, and the statement
+then runs as it is. Elsewhere (SQLite, another driver) a statement runs as it is.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 MAX_PER_CONNECTION = 64
 # Calls on one connection before a statement is prepared for it.
 CALLS_BEFORE_PREPARING = 2
+# The server's SQLSTATE for an EXECUTE of a name the session does not hold.
+UNKNOWN_PREPARED_STATEMENT = "26000"
 
 log = logging.getLogger(__name__)
 
@@ -90,20 +92,30 @@ def configure(db: peewee.Database) -> None:
 
 def run(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     """Run `sql` (``%s`` placeholders) with `params`; returns its cursor. On PostgreSQL,
-    inside a transaction, a statement prepared on this connection is only executed."""
-    if not applies_to(db) or not db.in_transaction():
+    a statement prepared on this connection is only executed."""
+    # A closed connection is the connection guard's to open again (with its backoff).
+    if not applies_to(db) or db.is_closed():
         return run_sql(db, sql, params)
     sent = to_send(db, sql)
     if sent is sql:
         return run_sql(db, sql, params)
-    return db.execute_sql(sent, list(params))
+    if db.in_transaction():
+        return db.execute_sql(sent, list(params))
+    try:
+        return db.execute_sql(sent, list(params))
+    except peewee.DatabaseError as error:
+        # Alone, a statement whose connection was lost is sent again on a new one (the
+        # connection guard), which holds no prepared statement: then it runs as it is.
+        if _sqlstate(error) != UNKNOWN_PREPARED_STATEMENT:
+            raise
+        return run_sql(db, sql, params)
 
 
 def to_send(db: peewee.Database, sql: str) -> str:
-    """Inside a transaction on PostgreSQL: what to send for `sql` with the same
-    parameters, ``EXECUTE name (…)`` once it is prepared on this connection, else `sql`
-    itself (this call counts toward preparing it). A held write (`statements.run_later`)
-    travels as the one or the other."""
+    """What to send on PostgreSQL for `sql` with the same parameters: ``EXECUTE name
+    (…)`` once it is prepared on this connection, else `sql` itself (this call counts
+    toward preparing it, which happens when a transaction ends). A held write
+    (`statements.run_later`) travels as the one or the other."""
     plans = _plans(db.connection())
     if sql not in plans.prepared:
         if sql not in _refused and len(plans.prepared) < MAX_PER_CONNECTION:
@@ -148,6 +160,17 @@ def _plans(connection: Any) -> _Plans:
     if plans is None:
         plans = _connections[connection] = _Plans()
     return plans
+
+
+def _sqlstate(error: BaseException) -> str | None:
+    """The server's SQLSTATE of a driver error, however peewee wrapped it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        code = getattr(seen, "pgcode", None)
+        if code is not None:
+            return str(code)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _numbered(sql: str) -> str:
