@@ -190,6 +190,18 @@ def store(home_env: WorkflowHome, database_url: str | None) -> Iterator[StateSto
 
 
 @pytest.fixture
+def postgres_store(home_env: WorkflowHome, postgres_server: PostgresServer) -> Iterator[StateStore]:
+    """A state store on a fresh PostgreSQL database, whatever the test's backend."""
+    url = postgres_server.create_database(from_template=True)
+    opened = open_state(home_env.home, url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        postgres_server.drop_database(url)
+
+
+@pytest.fixture
 def plugin_env() -> Iterator[pytest.MonkeyPatch]:
     """A MonkeyPatch for plugin variables; the process-wide plugins reload once it is undone."""
     with pytest.MonkeyPatch.context() as patch:

@@ -405,19 +405,6 @@ def test_a_prune_step_reads_no_table_whole(store, make_run, backend, monkeypatch
 # overlap there; on PostgreSQL they do, each on its connection (peewee's per thread).
 
 
-@pytest.fixture
-def postgres_store(home_env, postgres_server):
-    from pi_workflows.storage import open_state
-
-    url = postgres_server.create_database(from_template=True)
-    opened = open_state(home_env.home, url)
-    try:
-        yield opened
-    finally:
-        opened.close()
-        postgres_server.drop_database(url)
-
-
 def _on_own_connection(store, work):
     """`work()` on this thread's own connection, closed afterwards."""
 
