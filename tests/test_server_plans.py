@@ -104,3 +104,23 @@ def test_a_lookup_alone_is_planned_too_and_runs_as_it_is_on_a_new_connection(
     postgres_server.execute(f"SELECT pg_terminate_backend({backend})")
     assert statements.rows(RUN_REVISION, ("r-2",)) == [(1,)]
     assert _prepared(postgres_store) == {}
+
+
+def test_a_prepare_that_fails_never_fails_the_transaction_that_ran_before_it(
+    postgres_store, make_run, monkeypatch
+):
+    with postgres_store.transaction():
+        make_run("r-1")
+    send = postgres_store.db.execute_sql
+
+    def unlucky(sql, *args, **kwargs):
+        if sql.startswith("PREPARE "):
+            raise RuntimeError("the driver broke mid-call")
+        return send(sql, *args, **kwargs)
+
+    monkeypatch.setattr(postgres_store.db, "execute_sql", unlucky)
+    for _ in range(3):  # the second ends by preparing: it commits all the same
+        assert _revision(postgres_store, "r-1") == [(1,)]
+    monkeypatch.undo()
+
+    assert "SELECT revision FROM runs WHERE run_id = $1" not in _prepared(postgres_store)

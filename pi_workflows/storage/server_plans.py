@@ -130,7 +130,9 @@ def to_send(db: peewee.Database, sql: str) -> str:
 
 def prepare_wanted(db: peewee.Database) -> None:
     """Outside a transaction: prepare, on `db`'s connection, the statements that ran
-    often enough on it. A failure is logged and leaves the statement to run as it is."""
+    often enough on it. Never raises (the store calls it right after a commit): a
+    statement the server refuses runs as it is from then on, and any other failure
+    leaves the rest for the next transaction's end."""
     if not applies_to(db) or db.in_transaction() or db.is_closed():
         return
     plans = _plans(db.connection())
@@ -146,12 +148,17 @@ def prepare_wanted(db: peewee.Database) -> None:
             with _lock:
                 name = _names.setdefault(sql, f"piw_planned_{next(_numbers)}")
             db.execute_sql(f"PREPARE {name} AS {numbered}")
-        except DatabaseUnavailableError:
-            return  # the connection is gone, and what it held with it
+        except (DatabaseUnavailableError, peewee.OperationalError, peewee.InterfaceError):
+            plans.wanted.append(sql)  # the connection is in trouble: after the next one
+            return
         except (ValueError, peewee.DatabaseError) as refusal:
-            _refused.add(sql)
+            _refused.add(sql)  # not this text, on any connection
             log.debug("statement not prepared (%s): %s", refusal, sql)
             continue
+        except Exception:  # a committed transaction must not fail here
+            log.exception("preparing statements failed; they run as they are")
+            plans.wanted.clear()
+            return
         plans.prepared.add(sql)
 
 
