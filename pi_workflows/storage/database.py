@@ -226,8 +226,9 @@ class StateStore:
             blobs.transaction_ended(committed)
             revisions.transaction_ended()
             known_attempts.transaction_ended(committed)
-        # Between transactions: what ran often enough is planned once (PostgreSQL).
-        server_plans.prepare_wanted(self.db)
+        if self.held_statements is not None:  # PostgreSQL through psycopg2
+            # Between transactions: what ran often enough is planned once.
+            server_plans.prepare_wanted(self.db)
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()

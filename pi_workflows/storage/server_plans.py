@@ -99,14 +99,12 @@ def run(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     sent = to_send(db, sql)
     if sent is sql:
         return run_sql(db, sql, params)
-    if db.in_transaction():
-        return db.execute_sql(sent, list(params))
     try:
         return db.execute_sql(sent, list(params))
     except peewee.DatabaseError as error:
         # Alone, a statement whose connection was lost is sent again on a new one (the
         # connection guard), which holds no prepared statement: then it runs as it is.
-        if _sqlstate(error) != UNKNOWN_PREPARED_STATEMENT:
+        if db.in_transaction() or _sqlstate(error) != UNKNOWN_PREPARED_STATEMENT:
             raise
         return run_sql(db, sql, params)
 

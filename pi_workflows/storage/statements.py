@@ -45,10 +45,9 @@ def run_later(
     `planned` one (a write by key) travels as ``EXECUTE`` once the server planned it
     (`server_plans`)."""
     deferred = DeferredStatements.on(db)
-    if deferred is None or not db.in_transaction():
+    held = server_plans.to_send(db, sql) if planned and deferred is not None else sql
+    if deferred is None or not deferred.hold_write(held, params):
         run_sql(db, sql, params)
-        return
-    deferred.hold_write(server_plans.to_send(db, sql) if planned else sql, params)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
