@@ -265,7 +265,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def _started_cluster(*, password: str | None = None) -> PostgresCluster:
     """A started cluster; a missing binary or failed tool fails the test, saying which."""
     try:
-        return PostgresCluster(password=password)
+        return PostgresCluster(password=password, in_memory=True)
     except PostgresSetupError as error:
         pytest.fail(str(error), pytrace=False)
 

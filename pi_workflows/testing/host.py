@@ -31,6 +31,7 @@ from . import launcher
 from .isolation import clean_environ, isolating_env
 from .launcher import LaunchedProcess
 from .polling import wait_until
+from .scratch import memory_dir
 
 # Short timers so a test waits milliseconds, not the production seconds, for a poll. The
 # poll is 0.2 s, not 0.1: the suite keeps hundreds of hosts up, and this halves what their
@@ -43,8 +44,9 @@ HOST_START_TIMEOUT_S = 90.0
 
 
 def short_temp_dir() -> Path:
-    """A new private directory with a short path (room for ``<dir>/h/host/host.sock``)."""
-    base = tempfile.gettempdir()
+    """A new private directory with a short path (room for ``<dir>/h/host/host.sock``), in
+    memory when the machine has room (see :mod:`pi_workflows.testing.scratch`)."""
+    base = memory_dir() or tempfile.gettempdir()
     if len(base) > 40:
         base = "/tmp"
     root = Path(tempfile.mkdtemp(prefix="piw-", dir=base)).resolve()

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .polling import wait_until
+from .scratch import memory_dir
 
 SCHEMA_TEMPLATE = "piw_schema_template"
 
@@ -82,11 +83,16 @@ class PostgresCluster:
 
     With a `password`, connections over TCP must give it (scram-sha-256), as on a real
     server; without one they are trusted. `settings` are extra server settings
-    (`-c name=value`), e.g. `shared_preload_libraries`.
+    (`-c name=value`), e.g. `shared_preload_libraries`. `in_memory` puts the cluster on
+    the machine's memory file system when it has room (tests; a benchmark keeps a disk).
     """
 
     def __init__(
-        self, *, password: str | None = None, settings: Mapping[str, str] | None = None
+        self,
+        *,
+        password: str | None = None,
+        settings: Mapping[str, str] | None = None,
+        in_memory: bool = False,
     ) -> None:
         missing = [tool for tool in ("initdb", "pg_ctl", "postgres") if shutil.which(tool) is None]
         if missing:
@@ -95,7 +101,8 @@ class PostgresCluster:
                 "(.ci/run does) and put their bin directory on PATH."
             )
         # Not under pytest's private tmp root: the postgres user must be able to reach it.
-        self.base = Path(tempfile.mkdtemp(prefix="piw-postgres-"))
+        parent = memory_dir() if in_memory else None
+        self.base = Path(tempfile.mkdtemp(prefix="piw-postgres-", dir=parent))
         self.data_dir, socket_dir = self.base / "data", self.base / "socket"
         self.log_file = self.base / "server.log"
         socket_dir.mkdir()

@@ -11,6 +11,7 @@ again.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -69,6 +70,7 @@ def gate() -> Iterator[Path]:
         yield path
     finally:
         (path / "release").touch()  # the plugin's thread ends with the test
+        shutil.rmtree(path, ignore_errors=True)  # its host ended with the test's harness
 
 
 def _harness(gate: Path, source: str, database_url: str | None = None) -> HostHarness:
