@@ -394,11 +394,13 @@ def to_worker():
 
 threading.Thread(target=to_worker, daemon=True).start()
 for line in worker.stdout:
-    sys.stdout.buffer.write(line)
     message = json.loads(line)
+    # Known as resent before the host can see it: a line longer than the buffer goes out
+    # at once, and a reply that beat this would reach the worker twice.
     if not resent and message["operation"] not in READS:
         resent.append(message["messageId"])
         sys.stdout.buffer.write(line)
+    sys.stdout.buffer.write(line)
     sys.stdout.buffer.flush()
 # os._exit, not sys.exit: at interpreter shutdown the reader thread may still hold
 # stdin's lock, and Python then aborts (SIGABRT), which the host rightly counts as a
