@@ -31,7 +31,7 @@ from ..event_types import EventType
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
 from ..protocol.worker_messages import WorkerOperation
-from ..records import TurnReport
+from ..records import TurnReceipt, TurnReport
 from ..storage import put_json, read_json, record_run_change, run_state, step_deadlines
 from ..storage.interactions import (
     InteractiveRequest,
@@ -72,6 +72,8 @@ SUBMIT_POLL_S = 0.025
 # What a session may say about a model turn that failed (one line; the run's error).
 MAX_TURN_ERROR = 2000
 SUBMIT_WAIT_S = 300.0
+# A worker that asked for an agent step writes the run's `waiting` next and exits.
+WORKER_LET_GO_S = 5.0
 DEADLINE_EXPIRED = "Workflow node model-turn deadline expired"
 STALE_VALIDATION_ERROR = (
     "The validation worker stopped before it decided about this output; submit it again."
@@ -342,15 +344,40 @@ class Sessions:
         )
         if not coordinator.branch_reported:
             raise TurnConflictError("Workflow branch must be reported before model turns")
-        ctx = TurnContext()
-        with _no_raw_integrity_errors():
-            with self.services.store.transaction():
-                receipt = plugins.adjudicate_turn_report(report, ctx)
+        try:
+            ctx, receipt = self._adjudicate(report)
+        except TurnConflictError:
+            # The step's message goes out with the worker's interaction request, and the
+            # run's claim is released by the worker's next write, a moment later: a turn
+            # that ends in between (a model that failed at once) found the run still
+            # owned and could not fail or pause it. Asked again once this host's worker
+            # has let the run go.
+            if not await self._worker_let_go(report.run_id):
+                raise
+            ctx, receipt = self._adjudicate(report)
         coordinator.model_turn_active = receipt.ownership == "active"
         if receipt.ownership == "settled":
             ctx.settled_runs.add(report.run_id)
         self._after_report(ctx)
         return response(request.request_id, receipt.outcome, receipt=receipt.to_json())
+
+    def _adjudicate(self, report: TurnReport) -> tuple[TurnContext, TurnReceipt]:
+        ctx = TurnContext()
+        with _no_raw_integrity_errors():
+            with self.services.store.transaction():
+                return ctx, plugins.adjudicate_turn_report(report, ctx)
+
+    async def _worker_let_go(self, run_id: str) -> bool:
+        """Wait (up to WORKER_LET_GO_S) while this host runs a worker for the run; whether
+        it ran one and it is done."""
+        if not self.services.is_run_busy(run_id):
+            return False
+        deadline = time.monotonic() + WORKER_LET_GO_S
+        while self.services.is_run_busy(run_id):
+            if self.services.is_stopping or time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(SUBMIT_POLL_S)
+        return True
 
     def _after_report(self, ctx: TurnContext) -> None:
         for run_id, old_status, new_status in ctx.stopped_runs:

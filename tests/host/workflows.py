@@ -359,54 +359,41 @@ WORKFLOW = workflow(
 )
 '''
 
-# The built-in worker behind a relay that sends its first write to the host twice, as a
-# worker that lost the reply and asked again would, and logs the host's two replies to
-# <project>/replies.jsonl instead of passing the second to the worker.
-RESENDING_WORKER_PLUGIN = '''
-import dataclasses
-import sys
-
-from pi_workflows import hookimpl
-from pi_workflows.builtin import launch
-
-RELAY = """
+# The relay between host and worker: `from_host(frame)` says whether a host frame goes on
+# to the worker, `from_worker(message)` how many copies of a worker message go to the host
+# (decided before any goes out: a line over the pipe's buffer leaves at once).
+_RELAY = r"""
 import json, os, subprocess, sys, threading
-
-READS = {"worker.ready", "worker.exiting", "store.readRunState"}
+{hooks}
 worker = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-resent = []
 
 
 def to_worker():
-    seen = 0
     for line in sys.stdin.buffer:
-        frame = json.loads(line)
-        if resent and frame.get("messageId") == resent[0]:
-            seen += 1
-            with open("replies.jsonl", "a") as log:
-                log.write(json.dumps(frame) + "\\\\n")
-            if seen == 2:
-                continue
-        worker.stdin.write(line)
-        worker.stdin.flush()
+        if from_host(json.loads(line)):
+            worker.stdin.write(line)
+            worker.stdin.flush()
     worker.stdin.close()
 
 
 threading.Thread(target=to_worker, daemon=True).start()
 for line in worker.stdout:
-    message = json.loads(line)
-    # Known as resent before the host can see it: a line longer than the buffer goes out
-    # at once, and a reply that beat this would reach the worker twice.
-    if not resent and message["operation"] not in READS:
-        resent.append(message["messageId"])
+    for _ in range(from_worker(json.loads(line))):
         sys.stdout.buffer.write(line)
-    sys.stdout.buffer.write(line)
     sys.stdout.buffer.flush()
 # os._exit, not sys.exit: at interpreter shutdown the reader thread may still hold
 # stdin's lock, and Python then aborts (SIGABRT), which the host rightly counts as a
 # crash and runs the worker again.
 os._exit(worker.wait())
 """
+_RELAYED_WORKER = """
+import dataclasses
+import sys
+
+from pi_workflows import hookimpl
+from pi_workflows.builtin import launch
+
+RELAY = {relay!r}
 
 
 @hookimpl
@@ -415,4 +402,40 @@ def piw_worker_process(envelope, settings):
     return dataclasses.replace(
         spec, argv=[sys.executable, "-c", RELAY, *spec.argv], forkable=False
     )
-'''
+"""
+
+
+def relayed_worker_plugin(hooks: str) -> str:
+    """A plugin that runs the built-in worker behind a relay (a Python script on the
+    worker's pipes; the worker is then spawned, not forked) whose `hooks` define
+    `from_host(frame) -> bool` and `from_worker(message) -> int` (see _RELAY)."""
+    return _RELAYED_WORKER.format(relay=_RELAY.replace("{hooks}", hooks))
+
+
+# The built-in worker behind a relay that sends its first write to the host twice, as a
+# worker that lost the reply and asked again would, and logs the host's two replies to
+# <project>/replies.jsonl instead of passing the second to the worker.
+RESENDING_WORKER_PLUGIN = relayed_worker_plugin(
+    r"""
+READS = {"worker.ready", "worker.exiting", "store.readRunState"}
+resent = []
+seen = 0
+
+
+def from_host(frame):
+    global seen
+    if resent and frame.get("messageId") == resent[0]:
+        seen += 1
+        with open("replies.jsonl", "a") as log:
+            log.write(json.dumps(frame) + "\n")
+        return seen != 2
+    return True
+
+
+def from_worker(message):
+    if not resent and message["operation"] not in READS:
+        resent.append(message["messageId"])
+        return 2
+    return 1
+"""
+)

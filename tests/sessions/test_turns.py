@@ -7,6 +7,10 @@ import threading
 
 import pytest
 
+from tests.host.workflows import relayed_worker_plugin
+
+from .conftest import TWO_STEPS, Sessions
+
 UNPRODUCTIVE = "Workflow step ended three times without a valid submission"
 
 
@@ -56,6 +60,56 @@ def test_a_turn_the_model_failed_fails_the_run_with_what_the_session_says(sessio
     assert (failed["errorCode"], failed["error"]) == ("modelFailed", failure)
     shown = json.loads(harness.cli("session", "messages", "session-model-down", "--json").stdout)
     assert [m["kind"] for m in shown] == ["step", "terminal"]  # no reminder
+
+
+# The built-in worker behind a relay that passes the host's reply to an interaction
+# request on only after HOLD_S: the step's message is out (it commits with the request)
+# while the run's claim, which the worker's next write releases, is still held.
+HOLDING_WORKER_PLUGIN = relayed_worker_plugin(
+    r"""
+import time
+
+HOLD_S = 1.0
+held = set()
+
+
+def from_host(frame):
+    if frame.get("messageId") in held:
+        time.sleep(HOLD_S)
+    return True
+
+
+def from_worker(message):
+    steps = message["payload"].get("steps") if message["operation"] == "store.batch" else None
+    operations = [step["operation"] for step in steps] if steps else [message["operation"]]
+    if "interaction.request" in operations:
+        held.add(message["messageId"])
+    return 1
+"""
+)
+
+
+def test_a_turn_that_fails_before_the_worker_lets_its_run_go_still_fails_the_run(harness):
+    """A model can fail within milliseconds of the step's message, before the worker
+    that asked for the step has written the run's `waiting` and released its claim. The
+    report waits for that worker instead of being refused ("could not fail")."""
+    harness.add_plugin("holding_worker", HOLDING_WORKER_PLUGIN)
+    harness.write_workflow("two-steps", TWO_STEPS)
+    harness.start_host()
+    sessions = Sessions(harness)
+    try:
+        run_id, session, message = sessions.first_step("two-steps", TWO_STEPS, "session-quick")
+        turn = _unproductive_turn(session, message)
+        [(owner,)] = harness.query("SELECT owner_id FROM leases WHERE run_id = ?", run_id)
+        assert owner is not None  # the worker still holds the run
+        failure = "The model local/qwen2.5-coder:7b failed: Connection error."
+        ended = session.report_turn(message, turn, "ended", stop_reason="error", error=failure)
+        assert ended.outcome == "accepted", ended.error
+        assert ended.receipt["ownership"] == "settled"
+        failed = harness.wait_for_status(run_id, "failed")
+        assert (failed["errorCode"], failed["error"]) == ("modelFailed", failure)
+    finally:
+        sessions.close()
 
 
 @pytest.mark.integration
