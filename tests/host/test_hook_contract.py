@@ -132,8 +132,13 @@ def test_without_a_selection_plugin_priority_then_age_decide_the_claims(harness:
     (harness.project / "release").touch()
     for run_id in [blocker, *older, urgent]:
         harness.wait_for_status(run_id, "completed")
-    started = dict(harness.query("SELECT run_id, started_at FROM run_queue"))
-    assert sorted([*older, urgent], key=started.__getitem__) == [urgent, *older]
+    rows = harness.query("SELECT run_id, started_at, available_at FROM run_queue")
+    started = {run_id: at for run_id, at, _ in rows}
+    available = {run_id: at for run_id, _, at in rows}
+    first, *then = sorted([*older, urgent], key=started.__getitem__)
+    assert first == urgent
+    # Then by age, to the millisecond: runs queued within one are equally old.
+    assert [available[run_id] for run_id in then] == sorted(available[r] for r in older)
 
 
 def test_the_candidate_window_follows_the_environment(harness: HostHarness):
