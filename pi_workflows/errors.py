@@ -119,6 +119,10 @@ class TurnConflictError(PiWorkflowsError):
     """A session's turn or branch report contradicts what the host saved (or its fencing)."""
 
 
+class RunStillOwnedError(TurnConflictError):
+    """A turn end could not fail or pause its step's run: a worker still holds the run."""
+
+
 class ChannelConfigError(PiWorkflowsError):
     """The decision channel configuration file cannot be used (format, mode, credentials)."""
 

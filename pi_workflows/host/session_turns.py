@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import plugins
 from ..clock import now_ms
-from ..errors import TurnConflictError
+from ..errors import RunStillOwnedError
 from ..event_types import EventType
 from ..records import TurnReport
 from ..storage import interactions, record_run_change, run_claims, step_deadlines
@@ -127,7 +127,10 @@ class TurnContext:
         ensure_interaction_message(interactions.get_request(request_id), "reminder", preface)
 
     def pause_step(self, request_id: str) -> None:
-        """Pause the step's parked run (the session interrupted it) and withdraw its prompts."""
+        """Pause the step's parked run (the session interrupted it) and withdraw its prompts.
+
+        RunStillOwnedError while a worker holds the run: the host adjudicates the report
+        again once its own worker has let the run go."""
         run_id = interactions.get_request(request_id).run_id
         run = run_row(run_id)
         if not run.paused:
@@ -135,7 +138,7 @@ class TurnContext:
             queue = queue_row(run_id)
             is_owned = lease.is_live(self.now)
             if queue.status != "parked" or is_owned:
-                raise TurnConflictError(
+                raise RunStillOwnedError(
                     "Interrupted workflow turn could not pause its exact parked run"
                 )
             record_run_change(
@@ -149,7 +152,8 @@ class TurnContext:
         cancel_pending_for_source(request_id, "step")
 
     def fail_step(self, request_id: str, error: str, code: str = "unproductiveTurns") -> None:
-        """Cancel the step and fail its run with `code` and `error`."""
+        """Cancel the step and fail its run with `code` and `error` (RunStillOwnedError
+        while a worker holds the run, as `pause_step`)."""
         run_id = interactions.get_request(request_id).run_id
         cancel_pending_for_source(request_id, "step")
         interactions.cancel_request(request_id, self.now)
@@ -166,5 +170,5 @@ class TurnContext:
             self.stopped_runs.append((run_id, old_status, "failed"))
         elif not self.run_is_terminal(run_id):
             # Already terminal is fine (the worker or a cancel won the race); a live run is not.
-            raise TurnConflictError(f"Workflow run could not fail: {error}")
+            raise RunStillOwnedError(f"Workflow run could not fail: {error}")
         self.settled_runs.add(run_id)

@@ -25,6 +25,7 @@ from ..errors import (
     NotFoundError,
     PiWorkflowsError,
     PluginError,
+    RunStillOwnedError,
     TurnConflictError,
 )
 from ..event_types import EventType
@@ -346,7 +347,7 @@ class Sessions:
             raise TurnConflictError("Workflow branch must be reported before model turns")
         try:
             ctx, receipt = self._adjudicate(report)
-        except TurnConflictError:
+        except RunStillOwnedError:
             # The step's message goes out with the worker's interaction request, and the
             # run's claim is released by the worker's next write, a moment later: a turn
             # that ends in between (a model that failed at once) found the run still
