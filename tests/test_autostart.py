@@ -62,13 +62,21 @@ def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
     assert _was_forked(host.pid) is forked
     assert os.getsid(host.pid) == host.pid  # its own session: not the command's terminal's
     assert host.cwd() == str(home.project)
-    targets = {
-        int(fd): os.readlink(f"/proc/{host.pid}/fd/{fd}")
-        for fd in os.listdir(f"/proc/{host.pid}/fd")
-    }
-    assert targets[0] == os.devnull
-    assert targets[1] == targets[2] == str(log)
-    assert not [target for target in targets.values() if target.startswith("pipe:")]
+
+    def targets() -> dict[int, str]:
+        return {
+            int(fd): os.readlink(f"/proc/{host.pid}/fd/{fd}")
+            for fd in os.listdir(f"/proc/{host.pid}/fd")
+        }
+
+    assert targets()[0] == os.devnull
+    assert targets()[1] == targets()[2] == str(log)
+    # The run's worker may still be ending, its pipes still open in the host (the
+    # command's own pipes reached their end of file above and in `subprocess.run`).
+    wait_until(
+        lambda: not [target for target in targets().values() if target.startswith("pipe:")],
+        what="the host to hold no pipe once its run's worker is gone",
+    )
     wait_until(lambda: "ready at epoch" in log.read_text(), what="the host's start in its log")
 
     stopped = home.run_cli("host", "stop")
