@@ -69,8 +69,9 @@ def test_a_host_a_command_starts_keeps_none_of_its_output_or_descriptors(
             for fd in os.listdir(f"/proc/{host.pid}/fd")
         }
 
-    assert targets()[0] == os.devnull
-    assert targets()[1] == targets()[2] == str(log)
+    stdio = targets()
+    assert stdio[0] == os.devnull
+    assert stdio[1] == stdio[2] == str(log)
     # The run's worker may still be ending, its pipes still open in the host (the
     # command's own pipes reached their end of file above and in `subprocess.run`).
     wait_until(

@@ -94,8 +94,7 @@ def test_a_turn_that_fails_before_the_worker_lets_its_run_go_still_fails_the_run
     that asked for the step has written the run's `waiting` and released its claim. The
     report waits for that worker instead of being refused ("could not fail")."""
     harness.add_plugin("holding_worker", HOLDING_WORKER_PLUGIN)
-    harness.write_workflow("two-steps", TWO_STEPS)
-    harness.start_host()
+    harness.start_host()  # first_step writes the workflow
     sessions = Sessions(harness)
     try:
         run_id, session, message = sessions.first_step("two-steps", TWO_STEPS, "session-quick")
