@@ -40,7 +40,9 @@ from .run_state import ACTIVE_ATTEMPT_STATUSES
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
-NEVER_AUTO_CLAIMED = ("workflowSourceChanged", "workerNoProgress", "workerCrashLoop")
+# A worker that exited before it committed progress (SPEC §7.4).
+NO_PROGRESS_CODE = "workerNoProgress"
+NEVER_AUTO_CLAIMED = ("workflowSourceChanged", NO_PROGRESS_CODE, "workerCrashLoop")
 MAX_DETAIL_CHARS = 8192
 
 
@@ -337,7 +339,7 @@ def park_for_no_progress(run_id: str, token: str, detail: str) -> bool:
         run_id,
         token,
         event_type=EventType.RUN_WORKER_NO_PROGRESS,
-        error_code="workerNoProgress",
+        error_code=NO_PROGRESS_CODE,
         detail=detail,
     )
 

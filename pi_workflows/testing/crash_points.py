@@ -15,7 +15,10 @@ records (each worker write and each host decision about the run is one). The exp
    ``state verify`` clean.
 
 Waiting runs are answered by the caller's ``answer`` callback; agent steps, when the case
-gives ``agent_replies``, run headless on the ``command`` executor with those replies.
+gives ``agent_replies``, run headless on the ``command`` executor with those replies. A
+worker killed after it started but before it committed any progress leaves its run parked
+(``workerNoProgress``, SPEC §7.4) until an operator resumes it: the explorer does, once per
+run, as that operator (`Trial.resumed`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Any
 
 from ..client.start_request import start_payload
 from ..storage.database import KILL_POINT_ENV
+from ..storage.run_claims import NO_PROGRESS_CODE
 from .host import HOST_START_TIMEOUT_S, TERMINAL_STATUSES, WorkflowHost, short_temp_dir
 from .polling import wait_until
 
@@ -117,6 +121,8 @@ class Trial:
     target: str
     killed: tuple[int, ...]  # the pids killed; empty: no such process at that boundary
     failures: tuple[str, ...]
+    # Runs the killed worker left parked without progress, given an operator's resume.
+    resumed: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"{self.target} killed {self.when} boundary {self.boundary.describe()}"
@@ -201,7 +207,14 @@ def _trial(
     killed = execution.killed
     if killed is None:
         failures.append("the kill point was never reached")
-    return Trial(boundary, spec["when"], spec["target"], tuple(killed or ()), tuple(failures))
+    return Trial(
+        boundary,
+        spec["when"],
+        spec["target"],
+        tuple(killed or ()),
+        tuple(failures),
+        tuple(execution.resumed),
+    )
 
 
 def first_of_each_kind() -> Callable[[Boundary], bool]:
@@ -272,6 +285,7 @@ class _Execution:
         self.outcome = Outcome((), {}, ())
         self._armed_host: Any = None
         self.killed: list[int] | None = None  # read before the home is deleted
+        self.resumed: list[str] = []  # runs the operator's `run resume` carried on
 
     def __enter__(self) -> _Execution:
         try:
@@ -298,6 +312,17 @@ class _Execution:
         """The pids the kill point killed (empty: nothing to kill); None: it never fired."""
         path = self.spec_path.with_name(self.spec_path.name + ".fired")
         return json.loads(path.read_text())["pids"] if path.exists() else None
+
+    def _parked_by_the_kill(self, run: dict[str, Any]) -> bool:
+        """A run whose worker this execution killed before it made progress: SPEC §7.4
+        parks it (`workerNoProgress`) for an operator's `run resume`, which the explorer
+        gives once per run. A second such park, or one without a kill, stays stranded."""
+        return (
+            run["errorCode"] == NO_PROGRESS_CODE
+            and run["runId"] not in self.resumed
+            and self._killed() is not None
+            and not self._host_killed()
+        )
 
     def _host_killed(self) -> bool:
         path = self.spec_path.with_name(self.spec_path.name + ".fired")
@@ -376,6 +401,10 @@ class _Execution:
                 for run in waiting:
                     if run["status"] == "waiting" and self.case.answer is not None:
                         self.case.answer(self.host, run)
+                    elif self._parked_by_the_kill(run):
+                        with closing(self.host.client()) as client:
+                            client.resume_run(run["runId"])
+                        self.resumed.append(run["runId"])
             except Exception as error:  # the host died under us: the next pass starts one
                 last_error = error
             time.sleep(0.05)

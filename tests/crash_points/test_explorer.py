@@ -10,6 +10,7 @@ import pytest
 
 from pi_workflows.testing import WorkflowHost
 from pi_workflows.testing.crash_points import CrashCase, CrashPoints
+from tests.host.workflows import relayed_worker_plugin
 
 MARK = """
 from pi_workflows import compute, edge, idempotent_effect, shell, workflow
@@ -73,3 +74,58 @@ def test_a_run_that_never_settles_fails_with_the_hosts_last_log_lines(crash_poin
     assert "runs not settled after 3 s:" in message and " waiting" in message
     log = message.split("the host's log, last 40 lines:\n", 1)[1]
     assert "ready at epoch" in log and log.count("\n") < 40
+
+
+# The built-in worker behind a relay that holds its first write for a moment, so that the
+# host's poll commits worker.ready's bookkeeping (`run.queue_running`) on its own: a
+# durable boundary with a live worker that has made no progress yet. Under load that
+# boundary happens by itself.
+SLOW_FIRST_WRITE = relayed_worker_plugin(
+    r"""
+import time
+
+READS = {"worker.ready", "worker.exiting", "store.readRunState"}
+held = []
+
+
+def from_host(frame):
+    return True
+
+
+def from_worker(message):
+    if not held and message["operation"] not in READS:
+        held.append(message["messageId"])
+        time.sleep(0.6)
+    return 1
+"""
+)
+
+
+@pytest.mark.integration
+def test_a_worker_killed_before_its_first_progress_is_resumed_once_as_an_operator_would(
+    crash_points: CrashPoints,
+):
+    case = mark_case(">")
+    prepare = case.prepare
+    assert prepare is not None
+
+    def slow_first_write(host: WorkflowHost) -> None:
+        prepare(host)
+        host.add_plugin("slow_first_write", SLOW_FIRST_WRITE)
+
+    case.prepare = slow_first_write
+    case.host_env = {"PI_WORKFLOWS_POLL_S": "0.1"}
+    report = crash_points.explore(
+        case,
+        targets=("worker",),
+        where=lambda boundary: boundary.kind == {"run.queue_running"},
+    )
+
+    # SPEC §7.4: a worker that dies before any progress parks its run (workerNoProgress)
+    # until `run resume`; once resumed it completes, its effect applied once.
+    assert [(trial.when, bool(trial.killed)) for trial in report.trials] == [
+        ("before", True),
+        ("after", True),
+    ], report.summary()
+    assert all(len(trial.resumed) == 1 for trial in report.trials), report.summary()
+    assert not report.failures, report.summary()
