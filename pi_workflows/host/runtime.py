@@ -182,7 +182,11 @@ class Host:
         prepare_home(self.home)
         self.lock = acquire_host_lock(self.home.lock_path, self.host_id)
         try:
-            self.store = open_state(self.home, self.database_url)
+            self.store = open_state(
+                self.home,
+                self.database_url,
+                idle_transaction_limit_ms=self.timings.host_lease_ms,
+            )
             self.worker_commits = CommitGroup(self.store, self.slots.claim_free_slots)
             with self.store.transaction():
                 previous = host_leases.previous_host(home_key(self.home))

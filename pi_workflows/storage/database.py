@@ -509,7 +509,13 @@ def index_names_by_table(db: peewee.Database) -> set[str]:
     return {row.name for table in tables for row in db.get_indexes(table)}
 
 
-def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -> StateStore:
+def open_state(
+    home: Home,
+    url: str | None = None,
+    *,
+    read_only: bool = False,
+    idle_transaction_limit_ms: int | None = None,
+) -> StateStore:
     """Open (and on first use create) the state database of `home`.
 
     Refuses an unsafe home, a database of another schema version (before writing
@@ -518,6 +524,10 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
     with ``mode=ro`` and ``query_only``, PostgreSQL runs every transaction read-only. A
     database that needs an upgrade is then opened as it is (`StateStore.schema_version`
     says which it has); one with no state yet is `NotFoundError`.
+
+    With `idle_transaction_limit_ms` (the host: its lease), a PostgreSQL server ends a
+    session that sits in an open transaction that long, and with it the locks the
+    transaction held.
     """
     if read_only:  # the same checks as prepare_home, on what exists: nothing is created
         for directory in (home.root, home.host_dir):
@@ -544,6 +554,8 @@ def open_state(home: Home, url: str | None = None, *, read_only: bool = False) -
             os.close(fd)
     elif read_only:
         _open_postgresql_read_only(db)
+    if idle_transaction_limit_ms is not None and isinstance(db, peewee.PostgresqlDatabase):
+        _limit_idle_transactions(db, idle_transaction_limit_ms)
     if server_plans.applies_to(db):
         server_plans.configure(db)
     database_proxy.initialize(db)
@@ -607,6 +619,20 @@ def _open_sqlite_read_only(db: peewee.SqliteDatabase, path: Path) -> None:
     """Every connection of `db` opens the file read-only: a write fails in SQLite itself."""
     db.database = f"{path.as_uri()}?mode=ro"
     db.connect_params["uri"] = True
+
+
+def _limit_idle_transactions(db: peewee.Database, limit_ms: int) -> None:
+    """Every session of `db` ends once it sits in an open transaction for `limit_ms`.
+
+    Every fenced transaction of a host holds its own host row `FOR SHARE`, so that a
+    takeover waits for it. A host stopped inside one (a paused machine, SIGSTOP) would
+    otherwise hold that row, and every other host's takeover of it, for as long as it is
+    stopped. A limit the storage plugin's URL sets stays.
+    """
+    options = db.connect_params.get("options", "")
+    if "idle_in_transaction_session_timeout" not in options:
+        limit = f"-c idle_in_transaction_session_timeout={limit_ms}"
+        db.connect_params["options"] = f"{options} {limit}".strip()
 
 
 def _open_postgresql_read_only(db: peewee.Database) -> None:

@@ -13,6 +13,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -294,6 +295,99 @@ def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     assert sorted(h["hostId"] for h in hosts_left) == sorted([taker_id, stalled_id])
     verified = taker.cli("state", "verify", "--json")
     assert json.loads(verified.stdout) == {"ok": True, "problems": []}
+
+
+# The host stalls (SIGSTOP: a paused VM, a swapped-out process) inside a transaction: at the
+# first COMMIT after <home>/stall-in-transaction appears, with the transaction's locks held,
+# among them the FOR SHARE on its own host_state row that every fenced transaction takes.
+STALL_IN_TRANSACTION_PLUGIN = """
+import os
+import signal
+from pathlib import Path
+
+import peewee
+from playhouse.db_url import parse
+
+from pi_workflows import hookimpl
+
+MARKER = "stall-in-transaction"
+
+
+class StallingDatabase(peewee.PostgresqlDatabase):
+    home = None
+
+    def execute_sql(self, sql, *args, **kwargs):
+        # The COMMIT goes as text, after the transaction's other statements.
+        marker = self.home / MARKER
+        if sql.rstrip().endswith("COMMIT") and marker.exists():
+            marker.unlink()
+            (self.home / "stalled").write_text(str(os.getpid()))
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return super().execute_sql(sql, *args, **kwargs)
+
+
+@hookimpl
+def piw_open_database(url, home):
+    if url is None or not url.startswith("postgresql://"):
+        return None
+    db = StallingDatabase(**parse(url), connect_timeout=2)
+    db.home = home
+    return db
+"""
+
+
+@pytest.mark.integration
+def test_a_host_stalled_inside_a_transaction_does_not_hold_off_the_takeover(
+    hosts: list[HostHarness],
+):
+    stalled, taker = hosts[0], hosts[1]
+    stalled.add_plugin("stall_in_transaction", STALL_IN_TRANSACTION_PLUGIN)
+    stalled.write_workflow("steps", STEPS)
+    stalled.start_host()
+    run_id = stalled.start_run("steps")
+    first_worker = stalled.wait_for_pid("b.pid")
+    taker.start_host()
+    taker_id = _host_id(taker)
+
+    (stalled.home.root / "stall-in-transaction").touch()
+    wait_until(
+        lambda: (
+            (stalled.home.root / "stalled").exists()
+            and _process_state(stalled.host_process.pid) == "T"
+        ),
+        what="the host to stall inside a transaction",
+    )
+
+    # Its session ends once it has sat in its transaction for a host lease, which frees
+    # its rows: the taker claims the run soon after the stalled host's lease ran out.
+    def taken_over() -> bool:
+        query = "SELECT 1 FROM leases WHERE run_id = ? AND owner_id = ?"
+        return bool(stalled.query(query, run_id, taker_id))
+
+    wait_until(taken_over, timeout=30, what="the taker to claim the run", interval=SLOW_LOOK_S)
+    stalled.wait_for_pid("b.pid", previous=first_worker)
+    (stalled.project / "release-b").touch()
+    assert taker.wait_for_status(run_id, "completed")["finalOutput"] == {"sum": 3}
+
+    # Running again, the stalled host finds its transaction gone with its session, and
+    # fences itself like any host whose lease was taken over.
+    stalled.host_process.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: "took the host lease again" in stalled.host_log(),
+        timeout=30,
+        what="the stalled host to fence itself",
+    )
+    assert stalled.host_process.poll() is None
+    attempts = stalled.query(
+        "SELECT status FROM node_attempts WHERE run_id = ? AND node_id = 'b'", run_id
+    )
+    assert [status for (status,) in attempts].count("completed") == 1
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of /proc/PID/stat (T: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def _lines(path) -> list[str]:
