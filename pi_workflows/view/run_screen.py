@@ -147,9 +147,17 @@ class RunScreen(Screen[None]):
         """A push: the run moved; `why` says what holds it now."""
         if payload.get("runId") != self.run_id:
             return  # from the run this view followed before its continuation
+        known = self.data
+        if (
+            known is not None
+            and known.graph["runId"] == self.run_id
+            and payload.get("revision", 0) < known.status["revision"]
+        ):
+            # Sent before what a read on another connection already showed (the two
+            # travel apart): it would take the view back for a moment.
+            return
         why = payload.get("why") or {}
         self.why, self.why_code = why.get("reason") or "", why.get("code")
-        known = self.data
         if known is not None and known.graph["runId"] == self.run_id and payload["entries"]:
             # Drawn at once from what was pushed; the read below fills in the values.
             graph = with_entries(known.graph, payload["entries"])

@@ -15,11 +15,13 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from pi_workflows.testing.host import WorkflowHost
+from pi_workflows.testing.polling import wait_until
 from pi_workflows.testing.seeding import seed_finished_runs
 from pi_workflows.view.app import ViewerApp
+from pi_workflows.view.feed import HostFeed
 from pi_workflows.view.run_screen import RunScreen
 
-from .test_real_run import use_scripted_agent
+from .test_real_run import hold, use_scripted_agent
 
 DEADLINE_S = 60.0
 
@@ -122,6 +124,48 @@ def test_a_finished_run_is_scrubbed_step_by_step_and_refuses_a_pause(in_process_
         assert shown(app, "#message") == "pause: Run is already terminal"
 
     drive(in_process_host, run_id, script, size=(80, 24))
+
+
+def test_a_push_that_arrives_after_a_newer_read_does_not_take_the_view_back(
+    in_process_host,
+) -> None:
+    """A push and a read travel on two connections: a push sent while the decision step
+    ran can arrive after the read that shows the run at its checkpoint."""
+    use_scripted_agent(in_process_host, {"classify": {"route": "checkpoint", "reason": "which?"}})
+    classify = hold(in_process_host, "classify")
+    in_process_host.start()
+    run_id = in_process_host.start_run("branch", {"task": "Tidy up the README."})
+    pushes: list[dict[str, Any]] = []
+    feed = HostFeed(
+        in_process_host.home,
+        "view.run.watch",
+        lambda _name, payload: pushes.append(payload),
+        lambda error: None,
+        run_id=run_id,
+    ).start()
+    try:
+        wait_until(
+            lambda: any(p["why"]["reason"].startswith("running node classify") for p in pushes),
+            what="a push of the decision step running",
+        )
+    finally:
+        feed.stop()
+    late = next(p for p in pushes if p["why"]["reason"].startswith("running node classify"))
+    classify.unlink()
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(
+            pilot, "the run at its checkpoint", lambda: "⏸ checkpoint_lane" in shown(app, "#graph")
+        )
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        screen.run_moved(late)
+        await pilot.pause(0.05)
+        assert "⏸ checkpoint_lane" in shown(app, "#graph")
+        assert "waiting" in shown(app, "#title")
+        assert "running node classify" not in shown(app, "#why")
+
+    drive(in_process_host, run_id, script)
 
 
 def test_the_runs_list_follows_the_host_filters_and_opens_a_run(in_process_host) -> None:
