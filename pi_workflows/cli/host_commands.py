@@ -8,7 +8,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -17,7 +17,7 @@ from ..client.connection import HostConnection
 from ..errors import HostUnavailableError, HostVersionError
 from ..host.hard_stop import stop_bound_s
 from ..host.lock import live_lock_holder, read_lock
-from ..host.process_identity import is_running
+from ..host.process_identity import is_running, is_stopped
 from .context import CliContext, emit_json, json_option, pass_cli, warn_if_settings_differ
 
 # A host that does not answer a stop within this long is sent SIGTERM instead (its event
@@ -68,6 +68,8 @@ def _stop(cli_ctx: CliContext) -> bool:
     """
     holder = live_lock_holder(cli_ctx.home.lock_path)
     cli_ctx.drop_client()  # this talks to the host on a short-lived connection of its own
+    if holder is not None and is_stopped(holder["pid"], holder["startIdentity"]):
+        _refuse_stopped(holder["pid"])
     try:
         connection = HostConnection(cli_ctx.home.socket_path, timeout_s=STOP_ASK_S)
         try:
@@ -82,6 +84,8 @@ def _stop(cli_ctx: CliContext) -> bool:
     wait_s = stop_bound_s() + STOP_SLACK_S
     deadline = time.monotonic() + wait_s
     while holder is not None and is_running(holder["pid"], holder["startIdentity"]):
+        if is_stopped(holder["pid"], holder["startIdentity"]):
+            _refuse_stopped(holder["pid"])
         if time.monotonic() > deadline:
             raise click.ClickException(
                 f"The host (PID {holder['pid']}) holds the home's lock and did not stop within "
@@ -90,6 +94,18 @@ def _stop(cli_ctx: CliContext) -> bool:
             )
         time.sleep(0.05)
     return True
+
+
+def _refuse_stopped(pid: int) -> NoReturn:
+    """A stopped host acts on nothing until it runs again: say so at once, not after the
+    bound of a stop. The SIGTERM it is sent ends it then."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    raise click.ClickException(
+        f"The host (PID {pid}) holds the home's lock but is stopped (SIGSTOP, or Ctrl-Z in "
+        f"its terminal), so it cannot stop; it was sent SIGTERM and stops once it runs "
+        f"again: run 'kill -CONT {pid}'."
+    )
 
 
 def _started_result(already: bool, cli_ctx: CliContext, as_json: bool, verb: str) -> None:

@@ -30,3 +30,16 @@ def is_running(pid: int, identity: str) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def is_stopped(pid: int, identity: str) -> bool:
+    """The exact process is stopped (SIGSTOP, a terminal's Ctrl-Z): it acts on no signal
+    but SIGKILL and SIGCONT until it runs again."""
+    if not is_same_process(pid, identity):
+        return False
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.NoSuchProcess:
+        return False

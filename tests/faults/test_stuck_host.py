@@ -101,11 +101,15 @@ def test_host_stop_never_says_no_host_runs_while_one_holds_the_lock(harness):
     process = harness.start_host()
     process.send_signal(signal.SIGSTOP)  # holds the lock, answers nothing
     try:
+        began = time.monotonic()
         result = harness.cli("host", "stop", check=False)
-        # A stopped process cannot act on SIGTERM: the truth is its PID, not "no host".
+        # A stopped process cannot act on SIGTERM: the truth is its PID, not "no host",
+        # told at once rather than after the bound of a stop (BOUND_S).
+        assert time.monotonic() - began < BOUND_S / 2
         assert result.returncode == 1
         assert "no host is running" not in result.stdout
         assert f"PID {process.pid}" in result.stderr
+        assert "is stopped" in result.stderr and f"kill -CONT {process.pid}" in result.stderr
     finally:
         process.send_signal(signal.SIGCONT)
     # Once it runs again the SIGTERM it was sent ends it.
