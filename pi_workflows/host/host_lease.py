@@ -22,6 +22,10 @@ from .worker_fence import LeaseClock
 
 log = logging.getLogger("pi_workflows.host")
 
+# How long a takeover waits for a row lock before it leaves the expired host to the next
+# poll: the event loop it runs on serves every client meanwhile.
+TAKEOVER_LOCK_WAIT_MS = 200
+
 
 class HostLease:
     def __init__(
@@ -144,6 +148,10 @@ class HostLease:
             # and the fenced transaction would cost three more round trips for nothing.
             if host_leases.expired_hosts(self.held.row_id, now_ms()):
                 with self.store.transaction():
+                    # A transaction the expired host still has open holds its row until
+                    # the server ends that session (a host lease after it went idle): the
+                    # loop does not wait for it, the next poll tries again.
+                    host_leases.wait_for_locks_at_most(TAKEOVER_LOCK_WAIT_MS)
                     taken = epoch_lease.take_over_expired_hosts(self.held)
             self.is_duty_host = epoch_lease.is_duty_host(self.held)
         except DatabaseUnavailableError:
@@ -151,6 +159,11 @@ class HostLease:
         except PiWorkflowsError as error:
             self.is_duty_host = False
             self._lost(error)
+            return
+        except Exception as error:  # the driver's error, as the storage layer reads it
+            if not host_leases.is_lock_wait_over(error):
+                raise
+            log.info("the takeover of an expired host waits for its open transaction to end")
             return
         if taken:
             log.warning("took over the runs of expired host epoch(s) %s", taken)

@@ -44,3 +44,14 @@ def run_sql(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
         cursor = db.cursor()
         cursor.execute(sql, params)
     return cursor
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The server's SQLSTATE of a driver error, however peewee wrapped it."""
+    seen: BaseException | None = error
+    while seen is not None:
+        code = getattr(seen, "pgcode", None)
+        if code is not None:
+            return str(code)
+        seen = seen.__cause__ or seen.__context__
+    return None

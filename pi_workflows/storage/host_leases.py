@@ -8,13 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import peewee
+
 from ..canonical import sha256_hex
 from ..clock import now_ms
-from .models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker
+from .driver import run_sql, sqlstate
+from .models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker, database_proxy
 from .prepared import Parameters, PreparedQuery
 
 # Serialises epoch allocation between hosts starting at once on PostgreSQL.
 _EPOCH_LOCK_KEY = 0x7069_7766  # "piwf"
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for a lock wait past lock_timeout
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,20 @@ _EXPIRED_HOSTS = PreparedQuery(
         & (HostState.id != p.own_row_id)
     )
 )
+
+
+def wait_for_locks_at_most(ms: int) -> None:
+    """PostgreSQL, for the rest of this transaction: a statement that waits for a row lock
+    longer than `ms` fails (`is_lock_wait_over`) instead of waiting on. SQLite takes its
+    one write lock at BEGIN."""
+    db = database_proxy.obj
+    if isinstance(db, peewee.PostgresqlDatabase):
+        run_sql(db, f"SET LOCAL lock_timeout = {int(ms)}", ())
+
+
+def is_lock_wait_over(error: BaseException) -> bool:
+    """The error of a statement that waited for a row lock past `wait_for_locks_at_most`."""
+    return sqlstate(error) == LOCK_NOT_AVAILABLE
 
 
 def expired_hosts(own_row_id: int, now: int) -> list[HostState]:

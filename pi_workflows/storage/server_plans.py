@@ -46,7 +46,7 @@ import peewee
 
 from ..errors import DatabaseUnavailableError
 from .deferred_statements import DeferredStatements
-from .driver import run_sql
+from .driver import run_sql, sqlstate
 
 GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 # IN lists of many lengths are statements of their own: enough room for the hot ones.
@@ -104,7 +104,7 @@ def run(db: peewee.Database, sql: str, params: Sequence[Any]) -> Any:
     except peewee.DatabaseError as error:
         # Alone, a statement whose connection was lost is sent again on a new one (the
         # connection guard), which holds no prepared statement: then it runs as it is.
-        if db.in_transaction() or _sqlstate(error) != UNKNOWN_PREPARED_STATEMENT:
+        if db.in_transaction() or sqlstate(error) != UNKNOWN_PREPARED_STATEMENT:
             raise
         return run_sql(db, sql, params)
 
@@ -165,17 +165,6 @@ def _plans(connection: Any) -> _Plans:
     if plans is None:
         plans = _connections[connection] = _Plans()
     return plans
-
-
-def _sqlstate(error: BaseException) -> str | None:
-    """The server's SQLSTATE of a driver error, however peewee wrapped it."""
-    seen: BaseException | None = error
-    while seen is not None:
-        code = getattr(seen, "pgcode", None)
-        if code is not None:
-            return str(code)
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 def _numbered(sql: str) -> str:

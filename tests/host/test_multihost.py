@@ -330,18 +330,28 @@ class StallingDatabase(peewee.PostgresqlDatabase):
 def piw_open_database(url, home):
     if url is None or not url.startswith("postgresql://"):
         return None
-    db = StallingDatabase(**parse(url), connect_timeout=2)
+    # PIW_TEST_IDLE_LIMIT: a limit of the storage plugin's own (which stays), else the
+    # host's (its lease).
+    limit = os.environ.get("PIW_TEST_IDLE_LIMIT")
+    options = f"-c idle_in_transaction_session_timeout={limit}" if limit else ""
+    db = StallingDatabase(**parse(url), connect_timeout=2, options=options)
     db.home = home
     return db
 """
 
 
 @pytest.mark.integration
+# None: the host's own limit (its 6 s lease) ends the stalled session as the lease runs
+# out. 8 s: the storage plugin's limit stays, and the taker finds the expired host's row
+# locked for a few seconds first.
+@pytest.mark.parametrize("plugin_limit_ms", [None, 8000])
 def test_a_host_stalled_inside_a_transaction_does_not_hold_off_the_takeover(
-    hosts: list[HostHarness],
+    hosts: list[HostHarness], plugin_limit_ms: int | None
 ):
     stalled, taker = hosts[0], hosts[1]
     stalled.add_plugin("stall_in_transaction", STALL_IN_TRANSACTION_PLUGIN)
+    if plugin_limit_ms is not None:
+        stalled.env["PIW_TEST_IDLE_LIMIT"] = str(plugin_limit_ms)
     stalled.write_workflow("steps", STEPS)
     stalled.start_host()
     run_id = stalled.start_run("steps")
@@ -358,8 +368,17 @@ def test_a_host_stalled_inside_a_transaction_does_not_hold_off_the_takeover(
         what="the host to stall inside a transaction",
     )
 
-    # Its session ends once it has sat in its transaction for a host lease, which frees
-    # its rows: the taker claims the run soon after the stalled host's lease ran out.
+    if plugin_limit_ms is not None:
+        # Its lease runs out while its transaction still holds its row: the takeover
+        # waits for the row lock a moment at each poll, not on the taker's event loop.
+        wait_until(
+            lambda: "waits for its open transaction" in taker.host_log(),
+            what="the taker to find the expired host's row locked",
+        )
+        assert taker.status()["state"] == "running"
+
+    # The server ends the session that sat in its transaction, which frees its rows: the
+    # taker claims the run.
     def taken_over() -> bool:
         query = "SELECT 1 FROM leases WHERE run_id = ? AND owner_id = ?"
         return bool(stalled.query(query, run_id, taker_id))
