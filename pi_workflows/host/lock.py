@@ -19,6 +19,11 @@ class HostLock:
     path: Path
     host_id: str
 
+    def is_held(self) -> bool:
+        """The lock file still names this host (not removed with its home, nor replaced)."""
+        record = read_lock(self.path)
+        return record is not None and record.get("hostId") == self.host_id
+
     def release(self) -> None:
         """Remove the lock only if it is still ours."""
         record = read_lock(self.path)

@@ -325,6 +325,18 @@ class Host:
         self.features.reconnected()
 
     def _poll(self) -> None:
+        if self.lock is not None and not self.lock.is_held():
+            # Removed with its home (or replaced): no client can find this host any more,
+            # nor `host stop` end it, and a new host may start in its place. On a shared
+            # database its runs would stay claimed for good.
+            if not self._stop_requested:
+                log.error(
+                    "the lock file %s no longer names this host (its home was removed, or "
+                    "the file was); the host stops",
+                    self.lock.path,
+                )
+                self._stop_for_good()
+            return
         if not self.store.is_sqlite:
             self.lease.take_over_expired_hosts()
             try:
