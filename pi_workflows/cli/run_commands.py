@@ -13,7 +13,6 @@ import click
 
 from ..client.workflow_client import WorkflowClient, run_succeeded
 from ..lineage import continued_as
-from ..view.text import transcript_line
 from .context import SECONDS, CliContext, emit_json, json_option, pass_cli
 from .json_input import NOTHING, input_options, read_json_input
 
@@ -291,6 +290,10 @@ def transcript_command(
     cli_ctx: CliContext, run_id: str, node_id: str | None, as_json: bool
 ) -> None:
     """Show what the agent did in each agent attempt of RUN_ID (prompts, replies, tools)."""
+    # Here, not at the top: the viewer's glyph tables would cost every `run` command
+    # (`run list` among them) 7 ms of imports.
+    from ..view.text import transcript_line
+
     transcripts = cli_ctx.client().run_transcript(run_id, node_id)
     if as_json:
         emit_json(transcripts)
