@@ -316,11 +316,12 @@ class _Execution:
     def _parked_by_the_kill(self, run: dict[str, Any]) -> bool:
         """A run whose worker this execution killed before it made progress: SPEC §7.4
         parks it (`workerNoProgress`) for an operator's `run resume`, which the explorer
-        gives once per run. A second such park, or one without a kill, stays stranded."""
+        gives once per run. A second such park, or one without a worker killed, stays
+        stranded."""
         return (
             run["errorCode"] == NO_PROGRESS_CODE
             and run["runId"] not in self.resumed
-            and self._killed() is not None
+            and bool(self._killed())
             and not self._host_killed()
         )
 
