@@ -76,16 +76,27 @@ def test_a_run_that_never_settles_fails_with_the_hosts_last_log_lines(crash_poin
     assert "ready at epoch" in log and log.count("\n") < 40
 
 
-# The built-in worker behind a relay that holds its first write for a moment, so that the
-# host's poll commits worker.ready's bookkeeping (`run.queue_running`) on its own: a
-# durable boundary with a live worker that has made no progress yet. Under load that
-# boundary happens by itself.
+# The built-in worker behind a relay that holds its first write until the host's poll has
+# committed worker.ready's bookkeeping (`run.queue_running`, the queue row `running`) on
+# its own: a durable boundary with a live worker that has made no progress yet. Under
+# load that boundary happens by itself.
 SLOW_FIRST_WRITE = relayed_worker_plugin(
     r"""
+import sqlite3
 import time
 
 READS = {"worker.ready", "worker.exiting", "store.readRunState"}
+LAUNCH = json.loads(os.environ["PI_WORKFLOWS_WORKER_LAUNCH"])
 held = []
+
+
+def queue_running():
+    uri = f"file:{LAUNCH['home']}/state.sqlite?mode=ro"
+    with sqlite3.connect(uri, uri=True) as db:
+        row = db.execute(
+            "SELECT status FROM run_queue WHERE run_id = ?", (LAUNCH["runId"],)
+        ).fetchone()
+    return row == ("running",)
 
 
 def from_host(frame):
@@ -95,7 +106,9 @@ def from_host(frame):
 def from_worker(message):
     if not held and message["operation"] not in READS:
         held.append(message["messageId"])
-        time.sleep(0.6)
+        deadline = time.monotonic() + 30
+        while not queue_running() and time.monotonic() < deadline:
+            time.sleep(0.02)
     return 1
 """
 )
