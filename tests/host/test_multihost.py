@@ -253,15 +253,8 @@ def test_a_stalled_host_writes_nothing_after_its_runs_were_taken_over(
     (stalled.project / "release-b").touch()
     resumed_at = time.time() * 1000
 
-    stalled.host_process.send_signal(signal.SIGCONT)
-    # It finds its lease gone, stops its workers, takes a new epoch and carries on.
-    wait_until(
-        lambda: "took the host lease again" in stalled.host_log(),
-        timeout=30,
-        what="the stalled host to fence itself",
-    )
+    _continue_and_see_it_fence_itself(stalled)
     assert "host lease lost" in stalled.host_log()
-    assert stalled.host_process.poll() is None
 
     final = taker.wait_for_status(run_id, "completed")
     assert final["finalOutput"] == {"sum": 3}
@@ -390,17 +383,23 @@ def test_a_host_stalled_inside_a_transaction_does_not_hold_off_the_takeover(
 
     # Running again, the stalled host finds its transaction gone with its session, and
     # fences itself like any host whose lease was taken over.
-    stalled.host_process.send_signal(signal.SIGCONT)
-    wait_until(
-        lambda: "took the host lease again" in stalled.host_log(),
-        timeout=30,
-        what="the stalled host to fence itself",
-    )
-    assert stalled.host_process.poll() is None
+    _continue_and_see_it_fence_itself(stalled)
     attempts = stalled.query(
         "SELECT status FROM node_attempts WHERE run_id = ? AND node_id = 'b'", run_id
     )
     assert [status for (status,) in attempts].count("completed") == 1
+
+
+def _continue_and_see_it_fence_itself(stopped: HostHarness) -> None:
+    """SIGCONT a SIGSTOPped host whose lease was taken over meanwhile: it finds its lease
+    gone, stops its workers, takes a new epoch and carries on."""
+    stopped.host_process.send_signal(signal.SIGCONT)
+    wait_until(
+        lambda: "took the host lease again" in stopped.host_log(),
+        timeout=30,
+        what="the stopped host to fence itself",
+    )
+    assert stopped.host_process.poll() is None
 
 
 def _process_state(pid: int) -> str:
@@ -441,13 +440,7 @@ def test_a_stalled_hosts_worker_stops_its_command_before_another_host_runs_it(
     final = taker.wait_for_status(run_id, "completed", timeout=60)
     assert final["status"] == "completed"
 
-    stalled.host_process.send_signal(signal.SIGCONT)
-    wait_until(
-        lambda: "took the host lease again" in stalled.host_log(),
-        timeout=30,
-        what="the stalled host to take its lease again",
-    )
-    assert stalled.host_process.poll() is None
+    _continue_and_see_it_fence_itself(stalled)
     assert Counter(_lines(stalled.project / "effects")) == {"a": 1, "b": 1, "c": 1}
 
 
@@ -545,15 +538,8 @@ def test_cancel_waits_for_a_live_owner_and_ends_a_run_whose_owner_expired(
     assert new_owner is None and new_generation > generation
     assert owner.query("SELECT status FROM run_queue WHERE run_id = ?", run_id) == [("cancelled",)]
 
-    owner.host_process.send_signal(signal.SIGCONT)
-    # The owner finds its lease gone, stops its workers, takes a new epoch and carries on;
-    # the cancel it slept through stands.
-    wait_until(
-        lambda: "took the host lease again" in owner.host_log(),
-        timeout=30,
-        what="the stopped owner to fence itself",
-    )
-    assert owner.host_process.poll() is None
+    _continue_and_see_it_fence_itself(owner)
+    # The cancel it slept through stands.
     assert other.client().run_status(run_id)["status"] == "cancelled"
 
 
