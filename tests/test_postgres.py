@@ -19,6 +19,7 @@ from pi_workflows.storage import (
 )
 from pi_workflows.storage.models import Run
 from pi_workflows.storage.runs import run_record
+from tests.sent_statements import SentStatements
 
 
 def test_cli_state_status_against_postgres_shows_the_schema(home_env, postgres_url):
@@ -93,40 +94,12 @@ def test_postgres_schema_version_mismatch_is_refused(home_env, postgres_url):
     assert "v99" in result.stderr and "upgrade pi-workflows" in result.stderr
 
 
-class _SentStatements:
-    """The query texts a store's connection sends, one per round trip."""
-
-    def __init__(self, store, monkeypatch) -> None:
-        self.texts: list[str] = []
-        opened = store.db.cursor
-        monkeypatch.setattr(store.db, "cursor", lambda *args: self._recording(opened(*args)))
-
-    def _recording(self, cursor):
-        texts = self.texts
-
-        class Recording:
-            def execute(self, sql, params=None):
-                texts.append(" ".join(str(sql).split()))
-                return cursor.execute(sql, params)
-
-            def __getattr__(self, name):
-                return getattr(cursor, name)
-
-        return Recording()
-
-    def take(self, *, prepares: bool = False) -> list[str]:
-        """The texts sent since the last take; without the `PREPARE`s sent between
-        transactions (`server_plans`) unless `prepares`."""
-        texts, self.texts = self.texts, []
-        return [text for text in texts if prepares or not text.startswith("PREPARE ")]
-
-
 def test_a_transaction_sends_its_begin_with_its_first_statement(
     home_env, postgres_url, make_run, monkeypatch
 ):
     store = open_state(home_env.home, postgres_url)
     try:
-        sent = _SentStatements(store, monkeypatch)
+        sent = SentStatements(store, monkeypatch)
         with store.transaction():
             assert Run.select().count() == 0
         texts = sent.take()
@@ -170,7 +143,7 @@ def _announced(run_id: str) -> str | None:
 def test_a_write_nothing_reads_travels_with_the_next_statement(store, make_run, monkeypatch):
     with store.transaction():
         make_run("pg-held")
-    sent = _SentStatements(store, monkeypatch)
+    sent = SentStatements(store, monkeypatch)
     with store.transaction():
         # Its values hold a `%`, and the statement it travels with has parameters.
         statements.set_announced_statuses({"pg-held": "100% queued"})
@@ -206,7 +179,7 @@ def test_a_held_write_that_fails_undoes_its_savepoint_block_alone(store, make_ru
     with store.transaction():
         make_run("pg-kept")
         make_run("pg-undone")
-    sent = _SentStatements(store, monkeypatch)
+    sent = SentStatements(store, monkeypatch)
     with store.transaction():
         with store.savepoint():
             record_run_change("pg-kept", event_type="run.started", actor="test")
@@ -254,7 +227,7 @@ def test_the_claim_candidate_query_is_planned_once_per_connection(
     try:
         with store.transaction():
             make_run("pg-claimable")
-        sent = _SentStatements(store, monkeypatch)
+        sent = SentStatements(store, monkeypatch)
         for _ in range(3):
             with store.transaction():
                 assert run_claims.claim_candidates("host-a", set()) == ["pg-claimable"]

@@ -44,6 +44,7 @@ from pi_workflows.storage.prepared import PreparedQuery, model_instance
 from pi_workflows.storage.runs import run_record, run_records, run_status, run_statuses
 from pi_workflows.storage.statements import insert_blob, run_sql
 from pi_workflows.testing.factories import host_info
+from tests.sent_statements import SentStatements
 
 
 def _file_fingerprint(path):
@@ -189,6 +190,48 @@ def test_a_corrupted_blob_is_detected_when_the_value_is_stored_again(store):
 
     with pytest.raises(BlobConflictError, match=blob_hash[:12]), store.transaction():
         put_json({"answer": 42})
+
+
+def test_the_blobs_a_transaction_takes_up_are_checked_together_before_it_commits(
+    store, monkeypatch
+):
+    values = [{"taken": number} for number in range(3)]
+    with store.transaction():
+        stored = [put_json(value) for value in values]
+    sent = SentStatements(store, monkeypatch)
+
+    def blob_reads() -> list[str]:
+        texts = sent.take()
+        return [part for text in texts for part in text.split(";") if "FROM blobs" in part]
+
+    with store.transaction():
+        assert [put_json(value) for value in values] == stored  # stored already: taken up
+        assert blob_reads() == []  # nothing read yet
+    (check,) = blob_reads()
+    assert "blob_hash IN (" in check and check.count(",") >= 2 + 3  # three addresses
+
+
+def test_a_blob_taken_up_on_a_stale_hint_reads_back_in_the_same_transaction(store):
+    value = {"pruned": "between two transactions"}
+    with store.transaction():
+        blob_hash = put_json(value)
+    Blob.delete().where(Blob.blob_hash == blob_hash).execute()  # as a prune would
+
+    with store.transaction():
+        assert read_json(put_json(value)) == value
+    assert read_json(blob_hash) == value
+
+
+def test_a_corrupted_blob_taken_up_in_a_block_fails_that_block_alone(store):
+    with store.transaction():
+        corrupted = put_json({"answer": 42})
+    Blob.update(content=b'{"answer":43}').where(Blob.blob_hash == corrupted).execute()
+
+    with store.transaction():
+        with pytest.raises(BlobConflictError, match=corrupted[:12]), store.savepoint():
+            put_json({"answer": 42})
+        kept = put_json({"written": "after the failed block"})
+    assert read_json(kept) == {"written": "after the failed block"}
 
 
 def test_a_blob_written_in_a_rolled_back_savepoint_is_written_again(store):

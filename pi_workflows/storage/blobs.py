@@ -28,17 +28,25 @@ STORED_HINTS = 8192
 
 
 class _Written(threading.local):
-    """The blobs this thread's open `StateStore` transaction inserted or compared with what
-    it asked for, in that order: hash -> media type (None: no transaction; an address is
-    one row, so it has one media type).
+    """The blobs this thread's open `StateStore` transaction inserted or took up, in that
+    order: hash -> media type (None: no transaction; an address is one row, so it has one
+    media type).
 
     `StateStore` keeps it: empty when a transaction begins, cut back when a savepoint
     rolls back, None again when the transaction ends. A put that finds its blob here
     writes and reads nothing.
+
+    `unchecked` holds the blobs the open block took up without reading them (stored
+    already, by a commit of this process or by another writer): their rows are compared
+    with what was asked for, and held, by one statement when the block ends
+    (`check_taken_up`), rather than one statement each as they come. `outer` holds the
+    unchecked blobs of the blocks around the open one, which their own ends check.
     """
 
     def __init__(self) -> None:
         self.blobs: dict[str, str] | None = None
+        self.unchecked: dict[str, tuple[bytes, str, tuple[str, ...]]] = {}
+        self.outer: list[dict[str, tuple[bytes, str, tuple[str, ...]]]] = []
 
 
 _written = _Written()
@@ -50,6 +58,18 @@ _committed: dict[str, str] = {}
 
 def transaction_began() -> None:
     _written.blobs = {}
+    _written.unchecked, _written.outer = {}, []
+
+
+def block_began() -> None:
+    """A savepoint opened: what it takes up is checked when it ends."""
+    _written.outer.append(_written.unchecked)
+    _written.unchecked = {}
+
+
+def block_ended() -> None:
+    """A savepoint ended (checked, or rolled back): the enclosing block's checks resume."""
+    _written.unchecked = _written.outer.pop()
 
 
 def written_mark() -> int:
@@ -66,6 +86,7 @@ def rolled_back_to(mark: int) -> None:
 
 def transaction_ended(committed: bool) -> None:
     blobs, _written.blobs = _written.blobs, None
+    _written.unchecked, _written.outer = {}, []
     if committed and blobs:
         if len(_committed) + len(blobs) > STORED_HINTS:
             _committed.clear()
@@ -90,7 +111,7 @@ def _put_hashed(
     if not seen and statements.insert_blob(blob_hash, media_type, content, now_ms()):
         _inserted(blob_hash, content, media_type, names)
         return blob_hash
-    _reuse(blob_hash, content, media_type, names)
+    _take_up(blob_hash, content, media_type, names)
     return blob_hash
 
 
@@ -104,6 +125,50 @@ def _inserted(blob_hash: str, content: bytes, media_type: str, names: Collection
         nested |= split_part_hashes(content)
     if nested:
         statements.insert_nested(blob_hash, sorted(nested))
+
+
+def _take_up(blob_hash: str, content: bytes, media_type: str, names: Collection[str] = ()) -> None:
+    """Reference a blob stored already. Inside a transaction its row is compared (and
+    held) when the open block ends, together with the others it took up: the
+    transaction's own writes do not read the blob, and none of them commits before that
+    check. An address this transaction holds under another media type is a conflict
+    found at once."""
+    written = _written.blobs
+    if written is None or blob_hash in written:
+        _reuse(blob_hash, content, media_type, names)
+        return
+    _written.unchecked[blob_hash] = (content, media_type, tuple(names))
+    _note_written(blob_hash, media_type)
+
+
+def check_taken_up() -> None:
+    """Compare with what was asked for, and hold until the transaction ends, the rows of
+    the blobs the open block took up, in one statement; a row a prune deleted since it
+    was seen is inserted again (`_reuse`). Raises `BlobConflictError` for a row that
+    differs: the block then fails before anything of it commits."""
+    unchecked, _written.unchecked = _written.unchecked, {}
+    if not unchecked:
+        return
+    stored = statements.select_blobs(list(unchecked), reuse=True)
+    for blob_hash, (content, media_type, names) in unchecked.items():
+        found = stored.get(blob_hash)
+        if found is None:
+            _reuse(blob_hash, content, media_type, names)
+        else:
+            _check_stored(blob_hash, found, media_type, content)
+
+
+def _settle(blob_hash: str) -> None:
+    """Check a taken-up blob now, before it is read (a prune may have deleted it). An
+    enclosing block's entry stays for its own end too: this block may still roll back."""
+    for block in (_written.unchecked, *reversed(_written.outer)):
+        taken = block.get(blob_hash)
+        if taken is not None:
+            if block is _written.unchecked:
+                del block[blob_hash]
+            content, media_type, names = taken
+            _reuse(blob_hash, content, media_type, names)
+            return
 
 
 def _reuse(blob_hash: str, content: bytes, media_type: str, names: Collection[str] = ()) -> None:
@@ -158,7 +223,7 @@ def _put_together(contents: list[bytes], media_type: str) -> list[str]:
             if blob_hash in new:
                 _inserted(blob_hash, content, media_type, ())
             else:
-                _reuse(blob_hash, content, media_type)
+                _take_up(blob_hash, content, media_type)
     else:
         for blob_hash, content in fresh.items():
             _put_hashed(blob_hash, content, media_type)
@@ -279,6 +344,8 @@ def put_text(text: str) -> str:
 
 
 def _read(blob_hash: str, media_type: str) -> bytes:
+    if _written.blobs is not None:
+        _settle(blob_hash)
     stored = statements.select_blob(blob_hash)
     if stored is None:
         raise BlobConflictError(f"Blob {blob_hash[:12]} is missing from the state database.")

@@ -186,6 +186,7 @@ class StateStore:
                         "An inner step of this change failed, so nothing was written; "
                         "see the earlier error."
                     )
+                blobs.check_taken_up()
                 if self.kill_point is not None:
                     self.kill_point.committing(*run_transitions.noted())
                 # Announced before the callbacks the transaction registered (a claim pass,
@@ -252,11 +253,14 @@ class StateStore:
         else:
             self.db.execute_sql(f"SAVEPOINT {_SAVEPOINT}")
         tx.depth += 1
+        blobs.block_began()
         try:
             try:
                 yield
+                blobs.check_taken_up()  # a conflict found here undoes this block alone
             finally:
                 tx.depth -= 1
+                blobs.block_ended()
             # Inside the failure handling: a held write that fails with the release
             # undoes this block alone.
             if held is not None and mark is not None:

@@ -129,6 +129,36 @@ def select_blob(blob_hash: str, *, reuse: bool = False) -> tuple[str, int, bytes
     return media_type, byte_length, bytes(content)
 
 
+#: Addresses one `select_blobs` statement asks for at most.
+BLOBS_PER_SELECT = 100
+
+
+@functools.lru_cache(maxsize=8)
+def _select_blobs_sql(count: int, locking: bool) -> str:
+    marks = ", ".join(["?"] * count)
+    sql = (
+        "SELECT blob_hash, media_type, byte_length, content FROM blobs "
+        f"WHERE blob_hash IN ({marks})"
+    )
+    return sql + " FOR KEY SHARE" if locking else sql
+
+
+def select_blobs(
+    blob_hashes: Sequence[str], *, reuse: bool = False
+) -> dict[str, tuple[str, int, bytes]]:
+    """`select_blob` of each address, in one statement per `BLOBS_PER_SELECT`; an
+    address with no row is left out."""
+    locking = reuse and database_proxy.obj.for_update
+    found: dict[str, tuple[str, int, bytes]] = {}
+    for start in range(0, len(blob_hashes), BLOBS_PER_SELECT):
+        chunk = blob_hashes[start : start + BLOBS_PER_SELECT]
+        for blob_hash, media_type, byte_length, content in rows(
+            _select_blobs_sql(len(chunk), locking), chunk
+        ):
+            found[blob_hash] = (media_type, byte_length, bytes(content))
+    return found
+
+
 # --- runs --------------------------------------------------------------------------------
 
 HOLD_RUN = "SELECT 1 FROM runs WHERE run_id = ?"
