@@ -10,6 +10,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +63,8 @@ SQLITE_PRAGMAS = (
 )
 # A read-only connection cannot set the journal mode; it refuses writes twice over.
 SQLITE_READ_PRAGMAS = (("foreign_keys", 1), ("busy_timeout", 5000), ("query_only", 1))
+# How long an opening retries a pragma SQLite refused at once with "database is locked".
+PRAGMA_LOCKED_RETRY_S = 5.0
 
 # Arms the test kit's kill point (pi_workflows.testing.kill_point); unset in production.
 KILL_POINT_ENV = "PI_WORKFLOWS_TEST_KILL_POINT"
@@ -570,7 +573,7 @@ def open_state(
         raise DatabaseUrlError(f"Cannot connect to {where}: {exc}".strip()) from exc
     if isinstance(db, peewee.SqliteDatabase):
         for pragma, value in SQLITE_READ_PRAGMAS if read_only else SQLITE_PRAGMAS:
-            db.pragma(pragma, value, permanent=True)
+            _set_pragma(db, pragma, value)
     store = StateStore(db, home, url, location=location)
     if read_only:
         existing_version = _existing_schema_version(store)
@@ -589,6 +592,25 @@ def open_state(
 
             store.kill_point = armed_kill_point()
     return store
+
+
+def _set_pragma(db: peewee.SqliteDatabase, pragma: str, value: object) -> None:
+    """Set `pragma` on `db` and on each connection it opens later.
+
+    Processes that open a fresh file at once all switch it to WAL: one that holds a read
+    lock while another holds the write lock gets "database is locked" at once, without
+    the busy timeout (SQLite's deadlock rule); a moment later the switch is done and the
+    pragma goes through.
+    """
+    deadline = time.monotonic() + PRAGMA_LOCKED_RETRY_S
+    while True:
+        try:
+            db.pragma(pragma, value, permanent=True)
+            return
+        except peewee.OperationalError as error:
+            if "database is locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
 
 
 _NO_STATE_YET = (
