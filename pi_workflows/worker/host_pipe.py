@@ -6,6 +6,7 @@ import json
 import queue
 import secrets
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 from ..canonical import canonical_json
@@ -21,6 +22,30 @@ from ..protocol.worker_messages import (
     message_kind,
 )
 from .lease_fence import LeaseFence
+
+# A thread started ahead to read the next HostPipe's frames (`start_reader_ahead`).
+_reader_ahead: queue.SimpleQueue[Callable[[], None]] | None = None
+
+
+def start_reader_ahead() -> None:
+    """In a spare worker, while it waits for its launch: start the thread that will
+    read the host's frames. Started at launch, it held up every launch for 1-2 ms in a
+    worker just forked on busy cores, before the workflow was even loaded."""
+    global _reader_ahead
+    jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+    threading.Thread(
+        target=lambda: jobs.get()(), name="pi-workflows-host-pipe", daemon=True
+    ).start()
+    _reader_ahead = jobs
+
+
+def _start_reader(read: Callable[[], None]) -> None:
+    global _reader_ahead
+    jobs, _reader_ahead = _reader_ahead, None
+    if jobs is not None:
+        jobs.put(read)
+    else:
+        threading.Thread(target=read, name="pi-workflows-host-pipe", daemon=True).start()
 
 
 class HostPipe:
@@ -45,9 +70,7 @@ class HostPipe:
         self._ready_reply_unread = False
         # Replies in order; then None at end-of-file, or what made reading fail.
         self._replies: queue.SimpleQueue[dict[str, Any] | Exception | None] = queue.SimpleQueue()
-        threading.Thread(
-            target=self._read_frames, name="pi-workflows-host-pipe", daemon=True
-        ).start()
+        _start_reader(self._read_frames)
 
     def ready(self) -> dict[str, Any]:
         """Say worker.ready; its answer: the one sent with the launch, else the reply."""

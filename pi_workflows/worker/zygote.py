@@ -93,6 +93,9 @@ def _become_worker(loop: ForkLoop, launches: socket.socket | tuple[bytes, list[i
         loop.leave()
         os.setsid()
         if isinstance(launches, socket.socket):
+            from .host_pipe import start_reader_ahead
+
+            start_reader_ahead()  # a spare: its launch then need not wait for the thread
             data, fds, _flags, _addr = socket.recv_fds(launches, MAX_CONTROL_BYTES, 3)
             launches.close()
             if not data:

@@ -129,3 +129,27 @@ def test_a_worker_that_fails_to_load_skips_the_answer_sent_with_the_launch():
     host.join(10)
     pipe.reader.close()
     assert [message["operation"] for message in received] == ["worker.exiting"]
+
+
+def test_a_pipe_reads_with_the_thread_a_spare_started_ahead_and_starts_none_of_its_own():
+    from pi_workflows.worker import host_pipe
+
+    host_pipe.start_reader_ahead()  # as a spare does while it waits for its launch
+    threads = threading.active_count()
+    envelope = {"runId": "run-1", "generation": 1, "workerEpoch": "epoch-1"}
+    pipes = []
+    for expected_threads in (threads, threads + 1):  # the next pipe starts its own
+        from_worker, to_host = os.pipe()
+        from_host, to_worker = os.pipe()
+        pipe = HostPipe(envelope, os.fdopen(from_host, "rb"), os.fdopen(to_host, "wb"))
+        pipes.append((pipe, from_worker, to_worker))
+        assert threading.active_count() == expected_threads
+        answer = {"command": {"kind": "start"}, "runState": {"state": None}}
+        prepared = {"messageId": "worker.ready", "outcome": "prepared", "result": answer}
+        os.write(to_worker, json.dumps(prepared).encode() + b"\n")
+        assert pipe.ready() == answer  # read by the pipe's reading thread
+    for pipe, from_worker, to_worker in pipes:
+        os.close(to_worker)  # first: the pipe's reading thread ends at end-of-file
+        pipe.reader.close()
+        pipe.writer.close()
+        os.close(from_worker)

@@ -237,6 +237,8 @@ def test_a_launch_is_run_by_the_spare_the_fork_server_forked_ahead(harness: Host
     spare = wait_until(lambda: _the_spare(zygote), what="the fork server's spare")
     # Before any launch, it makes itself the leader of its own process group.
     wait_until(lambda: os.getpgid(spare.pid) == spare.pid, what="the spare's own group")
+    # It starts the thread that will read its host's frames, so a launch need not.
+    wait_until(lambda: spare.num_threads() == 2, what="the spare's reading thread")
     run_id = harness.start_run("steps")
     # The run's worker is that spare, and a new spare waits beside it.
     assert harness.wait_for_pid("b.pid") == spare.pid
