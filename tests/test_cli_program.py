@@ -52,3 +52,22 @@ def test_run_flushes_what_was_printed_and_runs_atexit_handlers(
     assert ended.returncode == 0, ended.stderr
     assert ended.stdout == "x" * 200_000 + f"pi-workflows, version {__version__}\n"
     assert marker.read_text() == "ran"
+
+
+def test_a_client_command_imports_only_what_it_uses(workflow_home: WorkflowHome):
+    """Each import is paid by every command (docs/performance.md: `run list`): the
+    settings (TOML, temporary files) load only to start a host, the viewer's text
+    helpers only for `run transcript`."""
+    listed = _run(
+        workflow_home,
+        *(sys.executable, "-X", "importtime", "-m", "pi_workflows", "--no-autostart"),
+        *("run", "list"),
+    )
+    assert listed.returncode == 1 and "No workflow host is running" in listed.stderr
+    imported = {
+        line.split("|")[-1].strip()
+        for line in listed.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "pi_workflows.client.autostart" in imported  # the command's own path was taken
+    assert not imported & {"pi_workflows.settings", "tomllib", "tempfile", "pi_workflows.view.text"}

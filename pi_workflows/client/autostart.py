@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-from .. import forked_child, settings
+from .. import forked_child
 from ..errors import HostUnavailableError
 from ..home import DATABASE_ENV, Home, prepare_home
 from .connection import HostConnection
@@ -38,6 +38,9 @@ def connect(
 def start_background_host(home: Home, database_url: str | None) -> int:
     """Spawn `pi-workflows host run` detached and wait until it accepts connections."""
     # A bad setting is refused here, in the user's terminal, not in the host's log.
+    # Imported here: every client command imports this module, few start a host.
+    from .. import settings
+
     settings.resolve()
     prepare_home(home)
     home.logs_dir.mkdir(mode=0o700, exist_ok=True)
