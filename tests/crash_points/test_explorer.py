@@ -79,7 +79,9 @@ def test_a_run_that_never_settles_fails_with_the_hosts_last_log_lines(crash_poin
 # The built-in worker behind a relay that holds its first write until the host's poll has
 # committed worker.ready's bookkeeping (`run.queue_running`, the queue row `running`) on
 # its own: a durable boundary with a live worker that has made no progress yet. Under
-# load that boundary happens by itself.
+# load that boundary happens by itself. In a trial that kills at that boundary it holds
+# the write until it is killed: the kill point kills "after" only once it has synced its
+# record of the kill, and a write let through meanwhile reached the host as progress.
 SLOW_FIRST_WRITE = relayed_worker_plugin(
     r"""
 import sqlite3
@@ -99,6 +101,20 @@ def queue_running():
     return row == ("running",)
 
 
+# Whether the explorer's kill point is armed and has not fired at another worker.
+def kill_coming():
+    spec = os.environ.get("PI_WORKFLOWS_TEST_KILL_POINT")
+    if not spec or json.loads(open(spec).read())["mode"] != "kill":
+        return False
+    try:
+        fired = json.loads(open(spec + ".fired").read())
+    except FileNotFoundError:
+        return True
+    except ValueError:  # being written: the kill is under way
+        return True
+    return os.getpid() in fired["pids"]
+
+
 def from_host(frame):
     return True
 
@@ -108,6 +124,8 @@ def from_worker(message):
         held.append(message["messageId"])
         deadline = time.monotonic() + 30
         while not queue_running() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        while kill_coming() and time.monotonic() < deadline:
             time.sleep(0.02)
     return 1
 """
