@@ -176,10 +176,20 @@ def test_a_turn_ended_while_paused_does_not_time_the_step_out(sessions, harness)
     assert (ended.outcome, ended.receipt["ownership"]) == ("accepted", "settled")
 
     deadline_at, _, _, attempt_id = _deadline(harness, run_id)
-    wait_until(
-        lambda: time.time() * 1000 > deadline_at + 1000, what="the deadline and some poll ticks"
-    )
-    status = harness.client().run_status(run_id)
+    client = harness.client()
+
+    def settled_past_the_deadline():
+        # Past the deadline and some poll ticks, and the paused worker gone (under load
+        # it may still be stopping then): a step timed out would not be waiting.
+        if time.time() * 1000 <= deadline_at + 1000:
+            return None
+        status = client.run_status(run_id)
+        return status if status["status"] != "running" else None
+
+    try:
+        status = wait_until(settled_past_the_deadline, what="the paused run past the deadline")
+    finally:
+        client.close()
     assert (status["status"], status["paused"]) == ("waiting", True), status
     assert harness.query(
         "SELECT status FROM interactive_requests WHERE attempt_id = ?", attempt_id
