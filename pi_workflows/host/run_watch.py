@@ -8,7 +8,9 @@ instead: the whole `run.status` object each time it changes, and nothing else (w
 `WorkflowClient.wait_for_run` waits on: one query per publish instead of a run.why).
 A runs watch pushes `runs_changed` with the status of every run (newest 100) whose
 revision moved (without its output and error). Both are published after worker writes,
-when a run stops, and on the poll timer; `view.unwatch` ends either kind.
+when a run stops, and on the poll timer; `view.unwatch` ends either kind. After worker
+writes only the watches of the runs written are read again: with many waiting clients a
+write no longer costs one status read per watch of every run.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class RunWatches:
         # many watches come and go on one (a client's kept watch connection).
         self._attached: set[str] = set()
         self._scheduled = False
+        # The runs written since the last publish; None: every watch is read again.
+        self._changed: set[str] | None = set()
 
     @feature_hook
     def piwh_register_operations(self, operations: OperationTable) -> None:
@@ -79,7 +83,7 @@ class RunWatches:
         self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
         if operation in (WorkerOperation.WRITE_SNAPSHOT, WorkerOperation.PUBLISH_UPDATE):
-            self.services.store.after_commit(self.publish_soon)
+            self.services.store.after_commit(lambda: self.publish_soon(run_id))
 
     @feature_hook
     def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
@@ -87,7 +91,7 @@ class RunWatches:
 
     @feature_hook
     def piwh_poll(self) -> None:
-        self.publish_soon()
+        self.publish_soon()  # what changed outside worker writes (a pause, say) shows here
 
     # --- operations --------------------------------------------------------------------
 
@@ -123,7 +127,7 @@ class RunWatches:
             self._attached.add(connection.connection_id)
             connection.on_close(lambda: self._detach(connection.connection_id))
         self.watches[key] = watch
-        self.publish_soon()
+        self.publish_soon(watch.run_id)  # the new watch's first push
 
     async def unwatch(
         self, request: ClientRequest, connection: Any, proceed: Any
@@ -140,17 +144,26 @@ class RunWatches:
 
     # --- publishing --------------------------------------------------------------------
 
-    def publish_soon(self) -> None:
-        if self._scheduled or not self.watches or self.services.is_stopping:
+    def publish_soon(self, run_id: str | None = None) -> None:
+        """Publish at the next loop pass: the watches of `run_id`, else every watch."""
+        if not self.watches or self.services.is_stopping:
             return
-        self._scheduled = True
-        asyncio.get_running_loop().call_soon(self.publish)
+        if run_id is None:
+            self._changed = None
+        elif self._changed is not None:
+            self._changed.add(run_id)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self.publish)
 
     def publish(self) -> None:
         self._scheduled = False
+        changed, self._changed = self._changed, set()
         for watch in list(self.watches.values()):
             if not watch.connection.is_open:
                 continue
+            if changed is not None and watch.run_id is not None and watch.run_id not in changed:
+                continue  # its run was not written: nothing of it moved
             try:
                 if watch.run_id is None:
                     self._publish_runs(watch)

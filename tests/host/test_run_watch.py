@@ -3,6 +3,8 @@ plain lines when piped, a spinner on a pseudo-terminal."""
 
 from __future__ import annotations
 
+import collections
+import functools
 import os
 import pty
 import re
@@ -18,9 +20,10 @@ from pi_workflows.client.connection import HostConnection
 from pi_workflows.client.session_client import SessionConnection
 from pi_workflows.client.start_request import start_payload
 from pi_workflows.errors import HostBusyError, RunWaitTimedOut
+from pi_workflows.host import run_watch
 from pi_workflows.protocol.framing import encode_frame
 
-from .conftest import HostHarness, wait_until
+from .conftest import HostHarness, InProcessHarness, wait_until
 from .workflows import WATCHED
 
 ATTEMPT_LINE = r"{node}  attempt 1  ok  \d\d:\d\d:\d\d → \d\d:\d\d:\d\d  \d+ ms"
@@ -379,3 +382,45 @@ def test_wait_for_run_polls_when_the_host_has_no_room_for_a_watch(harness: HostH
         assert client._watch is None
     finally:
         client.close()
+
+
+def test_a_status_watch_reads_its_run_again_only_when_that_run_changed(
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
+):
+    """Other runs' writes do not read the watched run's status again; their stops and the
+    poll timer still do (a pause, say, shows there)."""
+    assert isinstance(harness, InProcessHarness)  # the host's functions can be counted
+    reads: collections.Counter[str] = collections.Counter()
+    read, poll = run_watch.run_status, run_watch.RunWatches.piwh_poll
+    polls = [0]
+
+    def counted_read(run_id: str) -> dict:
+        reads[run_id] += 1
+        return read(run_id)
+
+    @functools.wraps(poll)
+    def counted_poll(self) -> None:
+        polls[0] += 1
+        poll(self)
+
+    monkeypatch.setattr(run_watch, "run_status", counted_read)
+    monkeypatch.setattr(run_watch.RunWatches, "piwh_poll", counted_poll)
+    harness.write_workflow("watched", WATCHED)
+    harness.start_host()
+    held = harness.start_run("watched")
+    wait_until(lambda: harness.query("SELECT 1 FROM workflow_updates"), what="the run at b")
+    watch = SessionConnection(harness.home.socket_path)
+    try:
+        subscription = {"subscriptionId": "held", "statusOnly": True}
+        assert watch.request("view.run.watch", subscription, run_id=held).ok
+        wait_until(lambda: watch.next_event(0.1), what="the held run's status")
+        reads_before, polls_before = reads[held], polls[0]
+        others = [harness.start_run("hello", {"name": str(number)}) for number in range(10)]
+        for run_id in others:
+            assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+        # Each other run wrote twice or more and stopped once: only its stop read it.
+        assert reads[held] - reads_before <= polls[0] - polls_before + len(others) + 1
+    finally:
+        watch.close()
+        (harness.project / "release-b").touch()
+    assert harness.wait_for_status(held, "completed")["status"] == "completed"
