@@ -464,6 +464,19 @@ def test_pause_and_cancel_from_another_host_are_applied_by_the_owner(
         wait_until(lambda: client.run_status(run_id)["paused"], what="the forwarded pause")
         wait_until(lambda: process_gone(worker), what="the owner to stop its worker")
         assert owner.query("SELECT status FROM run_queue WHERE run_id = ?", run_id) == [("parked",)]
+        # Until the owner has recorded the stopped worker's exit its row still counts as the
+        # run's live worker, and a claim by another host fails on that (a known race, see
+        # docs/operations.md); the test is about the forwarded commands, so it waits.
+        wait_until(
+            lambda: (
+                not owner.query(
+                    "SELECT 1 FROM run_workers WHERE run_id = ? AND status IN ('starting', "
+                    "'ready', 'running')",
+                    run_id,
+                )
+            ),
+            what="the owner to record its worker's exit",
+        )
 
         client.resume_run(run_id)  # parked: any host may claim it again
         resumed_worker = owner.wait_for_pid("b.pid", previous=worker)
