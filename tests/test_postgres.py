@@ -18,7 +18,7 @@ from pi_workflows.storage import (
     statements,
 )
 from pi_workflows.storage.models import Run
-from pi_workflows.storage.runs import run_record
+from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
 
 
@@ -168,6 +168,40 @@ def test_a_write_nothing_reads_travels_with_the_next_statement(store, make_run, 
     # Outside a transaction it is not held.
     statements.set_announced_statuses({"pg-held": "queued"})
     assert sent.take()[0].startswith("UPDATE runs SET announced_status")
+
+
+def test_a_read_with_the_commit_travels_in_its_round_trip(store, make_run, monkeypatch):
+    """`StateStore.read_with_commit`: the statuses a transaction asks for are read behind
+    its COMMIT, in the same text, and stand for what that commit wrote."""
+    with store.transaction():
+        make_run("pg-read-a")
+        make_run("pg-read-b")
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        statements.set_announced_statuses({"pg-read-a": "100% queued"})
+        read = store.read_with_commit(statuses_read, "pg-read-a")
+        assert read is not None
+        assert store.read_with_commit(statuses_read, "pg-read-b") is read  # one read, two runs
+        assert store.read_with_commit(lambda keys: ("SELECT 1", []), "x") is None  # one only
+        Run.update(status_detail="written last").where(Run.run_id == "pg-read-b").execute()
+        assert read.rows is None  # not before the commit
+    (*_, last) = sent.take()
+    assert last.startswith("COMMIT; SELECT") and "pg-read-a" in last and "pg-read-b" in last
+    assert sent.take() == []  # and nothing after it
+    assert read.commit_number == store.commits
+    statuses = statuses_from(read.rows or [])
+    assert statuses == {run_id: run_status(run_id) for run_id in ("pg-read-a", "pg-read-b")}
+    assert statuses["pg-read-b"]["statusDetail"] == "written last"
+
+    with pytest.raises(LookupError), store.transaction():  # rolled back: nothing read
+        Run.update(status_detail="undone").where(Run.run_id == "pg-read-a").execute()
+        undone = store.read_with_commit(statuses_read, "pg-read-a")
+        raise LookupError("stop")
+    assert undone is not None and undone.rows is None and undone.commit_number is None
+    with store.transaction():  # a transaction that sent nothing commits nothing to read behind
+        idle = store.read_with_commit(statuses_read, "pg-read-a")
+    assert idle is not None and idle.rows is None
+    assert store.read_with_commit(statuses_read, "pg-read-a") is None  # outside a transaction
 
 
 def _unknown_worker_reply(message_id: str) -> None:

@@ -10,7 +10,10 @@ A runs watch pushes `runs_changed` with the status of every run (newest 100) who
 revision moved (without its output and error). Both are published after worker writes,
 when a run stops, and on the poll timer; `view.unwatch` ends either kind. After worker
 writes only the watches of the runs written are read again: with many waiting clients a
-write no longer costs one status read per watch of every run.
+write no longer costs one status read per watch of every run. On PostgreSQL the status
+of a run a status watch follows is read behind the write's ``COMMIT``, in its round
+trip (`StateStore.read_with_commit`), and published as read unless another commit came
+after it.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from ..errors import InvalidInputError
 from ..protocol.client_messages import SCHEMA, ClientRequest, response
 from ..protocol.framing import valid_id
 from ..protocol.worker_messages import WorkerOperation
+from ..storage.deferred_statements import CommitRead
 from ..storage.run_progress import progress_after
 from ..storage.run_statuses import is_terminal_status
-from ..storage.runs import get_run, run_status, run_statuses
+from ..storage.runs import get_run, run_status, run_statuses, statuses_from, statuses_read
 from .features import feature_hook
 from .operations import OperationTable
 from .run_why import OPERATOR_HOLDS, explain, host_view
@@ -70,6 +74,8 @@ class RunWatches:
         self._scheduled = False
         # The runs written since the last publish; None: every watch is read again.
         self._changed: set[str] | None = set()
+        # Statuses read behind the commits of those writes (PostgreSQL).
+        self._reads: list[CommitRead] = []
 
     @feature_hook
     def piwh_register_operations(self, operations: OperationTable) -> None:
@@ -83,7 +89,12 @@ class RunWatches:
         self, operation: WorkerOperation, run_id: str, payload: dict[str, Any], result: Any
     ) -> None:
         if operation in (WorkerOperation.WRITE_SNAPSHOT, WorkerOperation.PUBLISH_UPDATE):
-            self.services.store.after_commit(lambda: self.publish_soon(run_id))
+            store = self.services.store
+            if any(w.status_only and w.run_id == run_id for w in self.watches.values()):
+                read = store.read_with_commit(statuses_read, run_id)
+                if read is not None and read not in self._reads:
+                    self._reads.append(read)
+            store.after_commit(lambda: self.publish_soon(run_id))
 
     @feature_hook
     def piwh_run_stopped(self, run_id: str, old_status: str | None, new_status: str) -> None:
@@ -159,6 +170,7 @@ class RunWatches:
     def publish(self) -> None:
         self._scheduled = False
         changed, self._changed = self._changed, set()
+        fresh = self._fresh_statuses()
         for watch in list(self.watches.values()):
             if not watch.connection.is_open:
                 continue
@@ -168,7 +180,7 @@ class RunWatches:
                 if watch.run_id is None:
                     self._publish_runs(watch)
                 elif watch.status_only:
-                    self._publish_status(watch)
+                    self._publish_status(watch, fresh.get(watch.run_id))
                 else:
                     self._publish_run(watch)
             except Exception:  # one broken view must not stop the others
@@ -209,9 +221,19 @@ class RunWatches:
             },
         )
 
-    def _publish_status(self, watch: RunWatch) -> None:
+    def _fresh_statuses(self) -> dict[str, dict[str, Any]]:
+        """The statuses read behind the last commit, while no commit came after it (a
+        read is kept for every publish until then: a run's stop publishes again)."""
+        commits = self.services.store.commits
+        self._reads = [r for r in self._reads if r.rows and r.commit_number == commits]
+        fresh: dict[str, dict[str, Any]] = {}
+        for read in self._reads:
+            fresh.update(statuses_from(read.rows or []))
+        return fresh
+
+    def _publish_status(self, watch: RunWatch, fresh: dict[str, Any] | None = None) -> None:
         assert watch.run_id is not None
-        status = run_status(watch.run_id)
+        status = fresh if fresh is not None else run_status(watch.run_id)
         if status != watch.last_sent:
             watch.last_sent = status
             watch.revision = status["revision"]

@@ -57,6 +57,11 @@ class TerminalMessages:
         True when the run still needs one: its facts are not there yet.
         """
         store = self.services.store
+        if not is_required(run_id, once_terminal=True):
+            # A headless run never gets one: read without a transaction (on PostgreSQL one
+            # round trip instead of three, and no commit that would outdate the statuses
+            # read behind the stop's commit, `run_watch`).
+            return False
         with store.transaction():
             if not is_required(run_id) or latest_terminal_message(run_id) is not None:
                 return False

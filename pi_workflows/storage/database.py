@@ -11,9 +11,9 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import peewee
@@ -39,7 +39,7 @@ from . import (
 )
 from .connection_guard import ConnectionGuard
 from .connection_use import ConnectionUse
-from .deferred_statements import DeferredStatements
+from .deferred_statements import CommitRead, DeferredStatements
 from .driver import run_sql
 from .models import (
     ADDED_INDEXES,
@@ -85,6 +85,7 @@ class _TransactionState(threading.local):
     depth = 0
     doomed = False
     after_commit: list[Callable[[], None]]
+    read: CommitRead | None = None  # behind the COMMIT (`read_with_commit`)
 
     def __init__(self) -> None:
         self.after_commit = []
@@ -123,6 +124,9 @@ class StateStore:
         self.file_watch: file_watch.SqliteFileWatch | None = None
         # When a write last failed for lack of disk space (epoch ms; 0: it has room).
         self.disk_full_since = 0
+        # Outermost transactions committed so far: what a read made at one commit
+        # (`read_with_commit`) may still stand for only while this has not moved.
+        self.commits = 0
 
     @property
     def is_sqlite(self) -> bool:
@@ -169,7 +173,7 @@ class StateStore:
         if self.file_watch is not None:
             self.file_watch.check()
         begin = self.db.atomic(lock_type="IMMEDIATE") if self.is_sqlite else self.db.atomic()
-        tx.depth, tx.doomed, tx.after_commit = 1, False, []
+        tx.depth, tx.doomed, tx.after_commit, tx.read = 1, False, [], None
         run_transitions.forget()
         blobs.transaction_began()
         revisions.transaction_began()
@@ -199,6 +203,9 @@ class StateStore:
                     run_transitions.collect_attempts(heard=plugins.node_attempts_heard),
                 )
             committed = True
+            self.commits += 1
+            if tx.read is not None:
+                tx.read.commit_number = self.commits
             if self.disk_full_since:
                 log.warning(
                     "writes to %s go on: the disk has room again after %.1f s",
@@ -226,7 +233,7 @@ class StateStore:
                     raise guard.error() from error
             raise
         finally:
-            tx.depth = 0
+            tx.depth, tx.read = 0, None
             blobs.transaction_ended(committed)
             revisions.transaction_ended()
             known_attempts.transaction_ended(committed)
@@ -297,6 +304,24 @@ class StateStore:
     @property
     def in_transaction(self) -> bool:
         return self._tx.depth > 0
+
+    def read_with_commit(
+        self, build: Callable[[set[str]], tuple[str, Sequence[Any]]], key: str
+    ) -> CommitRead | None:
+        """Inside a transaction on PostgreSQL: read what `build` makes of the keys asked
+        for, behind this transaction's ``COMMIT`` and in its round trip, instead of in a
+        round trip of its own after it. Its `rows` are set once the transaction
+        committed (its `commit_number` too: they stand for the database while
+        `commits` still equals it). `build` gets every key this transaction asked with
+        it; one read per transaction (another `build` gets None). None elsewhere: SQLite
+        reads in the process, so the caller just reads after the commit."""
+        held, tx = self.held_statements, self._tx
+        if held is None or not tx.depth:
+            return None
+        read = held.read_with_commit(build, key)
+        if read is not None:
+            tx.read = read
+        return read
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run `callback` once the outermost transaction commits (never on rollback)."""

@@ -21,6 +21,11 @@ run them one by one; the cursor holds the last one's result):
 The server's transaction and each savepoint start before their first statement either
 way, so nothing the server sees or locks changes, only how many round trips carry it.
 
+One read may also travel behind the ``COMMIT``, in its text (`read_with_commit`): the
+server runs it once the commit is done, and its rows are those the cursor holds. It is
+a read by key: the only way it fails after a commit that succeeded is the connection
+lost, whose commit was in doubt anyway (the connection guard's case).
+
 Only for psycopg2, whose queries are plain text (a driver that binds parameters on the
 server refuses two statements in one query); others run every statement as peewee does.
 """
@@ -30,7 +35,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import peewee
@@ -58,11 +63,29 @@ class SavepointMark:
     held: bool  # its SAVEPOINT was held back, not sent
 
 
+@dataclass(eq=False)
+class CommitRead:
+    """A read that travels behind a transaction's ``COMMIT`` (`read_with_commit`).
+
+    `build` makes its statement from the keys the transaction asked for, when the commit
+    is sent: the text (``%s`` placeholders) and its parameters. `rows` are what it read
+    once the commit is done; None when it did not go (the transaction rolled back, or
+    ran no statement and sent no ``COMMIT``).
+    """
+
+    build: Callable[[set[str]], tuple[str, Sequence[Any]]]
+    keys: set[str] = field(default_factory=set)
+    rows: list[tuple[Any, ...]] | None = None
+    # Which of its store's commits this was (`StateStore.commits`), once it committed.
+    commit_number: int | None = None
+
+
 class _Pending(threading.local):
     # peewee keeps a connection, and its transaction, per thread: so does this.
     def __init__(self) -> None:
         self.held: list[_Held] = []
         self.sends = 0  # query texts sent in this thread, to tell whether a hold went out
+        self.read: CommitRead | None = None  # behind this transaction's COMMIT
 
     def take(self) -> str:
         held, self.held = self.held, []
@@ -112,6 +135,25 @@ class DeferredStatements:
         text = self.db.cursor().mogrify(sql, params).decode()  # on the client, no round trip
         self._pending.held.append(_Held(text.replace("%", "%%"), is_write=True))
         return True
+
+    # --- a read behind the COMMIT ---------------------------------------------------------
+
+    def read_with_commit(
+        self, build: Callable[[set[str]], tuple[str, Sequence[Any]]], key: str
+    ) -> CommitRead | None:
+        """Inside a transaction: `key` joins the read `build` makes behind its ``COMMIT``
+        (one read per transaction: the same `build` again adds its key). None outside a
+        transaction, or when another read rides already."""
+        if not self.db.in_transaction():
+            return None
+        pending = self._pending
+        read = pending.read
+        if read is None:
+            read = pending.read = CommitRead(build)
+        elif read.build != build:
+            return None
+        read.keys.add(key)
+        return read
 
     # --- savepoints (StateStore.savepoint) -----------------------------------------------
 
@@ -166,16 +208,26 @@ class DeferredStatements:
 
     def _commit_held(self) -> Any:
         pending = self._pending
+        read, pending.read = pending.read, None
         if pending.held and pending.held[0].text == BEGIN and not pending.has_writes:
             # No statement ran: the server has no transaction to end.
             pending.held = []
             return None
-        return self._execute_sql(pending.take() + "COMMIT")
+        text = pending.take() + "COMMIT"
+        if read is not None:
+            sql, params = read.build(read.keys)
+            # Sent without parameters of its own, like the held texts: `%` doubled.
+            text += "; " + self.db.cursor().mogrify(sql, params).decode().replace("%", "%%")
+        cursor = self._execute_sql(text)
+        if read is not None:
+            read.rows = cursor.fetchall()
+        return cursor
 
     def _roll_back_held(self) -> Any:
         pending = self._pending
         never_begun = bool(pending.held) and pending.held[0].text == BEGIN
         pending.held = []
+        pending.read = None
         if never_begun:
             return None
         return self._rollback()

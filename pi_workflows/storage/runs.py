@@ -385,6 +385,22 @@ def run_status(run_id: str) -> dict[str, Any]:
     return _with_continuation(_status(rows[0]))
 
 
+def statuses_read(run_ids: set[str]) -> tuple[str, list[Any]]:
+    """The statement that reads the `run_status` of each of `run_ids` (``%s``
+    placeholders), for a read that travels with a commit (`StateStore.read_with_commit`);
+    `statuses_from` makes its rows into status objects."""
+    database = database_proxy.obj
+    ordered = sorted(run_ids)
+    marks = ", ".join(["?"] * len(ordered))
+    sql = f"SELECT {_STATUS_COLUMNS} WHERE r.run_id IN ({marks})".replace("?", database.param)
+    return server_plans.to_send(database, sql), ordered
+
+
+def statuses_from(rows: list[tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
+    """The status objects of `statuses_read`'s rows, by run id."""
+    return {row[0]: _with_continuation(_status(row)) for row in rows}
+
+
 def run_statuses(
     limit: int,
     *,

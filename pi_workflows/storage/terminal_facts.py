@@ -58,8 +58,10 @@ _REQUIRED_FACTS = PreparedQuery(
 )
 
 
-def is_required(run_id: str) -> bool:
-    """An interactive run with an origin session whose queue and run are both terminal.
+def is_required(run_id: str, *, once_terminal: bool = False) -> bool:
+    """An interactive run with an origin session whose queue and run are both terminal;
+    with `once_terminal`, whatever its status (what never changes in a run: outside a
+    transaction it tells which runs may skip one).
 
     The run status matters too: a checkpointed parent whose queue row is `done` because a
     continuation took over is still `waiting`; the continuation reports the outcome.
@@ -71,8 +73,10 @@ def is_required(run_id: str) -> bool:
     return (
         mode == "interactive"
         and origin is not None
-        and queue_status in TERMINAL_QUEUE_STATUSES
-        and run_status in TERMINAL_RUN_STATUSES
+        and (
+            once_terminal
+            or (queue_status in TERMINAL_QUEUE_STATUSES and run_status in TERMINAL_RUN_STATUSES)
+        )
     )
 
 

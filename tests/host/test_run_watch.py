@@ -384,43 +384,89 @@ def test_wait_for_run_polls_when_the_host_has_no_room_for_a_watch(harness: HostH
         client.close()
 
 
+class StatusReads:
+    """A status watch on a `WATCHED` run held at b, with the host's status reads of each
+    run and its poll timer's publishes counted from here on."""
+
+    def __init__(self, harness: HostHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reads: collections.Counter[str] = collections.Counter()
+        self.polls = 0
+        read, poll = run_watch.run_status, run_watch.RunWatches.piwh_poll
+
+        def counted_read(run_id: str) -> dict:
+            self.reads[run_id] += 1
+            return read(run_id)
+
+        @functools.wraps(poll)
+        def counted_poll(watches) -> None:
+            self.polls += 1
+            poll(watches)
+
+        monkeypatch.setattr(run_watch, "run_status", counted_read)
+        monkeypatch.setattr(run_watch.RunWatches, "piwh_poll", counted_poll)
+        harness.write_workflow("watched", WATCHED)
+        harness.start_host()
+        self.held = harness.start_run("watched")
+        wait_until(lambda: harness.query("SELECT 1 FROM workflow_updates"), what="the run at b")
+        self.watch = SessionConnection(harness.home.socket_path)
+        subscription = {"subscriptionId": "held", "statusOnly": True}
+        assert self.watch.request("view.run.watch", subscription, run_id=self.held).ok
+        wait_until(lambda: self.watch.next_event(0.1), what="the held run's status")
+        self._reads_before, self._polls_before = self.reads[self.held], self.polls
+
+    def of_held_run(self) -> int:
+        """The held run's status reads since the watch's first push."""
+        return self.reads[self.held] - self._reads_before
+
+    def poll_publishes(self) -> int:
+        return self.polls - self._polls_before
+
+
 def test_a_status_watch_reads_its_run_again_only_when_that_run_changed(
     harness: HostHarness, monkeypatch: pytest.MonkeyPatch
 ):
     """Other runs' writes do not read the watched run's status again; their stops and the
     poll timer still do (a pause, say, shows there)."""
     assert isinstance(harness, InProcessHarness)  # the host's functions can be counted
-    reads: collections.Counter[str] = collections.Counter()
-    read, poll = run_watch.run_status, run_watch.RunWatches.piwh_poll
-    polls = [0]
-
-    def counted_read(run_id: str) -> dict:
-        reads[run_id] += 1
-        return read(run_id)
-
-    @functools.wraps(poll)
-    def counted_poll(self) -> None:
-        polls[0] += 1
-        poll(self)
-
-    monkeypatch.setattr(run_watch, "run_status", counted_read)
-    monkeypatch.setattr(run_watch.RunWatches, "piwh_poll", counted_poll)
-    harness.write_workflow("watched", WATCHED)
-    harness.start_host()
-    held = harness.start_run("watched")
-    wait_until(lambda: harness.query("SELECT 1 FROM workflow_updates"), what="the run at b")
-    watch = SessionConnection(harness.home.socket_path)
+    counted = StatusReads(harness, monkeypatch)
     try:
-        subscription = {"subscriptionId": "held", "statusOnly": True}
-        assert watch.request("view.run.watch", subscription, run_id=held).ok
-        wait_until(lambda: watch.next_event(0.1), what="the held run's status")
-        reads_before, polls_before = reads[held], polls[0]
         others = [harness.start_run("hello", {"name": str(number)}) for number in range(10)]
         for run_id in others:
             assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
         # Each other run wrote twice or more and stopped once: only its stop read it.
-        assert reads[held] - reads_before <= polls[0] - polls_before + len(others) + 1
+        assert counted.of_held_run() <= counted.poll_publishes() + len(others) + 1
+    finally:
+        counted.watch.close()
+        (harness.project / "release-b").touch()
+    assert harness.wait_for_status(counted.held, "completed")["status"] == "completed"
+
+
+def test_a_status_watch_is_pushed_the_status_its_runs_commit_read_on_postgresql(
+    harness: HostHarness, backend: str, monkeypatch: pytest.MonkeyPatch
+):
+    """On PostgreSQL the commit of a write to a run a status watch follows carries the
+    read of that run's status (`StateStore.read_with_commit`): the watch is pushed what
+    the commit left, with no read of its own. SQLite reads it in the process."""
+    assert isinstance(harness, InProcessHarness)  # the host's functions can be counted
+    counted = StatusReads(harness, monkeypatch)
+    held, watch = counted.held, counted.watch
+    try:
+        (harness.project / "release-b").touch()
+        pushed: list[dict] = []
+
+        def completed() -> bool:
+            event = watch.next_event(0.1)
+            if event is not None:
+                pushed.append(event["payload"])
+            return bool(pushed) and pushed[-1]["status"] == "completed"
+
+        wait_until(completed, what="the completed status pushed")
+        assert len(pushed) >= 2  # b's end, c's start and end: pushed as they committed
     finally:
         watch.close()
-        (harness.project / "release-b").touch()
-    assert harness.wait_for_status(held, "completed")["status"] == "completed"
+    assert pushed[-1] == harness.wait_for_status(held, "completed")
+    assert pushed[-1]["finalOutput"] == {"sum": 3}
+    if backend == "postgresql":  # only a poll timer's publish read it
+        assert counted.of_held_run() <= counted.poll_publishes()
+    else:
+        assert counted.of_held_run() >= len(pushed)
