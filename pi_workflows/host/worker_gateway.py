@@ -263,7 +263,7 @@ class WorkerGateway:
         """The run command (`piw_worker_run_command`) and the engine's first reads, with
         the revision the worker's first write finds (`result`, `revision`)."""
         active = self.active
-        timed_out = run_state.timed_out_interaction_attempt(active.run_id)
+        timed_out = run_state.timed_out_interaction_attempt(active.run_id, record.status)
         command = plugins.worker_run_command(record, timed_out)
         # The engine's first read, answered now so that it costs no message.
         state = run_state.read_run_state(active.run_id)

@@ -715,12 +715,15 @@ def request_interaction(
     return {"requestId": request_id, "revision": revision}
 
 
-def timed_out_interaction_attempt(run_id: str) -> str | None:
-    """The waiting attempt whose interaction the host cancelled at its deadline, if any.
+def timed_out_interaction_attempt(run_id: str, status: str) -> str | None:
+    """The waiting attempt whose interaction the host cancelled at its deadline, if any;
+    `status` is the run's, just read (a run that is not waiting has none: no read).
 
     Only a deadline cancels the request of a run that is still waiting: the other
     cancellations (unproductive turns, run cancel) end the run in the same transaction.
     """
+    if status != "waiting":
+        return None
     status, state_hash = run_fields(run_id, "status", "state_hash")
     state = read_json(state_hash) if status == "waiting" else None
     attempt_id = (state or {}).get("currentAttemptId")
