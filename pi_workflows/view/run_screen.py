@@ -161,7 +161,9 @@ class RunScreen(Screen[None]):
         if known is not None and known.graph["runId"] == self.run_id and payload["entries"]:
             # Drawn at once from what was pushed; the read below fills in the values.
             graph = with_entries(known.graph, payload["entries"])
-            status = {**known.status, **payload["status"]}
+            # At the push's revision: an older push that comes before the read is refused.
+            revision = payload.get("revision", known.status["revision"])
+            status = {**known.status, **payload["status"], "revision": revision}
             self._show(RunData(graph, status, known.decision, known.effects))
         self.call_later(self.refresh_run)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,18 +127,16 @@ def test_a_finished_run_is_scrubbed_step_by_step_and_refuses_a_pause(in_process_
     drive(in_process_host, run_id, script, size=(80, 24))
 
 
-def test_a_push_that_arrives_after_a_newer_read_does_not_take_the_view_back(
-    in_process_host,
-) -> None:
-    """A push and a read travel on two connections: a push sent while the decision step
-    ran can arrive after the read that shows the run at its checkpoint."""
-    use_scripted_agent(in_process_host, {"classify": {"route": "checkpoint", "reason": "which?"}})
-    classify = hold(in_process_host, "classify")
-    in_process_host.start()
-    run_id = in_process_host.start_run("branch", {"task": "Tidy up the README."})
+def _held_at_classify(host: WorkflowHost) -> tuple[str, Path, dict[str, Any]]:
+    """A `branch` run held in its decision step (bound for the checkpoint once the hold
+    file goes), and the push that showed that step running."""
+    use_scripted_agent(host, {"classify": {"route": "checkpoint", "reason": "which?"}})
+    classify = hold(host, "classify")
+    host.start()
+    run_id = host.start_run("branch", {"task": "Tidy up the README."})
     pushes: list[dict[str, Any]] = []
     feed = HostFeed(
-        in_process_host.home,
+        host.home,
         "view.run.watch",
         lambda _name, payload: pushes.append(payload),
         lambda error: None,
@@ -151,6 +150,15 @@ def test_a_push_that_arrives_after_a_newer_read_does_not_take_the_view_back(
     finally:
         feed.stop()
     late = next(p for p in pushes if p["why"]["reason"].startswith("running node classify"))
+    return run_id, classify, late
+
+
+def test_a_push_that_arrives_after_a_newer_read_does_not_take_the_view_back(
+    in_process_host,
+) -> None:
+    """A push and a read travel on two connections: a push sent while the decision step
+    ran can arrive after the read that shows the run at its checkpoint."""
+    run_id, classify, late = _held_at_classify(in_process_host)
     classify.unlink()
 
     async def script(app: ViewerApp, pilot: Pilot) -> None:
@@ -409,5 +417,39 @@ def test_the_transcript_pane_shows_the_agent_steps_transcript(in_process_host) -
         assert lines[1:3] == ["    Say hello.", "    Briefly."]
         assert lines[3].endswith(" tool name=workflow ok=true"), lines
         assert all(line[2] == ":" and line[8] == "." for line in (lines[0], lines[3]))
+
+    drive(in_process_host, run_id, script)
+
+
+def test_a_view_drawn_from_a_push_refuses_an_older_push_before_its_read(
+    in_process_host, monkeypatch
+) -> None:
+    """A push the view draws at once (its read follows) moves the view to that push's
+    revision: an older push arriving before that read is not drawn over it."""
+    run_id, classify, late = _held_at_classify(in_process_host)
+
+    async def script(app: ViewerApp, pilot: Pilot) -> None:
+        await until(
+            pilot,
+            "the decision step running",
+            lambda: "running node classify" in shown(app, "#why"),
+        )
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+
+        async def read_held_back() -> None:
+            """The read a push asks for, still on its way."""
+
+        monkeypatch.setattr(screen, "refresh_run", read_held_back)
+        classify.unlink()
+        await until(
+            pilot,
+            "the checkpoint, drawn from its push",
+            lambda: "⏸ checkpoint_lane" in shown(app, "#graph"),
+        )
+        screen.run_moved(late)
+        await pilot.pause(0.05)
+        assert "⏸ checkpoint_lane" in shown(app, "#graph")
+        assert "running node classify" not in shown(app, "#why")
 
     drive(in_process_host, run_id, script)
