@@ -8,16 +8,20 @@ import peewee
 import psycopg2
 import pytest
 
+from pi_workflows.canonical import canonical_bytes, sha256_hex
+from pi_workflows.errors import BlobConflictError
 from pi_workflows.storage import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
+    blobs,
     open_state,
     record_run_change,
     run_claims,
     run_events,
     statements,
 )
-from pi_workflows.storage.models import Run
+from pi_workflows.storage.blobs import put_json, read_json
+from pi_workflows.storage.models import Blob, Run
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
 
@@ -202,6 +206,44 @@ def test_a_read_with_the_commit_travels_in_its_round_trip(store, make_run, monke
         idle = store.read_with_commit(statuses_read, "pg-read-a")
     assert idle is not None and idle.rows is None
     assert store.read_with_commit(statuses_read, "pg-read-a") is None  # outside a transaction
+
+
+def test_a_new_small_blob_travels_with_the_next_statement_and_is_read_back_before_commit(
+    store, monkeypatch
+):
+    sent = SentStatements(store, monkeypatch)
+    small = {"held": "an insert nobody waits for"}
+    with store.transaction():
+        small_hash = put_json(small)
+        assert sent.take() == []  # no round trip of its own
+    (carried, commit) = sent.take()
+    assert carried.startswith("BEGIN; INSERT INTO blobs")  # with the check that reads it back
+    assert "FROM blobs WHERE blob_hash IN" in carried and commit == "COMMIT"
+    assert read_json(small_hash) == small
+    sent.take()
+
+    large = {"large": "x" * (blobs.HELD_INSERT_MAX_BYTES + 1)}
+    with store.transaction():
+        large_hash = put_json(large)
+        (inserted,) = sent.take()  # at once, and never read back
+    assert inserted.startswith("BEGIN; INSERT INTO blobs") and sent.take() == ["COMMIT"]
+    assert read_json(large_hash) == large
+
+
+def test_a_held_blob_insert_that_finds_a_corrupted_row_fails_before_commit(store, make_run):
+    value = {"stored": "by another writer, corrupted since"}
+    blob_hash = sha256_hex(canonical_bytes(value))
+    Blob.insert(
+        blob_hash=blob_hash,
+        media_type="application/json",
+        byte_length=5,
+        content=b"{...}",
+        created_at=1,
+    ).execute()
+    with pytest.raises(BlobConflictError, match=blob_hash[:12]), store.transaction():
+        make_run("pg-never-committed")
+        put_json(value)
+    assert Run.get_or_none(Run.run_id == "pg-never-committed") is None
 
 
 def _unknown_worker_reply(message_id: str) -> None:

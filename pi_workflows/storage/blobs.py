@@ -25,6 +25,9 @@ _PARTS = "$piw-parts"
 
 #: How many committed blob addresses are kept as hints before the hints start over.
 STORED_HINTS = 8192
+#: A new blob at most this large is inserted by a held write (PostgreSQL): the block's end
+#: reads it back to check it. A larger one is inserted at once, and not read back.
+HELD_INSERT_MAX_BYTES = 4 * 1024
 
 
 class _Written(threading.local):
@@ -108,11 +111,26 @@ def _put_hashed(
     # Content-addressed: insert, and only when the address was taken already compare
     # what is stored with what was asked for (read first for an address seen stored).
     seen = _committed.get(blob_hash) == media_type
-    if not seen and statements.insert_blob(blob_hash, media_type, content, now_ms()):
-        _inserted(blob_hash, content, media_type, names)
-        return blob_hash
+    if not seen:
+        if _may_hold(blob_hash, content) and statements.insert_blob_later(
+            blob_hash, media_type, content, now_ms()
+        ):
+            _insert_held(blob_hash, content, media_type, names)
+            return blob_hash
+        if statements.insert_blob(blob_hash, media_type, content, now_ms()):
+            _inserted(blob_hash, content, media_type, names)
+            return blob_hash
     _take_up(blob_hash, content, media_type, names)
     return blob_hash
+
+
+def _may_hold(blob_hash: str, content: bytes) -> bool:
+    """An insert may be held: a small blob this transaction has not written (one it
+    holds under another media type is a conflict found at once, `_take_up`)."""
+    written = _written.blobs
+    return (
+        written is not None and blob_hash not in written and len(content) <= (HELD_INSERT_MAX_BYTES)
+    )
 
 
 def _inserted(blob_hash: str, content: bytes, media_type: str, names: Collection[str]) -> None:
@@ -120,11 +138,26 @@ def _inserted(blob_hash: str, content: bytes, media_type: str, names: Collection
     it (`NestedBlob`). A row stored already has its names recorded: they follow from its
     content, and every writer of a value that names blobs says so."""
     _note_written(blob_hash, media_type)
+    _record_nested(blob_hash, content, media_type, names)
+
+
+def _record_nested(blob_hash: str, content: bytes, media_type: str, names: Collection[str]) -> None:
     nested = set(names)
     if media_type == JSON and content.startswith(SPLIT_PREFIX):
         nested |= split_part_hashes(content)
     if nested:
         statements.insert_nested(blob_hash, sorted(nested))
+
+
+def _insert_held(blob_hash: str, content: bytes, media_type: str, names: Collection[str]) -> None:
+    """A blob whose insert travels with the transaction's next statement: whether it
+    found the address taken is not known, so its row is checked with the blobs the block
+    took up (`check_taken_up`), which reads it after the insert. Its nested blobs are
+    recorded either way: for a row stored already, those rows exist and the insert of
+    each does nothing."""
+    _record_nested(blob_hash, content, media_type, names)
+    _written.unchecked[blob_hash] = (content, media_type, tuple(names))
+    _note_written(blob_hash, media_type)
 
 
 def _take_up(blob_hash: str, content: bytes, media_type: str, names: Collection[str] = ()) -> None:
@@ -218,6 +251,12 @@ def _put_together(contents: list[bytes], media_type: str) -> list[str]:
             fresh[blob_hash] = content
     if len(fresh) > 1:
         rows = [(blob_hash, media_type, content) for blob_hash, content in fresh.items()]
+        if all(_may_hold(h, c) for h, c in fresh.items()) and statements.insert_blobs_later(
+            rows, now_ms()
+        ):
+            for blob_hash, content in fresh.items():
+                _insert_held(blob_hash, content, media_type, ())
+            return hashes
         new = statements.insert_blobs(rows, now_ms())
         for blob_hash, content in fresh.items():
             if blob_hash in new:

@@ -44,10 +44,17 @@ def run_later(
     """`run_sql` for a write whose cursor nobody reads (see `execute_later`). Held, a
     `planned` one (a write by key) travels as ``EXECUTE`` once the server planned it
     (`server_plans`)."""
-    deferred = DeferredStatements.on(db)
-    held = server_plans.to_send(db, sql) if planned and deferred is not None else sql
-    if deferred is None or not deferred.hold_write(held, params):
+    if not _hold(db, sql, params, planned=planned):
         run_sql(db, sql, params)
+
+
+def _hold(db: peewee.Database, sql: str, params: Sequence[Any], *, planned: bool) -> bool:
+    """Hold `sql` for the transaction's next statement; False where it cannot be held
+    (SQLite, or outside a transaction)."""
+    deferred = DeferredStatements.on(db)
+    if deferred is None or not db.in_transaction():
+        return False
+    return deferred.hold_write(server_plans.to_send(db, sql) if planned else sql, params)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -75,22 +82,43 @@ def insert_blob(blob_hash: str, media_type: str, content: bytes, stamp: int) -> 
     return bool(cursor.rowcount == 1)
 
 
-@functools.lru_cache(maxsize=8)
-def _insert_blobs_sql(count: int) -> str:
+def insert_blob_later(blob_hash: str, media_type: str, content: bytes, stamp: int) -> bool:
+    """`insert_blob`, held for the transaction's next statement (PostgreSQL, inside a
+    transaction): nobody learns whether the row was new, so the caller checks it with
+    the blobs it took up (`blobs.check_taken_up`). False where it cannot be held."""
+    db = database_proxy.obj
+    params = (blob_hash, media_type, len(content), content, stamp)
+    return _hold(db, _in_style(db.param, INSERT_BLOB), params, planned=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_blobs_sql(count: int, returning: bool = True) -> str:
     values = ", ".join(["(?, ?, ?, ?, ?)"] * count)
-    return (
+    sql = (
         "INSERT INTO blobs (blob_hash, media_type, byte_length, content, created_at) "
-        f"VALUES {values} ON CONFLICT (blob_hash) DO NOTHING RETURNING blob_hash"
+        f"VALUES {values} ON CONFLICT (blob_hash) DO NOTHING"
     )
+    return sql + " RETURNING blob_hash" if returning else sql
+
+
+def _blob_rows(blobs: list[tuple[str, str, bytes]], stamp: int) -> list[Any]:
+    params: list[Any] = []
+    for blob_hash, media_type, content in blobs:
+        params += [blob_hash, media_type, len(content), content, stamp]
+    return params
 
 
 def insert_blobs(blobs: list[tuple[str, str, bytes]], stamp: int) -> set[str]:
     """Insert (hash, media type, content) rows of distinct hashes in one statement;
     returns the hashes that are new (the others were stored already)."""
-    params: list[Any] = []
-    for blob_hash, media_type, content in blobs:
-        params += [blob_hash, media_type, len(content), content, stamp]
-    return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), params)}
+    return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), _blob_rows(blobs, stamp))}
+
+
+def insert_blobs_later(blobs: list[tuple[str, str, bytes]], stamp: int) -> bool:
+    """`insert_blobs`, held as `insert_blob_later` is; False where it cannot be held."""
+    db = database_proxy.obj
+    sql = _in_style(db.param, _insert_blobs_sql(len(blobs), returning=False))
+    return _hold(db, sql, _blob_rows(blobs, stamp), planned=True)
 
 
 @functools.lru_cache(maxsize=8)
@@ -106,7 +134,7 @@ def insert_nested(holder_hash: str, nested: Sequence[str]) -> None:
     params: list[Any] = []
     for blob_hash in nested:
         params += [blob_hash, holder_hash]
-    execute(_insert_nested_sql(len(nested)), params)
+    execute_later(_insert_nested_sql(len(nested)), params)
 
 
 # A blob row locked against deletion until the transaction ends (PostgreSQL's weakest row
