@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import os
 
 import peewee
 import psycopg2
 import pytest
 
 from pi_workflows.canonical import canonical_bytes, sha256_hex
-from pi_workflows.errors import BlobConflictError
+from pi_workflows.errors import BlobConflictError, HostLeaseLostError
+from pi_workflows.host import epoch_lease
+from pi_workflows.host.commit_group import CommitGroup
 from pi_workflows.storage import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
@@ -21,7 +26,7 @@ from pi_workflows.storage import (
     statements,
 )
 from pi_workflows.storage.blobs import put_json, read_json
-from pi_workflows.storage.models import Blob, Run
+from pi_workflows.storage.models import Blob, HostState, Run
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
 
@@ -244,6 +249,86 @@ def test_a_held_blob_insert_that_finds_a_corrupted_row_fails_before_commit(store
         make_run("pg-never-committed")
         put_json(value)
     assert Run.get_or_none(Run.run_id == "pg-never-committed") is None
+
+
+class _CheckFailed(Exception):
+    """What the held check of the test below raises."""
+
+
+def test_a_held_check_that_fails_refuses_the_rest_of_its_transaction(store, make_run, monkeypatch):
+    """`DeferredStatements.hold_check`: the check goes with the next statement; once it
+    failed, whoever catches its error, nothing more of the transaction runs or commits."""
+    with store.transaction():
+        make_run("pg-checked")
+    held = store.held_statements
+    check = "SELECT 1 / (SELECT count(*)::int FROM runs WHERE run_id = %s)"
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        assert held.hold_check(check, ["pg-checked"], _CheckFailed)
+        assert sent.take() == []
+        make_run("pg-after-a-check")
+    first = sent.take()[0]
+    assert first.startswith("BEGIN; SELECT 1 / (SELECT count(*)::int FROM runs")
+    assert "INSERT" in first  # the transaction's first statement, in the same round trip
+
+    with pytest.raises(_CheckFailed), store.transaction():
+        assert held.hold_check(check, ["no-such-run"], _CheckFailed)
+        with pytest.raises(_CheckFailed):
+            make_run("pg-never-written")
+        with pytest.raises(_CheckFailed):  # caught above: the transaction still refuses
+            Run.select().count()
+    # The COMMIT at the block's end raised too: nothing was written.
+    assert Run.get_or_none(Run.run_id == "pg-never-written") is None
+    assert Run.get_or_none(Run.run_id == "pg-after-a-check") is not None
+    assert held.hold_check(check, ["pg-checked"], _CheckFailed) is False  # outside one
+
+
+def test_a_group_commit_takes_the_host_fence_with_its_first_statement(store, make_run, monkeypatch):
+    """A host's fence on a shared database (`epoch_lease.fence`) travels with a group
+    commit's first statement; a lease lost since refuses every entry, and nothing of
+    them is written. Any other transaction checks the lease before its block runs."""
+    with store.transaction():
+        lease = epoch_lease.acquire_epoch(
+            "host-fenced",
+            os.getpid(),
+            "",
+            key="fenced",
+            socket_address="vm:/s",
+            single_host=False,
+        )
+        make_run("pg-fenced-a")
+        make_run("pg-fenced-b")
+    store.fence = lambda later: epoch_lease.fence(lease, later=later)
+    sent = SentStatements(store, monkeypatch)
+
+    def group_of(*run_ids: str) -> list:
+        async def together() -> list:
+            group = CommitGroup(store, lambda freed: None)
+            futures = [
+                group.submit(
+                    functools.partial(
+                        record_run_change, run_id, event_type="run.started", actor="test"
+                    )
+                )
+                for run_id in run_ids
+            ]
+            return await asyncio.gather(*futures, return_exceptions=True)
+
+        return asyncio.run(together())
+
+    assert group_of("pg-fenced-a", "pg-fenced-b") == [2, 2]
+    first = sent.take()[0]
+    assert first.startswith(
+        "BEGIN; SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_state"
+    )
+    assert "SAVEPOINT" in first  # and the first entry's block, in one round trip
+
+    HostState.update(expires_at=0).where(HostState.id == lease.row_id).execute()
+    refused = group_of("pg-fenced-a", "pg-fenced-b")
+    assert [type(error) for error in refused] == [HostLeaseLostError, HostLeaseLostError]
+    assert [Run.get_by_id(r).revision for r in ("pg-fenced-a", "pg-fenced-b")] == [2, 2]
+    with pytest.raises(HostLeaseLostError), store.transaction():
+        pytest.fail("the block of a transaction whose fence fails never runs")
 
 
 def _unknown_worker_reply(message_id: str) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PiWorkflowsError
+from ..errors import HostLeaseLostError, PiWorkflowsError
 from ..storage import StateStore
 
 if TYPE_CHECKING:
@@ -114,11 +114,16 @@ class CommitGroup:
         refusals: dict[int, Exception] = {}
         results: dict[int, Any] = {}
         try:
-            with self.store.transaction():
+            # The fence goes with the group's first statement (PostgreSQL): what an entry
+            # does before it is kept in the host (a worker's goodbye noted, say), and a
+            # host whose lease is lost stops.
+            with self.store.transaction(fence_later=True):
                 alone = len(group) == 1
                 for index, entry in enumerate(group):
                     try:
                         results[index] = self._apply(entry, alone=alone)
+                    except HostLeaseLostError:
+                        raise  # the whole transaction is refused, whichever entry heard it
                     except Exception as failure:
                         if alone or not (entry.contained or isinstance(failure, PiWorkflowsError)):
                             raise

@@ -79,15 +79,24 @@ def renew_epoch(lease: EpochLease, lease_ms: int = HOST_LEASE_MS) -> None:
         raise HostLeaseLostError("The pi-workflows host claim was lost.")
 
 
-def fence(lease: EpochLease) -> None:
+def fence(lease: EpochLease, *, later: bool = False) -> None:
     """Refuse the current transaction unless this host's lease is live (PostgreSQL).
 
     The host row is held until commit, so a takeover of this host waits for the
     transaction, and a transaction after a takeover is refused: a host whose lease
-    expired writes nothing.
+    expired writes nothing. With `later`, the check travels with the transaction's first
+    statement, which raises `HostLeaseLostError` (and so does the rest of the
+    transaction): for a transaction whose code does nothing outside the database before
+    its first statement that matters (a group commit's), one round trip fewer.
     """
+    if later and host_leases.hold_live_lease_check(lease, now_ms(), _lease_lost):
+        return
     if not host_leases.share_live_lease(lease, now_ms()):
-        raise HostLeaseLostError("This host's lease expired; it writes nothing more and stops.")
+        raise _lease_lost()
+
+
+def _lease_lost() -> HostLeaseLostError:
+    return HostLeaseLostError("This host's lease expired; it writes nothing more and stops.")
 
 
 def is_duty_host(lease: EpochLease) -> bool:

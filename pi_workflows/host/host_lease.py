@@ -96,10 +96,11 @@ class HostLease:
             holder_is_dead=holder_is_dead,
         )
 
-    def fence(self) -> None:
-        """Before each transaction on a shared database: the lease is still ours."""
+    def fence(self, later: bool = False) -> None:
+        """Before each transaction on a shared database: the lease is still ours (with
+        `later`, checked with the transaction's first statement: `epoch_lease.fence`)."""
         assert self.held is not None
-        epoch_lease.fence(self.held)
+        epoch_lease.fence(self.held, later=later)
 
     def release(self) -> None:
         if self.held is not None:

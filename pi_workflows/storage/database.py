@@ -109,8 +109,9 @@ class StateStore:
         self.schema_version = SCHEMA_VERSION
         self._tx = _TransactionState()
         # Run first in every outermost transaction when set: a host on a shared database
-        # refuses to write once its lease has expired (SPEC §14).
-        self.fence: Callable[[], None] | None = None
+        # refuses to write once its lease has expired (SPEC §14). Its argument: whether
+        # the check may travel with the transaction's first statement (`transaction`).
+        self.fence: Callable[[bool], None] | None = None
         self._deferred: list[Callable[[], None]] = []
         # The test kit's crash-point explorer only (PI_WORKFLOWS_TEST_KILL_POINT): told of
         # each commit that changed a run, right before and right after it.
@@ -147,13 +148,17 @@ class StateStore:
         return self._location
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, fence_later: bool = False) -> Iterator[None]:
         """A write transaction; an inner call joins the outer one.
 
         SQLite takes the write lock up front (``BEGIN IMMEDIATE``) so two writers queue on
         ``busy_timeout`` instead of failing on lock upgrade. If an inner block raises, the
         whole transaction is doomed: even if the caller swallows the error, the outermost
         block rolls back and raises :class:`TransactionAborted`.
+
+        `fence_later`: the fence (a host on a shared database) may be checked with the
+        transaction's first statement instead of before the block runs, for a block that
+        does nothing outside the database before its first statement.
         """
         tx = self._tx
         if tx.depth:
@@ -183,7 +188,7 @@ class StateStore:
         try:
             with begin:
                 if self.fence is not None:
-                    self.fence()
+                    self.fence(fence_later)
                 deferred, self._deferred = self._deferred, []
                 for write in deferred:
                     write()

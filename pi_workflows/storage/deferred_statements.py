@@ -21,6 +21,13 @@ run them one by one; the cursor holds the last one's result):
 The server's transaction and each savepoint start before their first statement either
 way, so nothing the server sees or locks changes, only how many round trips carry it.
 
+A check may travel the same way (`hold_check`): a read whose only outcome anyone needs
+is that it fails when what it checks does not hold (the host's lease, `host_leases`).
+It fails with ``division_by_zero``, raised as the check's own error from the statement
+it went with; from then on every statement of that transaction, its savepoints' ends
+and its ``COMMIT`` raise that error too, so the transaction cannot commit whoever
+catches the first one.
+
 One read may also travel behind the ``COMMIT``, in its text (`read_with_commit`): the
 server runs it once the commit is done, and its rows are those the cursor holds. It is
 a read by key: the only way it fails after a commit that succeeded is the connection
@@ -40,8 +47,12 @@ from typing import Any
 
 import peewee
 
+from .driver import sqlstate
+
 BEGIN = "BEGIN"
 ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT"
+# How a held check says that what it checks does not hold (`hold_check`).
+CHECK_FAILED = "22012"  # division_by_zero
 
 _installed: weakref.WeakKeyDictionary[peewee.Database, DeferredStatements] = (
     weakref.WeakKeyDictionary()
@@ -52,6 +63,7 @@ _installed: weakref.WeakKeyDictionary[peewee.Database, DeferredStatements] = (
 class _Held:
     text: str  # with any ``%`` doubled: it is sent in front of a statement's parameters
     is_write: bool
+    failure: Callable[[], Exception] | None = None  # a check's error (`hold_check`)
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,11 @@ class _Pending(threading.local):
         self.held: list[_Held] = []
         self.sends = 0  # query texts sent in this thread, to tell whether a hold went out
         self.read: CommitRead | None = None  # behind this transaction's COMMIT
+        self.failed: Callable[[], Exception] | None = None  # a check of it failed
+
+    def take_check(self) -> Callable[[], Exception] | None:
+        """The error of the check among the held texts, if one is (before `take`)."""
+        return next((item.failure for item in self.held if item.failure is not None), None)
 
     def take(self) -> str:
         held, self.held = self.held, []
@@ -136,6 +153,24 @@ class DeferredStatements:
         self._pending.held.append(_Held(text.replace("%", "%%"), is_write=True))
         return True
 
+    # --- checks ------------------------------------------------------------------------
+
+    def hold_check(self, sql: str, params: Sequence[Any], failure: Callable[[], Exception]) -> bool:
+        """Hold `sql` with `params`, a statement that fails with ``division_by_zero``
+        when what it checks does not hold, for the transaction's next statement; that
+        statement then raises `failure()`. False outside a transaction (the caller
+        checks at once)."""
+        if not self.db.in_transaction():
+            return False
+        text = self.db.cursor().mogrify(sql, params).decode()
+        self._pending.held.append(_Held(text.replace("%", "%%"), False, failure))
+        return True
+
+    def _refuse_if_failed(self) -> None:
+        failed = self._pending.failed
+        if failed is not None:
+            raise failed()
+
     # --- a read behind the COMMIT ---------------------------------------------------------
 
     def read_with_commit(
@@ -158,6 +193,7 @@ class DeferredStatements:
     # --- savepoints (StateStore.savepoint) -----------------------------------------------
 
     def open_savepoint(self, name: str) -> SavepointMark:
+        self._refuse_if_failed()
         pending = self._pending
         statement = f"SAVEPOINT {name}"
         if pending.has_writes:  # they belong outside the block: sent now, in front of it
@@ -181,6 +217,9 @@ class DeferredStatements:
 
     def roll_back_savepoint(self, name: str, mark: SavepointMark) -> None:
         pending = self._pending
+        if pending.failed is not None:  # the server's transaction failed: nothing to undo
+            pending.held = []
+            return
         if mark.held and pending.sends == mark.sends:  # the server never saw the block
             del pending.held[mark.index :]
             return
@@ -192,6 +231,7 @@ class DeferredStatements:
     # --- peewee's transaction calls ------------------------------------------------------
 
     def _hold_begin(self, *args: Any, **kwargs: Any) -> None:
+        self._pending.failed = None
         if args or kwargs or self._isolation_level:  # a BEGIN with options goes on its own
             self._begin(*args, **kwargs)
             return
@@ -199,15 +239,27 @@ class DeferredStatements:
 
     def _execute_sql_after_held(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         pending = self._pending
+        check = None
         if pending.held:
             if sql.startswith(ROLLBACK_TO_SAVEPOINT):  # peewee's own savepoints: undone anyway
                 pending.held = []
             else:
+                self._refuse_if_failed()
+                check = pending.take_check()
                 sql = pending.take() + sql
-        return self._execute_sql(sql, *args, **kwargs)
+        elif self.db.in_transaction():
+            self._refuse_if_failed()
+        try:
+            return self._execute_sql(sql, *args, **kwargs)
+        except peewee.DatabaseError as error:
+            if check is None or sqlstate(error) != CHECK_FAILED:
+                raise
+            pending.failed = check
+            raise check() from error
 
     def _commit_held(self) -> Any:
         pending = self._pending
+        self._refuse_if_failed()  # never a COMMIT the server would turn into a ROLLBACK
         read, pending.read = pending.read, None
         if pending.held and pending.held[0].text == BEGIN and not pending.has_writes:
             # No statement ran: the server has no transaction to end.
@@ -227,7 +279,7 @@ class DeferredStatements:
         pending = self._pending
         never_begun = bool(pending.held) and pending.held[0].text == BEGIN
         pending.held = []
-        pending.read = None
+        pending.read, pending.failed = None, None
         if never_begun:
             return None
         return self._rollback()
