@@ -261,9 +261,11 @@ class WorkerSlots:
         ):
             token = run_claims.new_claim_token()
             # PostgreSQL: the candidate query and the claim share one transaction, so the
-            # candidates stay locked and other hosts skip them; SQLite keeps its write
-            # lock for the claim alone.
-            scope = contextlib.nullcontext() if store.is_sqlite else store.transaction()
+            # candidates stay locked and other hosts skip them (the host's fence goes with
+            # that query); SQLite keeps its write lock for the claim alone.
+            scope = (
+                contextlib.nullcontext() if store.is_sqlite else store.transaction(fence_later=True)
+            )
             with scope:
                 # The built-in selection takes the first run in claim order.
                 candidates = run_claims.claim_candidates(self.host_id, excluded, 1)
