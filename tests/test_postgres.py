@@ -279,6 +279,10 @@ def test_a_held_check_that_fails_refuses_the_rest_of_its_transaction(store, make
             Run.select().count()
     # The COMMIT at the block's end raised too: nothing was written.
     assert Run.get_or_none(Run.run_id == "pg-never-written") is None
+    with pytest.raises(_CheckFailed), store.transaction():
+        assert held.hold_check(check, ["no-such-run"], _CheckFailed)
+        statements.set_announced_statuses({"pg-checked": "held"})  # goes with the COMMIT
+    assert _announced("pg-checked") != "held"
     assert Run.get_or_none(Run.run_id == "pg-after-a-check") is not None
     assert held.hold_check(check, ["pg-checked"], _CheckFailed) is False  # outside one
 

@@ -249,12 +249,19 @@ class DeferredStatements:
                 sql = pending.take() + sql
         elif self.db.in_transaction():
             self._refuse_if_failed()
+        return self._sent(check, sql, *args, **kwargs)
+
+    def _sent(
+        self, check: Callable[[], Exception] | None, sql: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        """Run `sql`; when it carries a held check that fails, raise the check's error
+        (and from then on for the rest of the transaction)."""
         try:
             return self._execute_sql(sql, *args, **kwargs)
         except peewee.DatabaseError as error:
             if check is None or sqlstate(error) != CHECK_FAILED:
                 raise
-            pending.failed = check
+            self._pending.failed = check
             raise check() from error
 
     def _commit_held(self) -> Any:
@@ -265,12 +272,13 @@ class DeferredStatements:
             # No statement ran: the server has no transaction to end.
             pending.held = []
             return None
+        check = pending.take_check()  # a check held with writes alone goes with the COMMIT
         text = pending.take() + "COMMIT"
         if read is not None:
             sql, params = read.build(read.keys)
             # Sent without parameters of its own, like the held texts: `%` doubled.
             text += "; " + self.db.cursor().mogrify(sql, params).decode().replace("%", "%%")
-        cursor = self._execute_sql(text)
+        cursor = self._sent(check, text)
         if read is not None:
             read.rows = cursor.fetchall()
         return cursor
