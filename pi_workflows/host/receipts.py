@@ -44,14 +44,15 @@ def _stored_response(row: tuple[Any, ...], request_id: str) -> dict[str, Any]:
 def adopt(request: ClientRequest) -> dict[str, Any] | None:
     """The answer stored for this request (by id, or by its client's idempotency key), or
     a conflict when the earlier one had another payload; None if there is none."""
-    by_id = statements.command_by_request(request.request_id)
+    by_id, by_key = statements.stored_commands(
+        request.request_id, request.client_id, request.idempotency_key
+    )
     if by_id is not None:
         if by_id[0] != request.fingerprint:
             return response(
                 request.request_id, "conflict", error="Request ID was reused with another payload"
             )
         return _stored_response(by_id, request.request_id)
-    by_key = statements.command_by_key(request.client_id, request.idempotency_key)
     if by_key is not None:
         if by_key[0] != request.fingerprint:
             return response(

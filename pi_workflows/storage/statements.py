@@ -392,21 +392,20 @@ def set_announced_statuses(statuses: dict[str, str]) -> None:
 _COMMAND_COLUMNS = "request_fingerprint, outcome, accepted_revision, receipt_hash, error_hash"
 
 
-def command_by_request(request_id: str) -> tuple[Any, ...] | None:
-    """``(fingerprint, outcome, revision, receipt_hash, error_hash)`` of a stored command."""
+def stored_commands(
+    request_id: str, client_id: str, idempotency_key: str
+) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+    """The stored command with this request id, and the one with this client's
+    idempotency key, each as ``(fingerprint, outcome, revision, receipt_hash,
+    error_hash)`` or None; one read (a row that is both counts as the first)."""
     found = rows(
-        f"SELECT {_COMMAND_COLUMNS} FROM host_commands WHERE request_id = ?", (request_id,)
+        f"SELECT request_id = ?, {_COMMAND_COLUMNS} FROM host_commands"
+        " WHERE request_id = ? OR (client_id = ? AND idempotency_key = ?)",
+        (request_id, request_id, client_id, idempotency_key),
     )
-    return found[0] if found else None
-
-
-def command_by_key(client_id: str, idempotency_key: str) -> tuple[Any, ...] | None:
-    """As `command_by_request`, found by the client's idempotency key."""
-    found = rows(
-        f"SELECT {_COMMAND_COLUMNS} FROM host_commands WHERE client_id = ? AND idempotency_key = ?",
-        (client_id, idempotency_key),
-    )
-    return found[0] if found else None
+    by_id = next((tuple(row[1:]) for row in found if row[0]), None)
+    by_key = next((tuple(row[1:]) for row in found if not row[0]), None)
+    return by_id, by_key
 
 
 # --- rows a request inserts ------------------------------------------------------------
