@@ -74,8 +74,11 @@ class RunWatches:
         self._scheduled = False
         # The runs written since the last publish; None: every watch is read again.
         self._changed: set[str] | None = set()
-        # Statuses read behind the commits of those writes (PostgreSQL).
+        # Statuses read behind the commits of those writes (PostgreSQL), and those of
+        # them that still stand: read behind commit number `_fresh_at`, the last one.
         self._reads: list[CommitRead] = []
+        self._fresh: dict[str, dict[str, Any]] = {}
+        self._fresh_at = 0
 
     @feature_hook
     def piwh_register_operations(self, operations: OperationTable) -> None:
@@ -222,14 +225,16 @@ class RunWatches:
         )
 
     def _fresh_statuses(self) -> dict[str, dict[str, Any]]:
-        """The statuses read behind the last commit, while no commit came after it (a
-        read is kept for every publish until then: a run's stop publishes again)."""
+        """The statuses read behind the last commit, while no commit came after it (kept
+        for every publish until then: a run's stop publishes again)."""
         commits = self.services.store.commits
-        self._reads = [r for r in self._reads if r.rows and r.commit_number == commits]
-        fresh: dict[str, dict[str, Any]] = {}
-        for read in self._reads:
-            fresh.update(statuses_from(read.rows or []))
-        return fresh
+        if self._fresh_at != commits:
+            self._fresh, self._fresh_at = {}, commits
+        reads, self._reads = self._reads, []
+        for read in reads:  # outside a transaction: each committed, or rolled back
+            if read.rows and read.commit_number == commits:
+                self._fresh.update(statuses_from(read.rows))
+        return self._fresh
 
     def _publish_status(self, watch: RunWatch, fresh: dict[str, Any] | None = None) -> None:
         assert watch.run_id is not None

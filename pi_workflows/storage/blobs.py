@@ -112,8 +112,8 @@ def _put_hashed(
     # what is stored with what was asked for (read first for an address seen stored).
     seen = _committed.get(blob_hash) == media_type
     if not seen:
-        if _may_hold(blob_hash, content) and statements.insert_blob_later(
-            blob_hash, media_type, content, now_ms()
+        if _may_hold(blob_hash, content) and statements.insert_blobs_later(
+            [(blob_hash, media_type, content)], now_ms()
         ):
             _insert_held(blob_hash, content, media_type, names)
             return blob_hash
@@ -129,7 +129,7 @@ def _may_hold(blob_hash: str, content: bytes) -> bool:
     holds under another media type is a conflict found at once, `_take_up`)."""
     written = _written.blobs
     return (
-        written is not None and blob_hash not in written and len(content) <= (HELD_INSERT_MAX_BYTES)
+        written is not None and blob_hash not in written and len(content) <= HELD_INSERT_MAX_BYTES
     )
 
 

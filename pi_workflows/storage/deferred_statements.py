@@ -149,9 +149,14 @@ class DeferredStatements:
         (the caller runs it at once)."""
         if not self.db.in_transaction():
             return False
-        text = self.db.cursor().mogrify(sql, params).decode()  # on the client, no round trip
-        self._pending.held.append(_Held(text.replace("%", "%%"), is_write=True))
+        self._pending.held.append(_Held(self._text(sql, params), is_write=True))
         return True
+
+    def _text(self, sql: str, params: Sequence[Any]) -> str:
+        """`sql` with `params` in it (on the client, no round trip), to be sent in front
+        of, or behind, a statement with parameters of its own: `%` doubled."""
+        text: str = self.db.cursor().mogrify(sql, params).decode()
+        return text.replace("%", "%%")
 
     # --- checks ------------------------------------------------------------------------
 
@@ -162,8 +167,7 @@ class DeferredStatements:
         checks at once)."""
         if not self.db.in_transaction():
             return False
-        text = self.db.cursor().mogrify(sql, params).decode()
-        self._pending.held.append(_Held(text.replace("%", "%%"), False, failure))
+        self._pending.held.append(_Held(self._text(sql, params), False, failure))
         return True
 
     def _refuse_if_failed(self) -> None:
@@ -275,9 +279,7 @@ class DeferredStatements:
         check = pending.take_check()  # a check held with writes alone goes with the COMMIT
         text = pending.take() + "COMMIT"
         if read is not None:
-            sql, params = read.build(read.keys)
-            # Sent without parameters of its own, like the held texts: `%` doubled.
-            text += "; " + self.db.cursor().mogrify(sql, params).decode().replace("%", "%%")
+            text += "; " + self._text(*read.build(read.keys))
         cursor = self._sent(check, text)
         if read is not None:
             read.rows = cursor.fetchall()

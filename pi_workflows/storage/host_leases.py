@@ -13,8 +13,7 @@ import peewee
 
 from ..canonical import sha256_hex
 from ..clock import now_ms
-from . import server_plans
-from .deferred_statements import DeferredStatements
+from . import statements
 from .driver import run_sql, sqlstate
 from .models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker, database_proxy
 from .prepared import Parameters, PreparedQuery
@@ -178,8 +177,8 @@ def share_live_lease(lease: EpochLease, now: int) -> bool:
 
 # `share_live_lease` as a check: the count of live rows is 1, or 0 and the division fails.
 _CHECK_LIVE_LEASE = (
-    "SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_state WHERE id = %s"
-    " AND epoch = %s AND host_id = %s AND token_hash = %s AND expires_at > %s FOR SHARE)"
+    "SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_state WHERE id = ?"
+    " AND epoch = ? AND host_id = ? AND token_hash = ? AND expires_at > ? FOR SHARE)"
     " AS live)"
 )
 
@@ -189,13 +188,9 @@ def hold_live_lease_check(lease: EpochLease, now: int, failure: Callable[[], Exc
     the transaction's next statement (`DeferredStatements.hold_check`), which raises
     `failure()` when the lease is not live at `now`. False where it cannot travel: the
     caller checks with `share_live_lease`."""
-    db = database_proxy.obj
-    deferred = DeferredStatements.on(db)
-    if deferred is None:
-        return False
     own = _own_arguments(lease)
     params = (own["row_id"], own["epoch"], own["host_id"], own["token_hash"], now)
-    return deferred.hold_check(server_plans.to_send(db, _CHECK_LIVE_LEASE), params, failure)
+    return statements.hold_check(_CHECK_LIVE_LEASE, params, failure)
 
 
 _RELEASE_EPOCH = PreparedQuery(

@@ -724,9 +724,8 @@ def timed_out_interaction_attempt(run_id: str, status: str) -> str | None:
     """
     if status != "waiting":
         return None
-    status, state_hash = run_fields(run_id, "status", "state_hash")
-    state = read_json(state_hash) if status == "waiting" else None
-    attempt_id = (state or {}).get("currentAttemptId")
+    (state_hash,) = run_fields(run_id, "state_hash")
+    attempt_id = (read_json(state_hash) or {}).get("currentAttemptId")
     if attempt_id is None:
         return None
     request = InteractiveRequest.get_or_none(InteractiveRequest.attempt_id == attempt_id)

@@ -274,10 +274,14 @@ def _run_rows(
 ) -> list[tuple[Any, ...]]:
     """`by_key`: the runs are named by their ids (the server may plan it once)."""
     database = database_proxy.obj
-    sql = f"SELECT {columns} WHERE {where} {suffix}".replace("?", database.param)
+    sql = _runs_select(columns, where, suffix)
     run = server_plans.run if by_key else run_sql
     fetched: list[tuple[Any, ...]] = run(database, sql, params).fetchall()
     return fetched
+
+
+def _runs_select(columns: str, where: str, suffix: str = "") -> str:
+    return f"SELECT {columns} WHERE {where} {suffix}".replace("?", database_proxy.obj.param)
 
 
 def _json(content: Any) -> Any:
@@ -389,11 +393,9 @@ def statuses_read(run_ids: set[str]) -> tuple[str, list[Any]]:
     """The statement that reads the `run_status` of each of `run_ids` (``%s``
     placeholders), for a read that travels with a commit (`StateStore.read_with_commit`);
     `statuses_from` makes its rows into status objects."""
-    database = database_proxy.obj
     ordered = sorted(run_ids)
-    marks = ", ".join(["?"] * len(ordered))
-    sql = f"SELECT {_STATUS_COLUMNS} WHERE r.run_id IN ({marks})".replace("?", database.param)
-    return server_plans.to_send(database, sql), ordered
+    sql = _runs_select(_STATUS_COLUMNS, f"r.run_id IN ({', '.join(['?'] * len(ordered))})")
+    return server_plans.to_send(database_proxy.obj, sql), ordered
 
 
 def statuses_from(rows: list[tuple[Any, ...]]) -> dict[str, dict[str, Any]]:

@@ -48,13 +48,32 @@ def run_later(
         run_sql(db, sql, params)
 
 
-def _hold(db: peewee.Database, sql: str, params: Sequence[Any], *, planned: bool) -> bool:
-    """Hold `sql` for the transaction's next statement; False where it cannot be held
-    (SQLite, or outside a transaction)."""
+def _hold(
+    db: peewee.Database,
+    sql: str,
+    params: Sequence[Any],
+    *,
+    planned: bool,
+    failure: Callable[[], Exception] | None = None,
+) -> bool:
+    """Hold `sql` for the transaction's next statement, a write or, with `failure`, a
+    check (`DeferredStatements.hold_check`); False where it cannot be held (SQLite, or
+    outside a transaction)."""
     deferred = DeferredStatements.on(db)
     if deferred is None or not db.in_transaction():
         return False
-    return deferred.hold_write(server_plans.to_send(db, sql) if planned else sql, params)
+    sent = server_plans.to_send(db, sql) if planned else sql
+    if failure is not None:
+        return deferred.hold_check(sent, params, failure)
+    return deferred.hold_write(sent, params)
+
+
+def hold_check(sql: str, params: Sequence[Any], failure: Callable[[], Exception]) -> bool:
+    """A check by key (``?`` placeholders) that travels with the transaction's next
+    statement and makes it raise `failure()` when it fails (``division_by_zero``);
+    False where it cannot travel: the caller checks at once."""
+    db = database_proxy.obj
+    return _hold(db, _in_style(db.param, sql), params, planned=True, failure=failure)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -82,15 +101,6 @@ def insert_blob(blob_hash: str, media_type: str, content: bytes, stamp: int) -> 
     return bool(cursor.rowcount == 1)
 
 
-def insert_blob_later(blob_hash: str, media_type: str, content: bytes, stamp: int) -> bool:
-    """`insert_blob`, held for the transaction's next statement (PostgreSQL, inside a
-    transaction): nobody learns whether the row was new, so the caller checks it with
-    the blobs it took up (`blobs.check_taken_up`). False where it cannot be held."""
-    db = database_proxy.obj
-    params = (blob_hash, media_type, len(content), content, stamp)
-    return _hold(db, _in_style(db.param, INSERT_BLOB), params, planned=True)
-
-
 @functools.lru_cache(maxsize=16)
 def _insert_blobs_sql(count: int, returning: bool = True) -> str:
     values = ", ".join(["(?, ?, ?, ?, ?)"] * count)
@@ -115,7 +125,9 @@ def insert_blobs(blobs: list[tuple[str, str, bytes]], stamp: int) -> set[str]:
 
 
 def insert_blobs_later(blobs: list[tuple[str, str, bytes]], stamp: int) -> bool:
-    """`insert_blobs`, held as `insert_blob_later` is; False where it cannot be held."""
+    """`insert_blobs`, held for the transaction's next statement (PostgreSQL, inside a
+    transaction): nobody learns which rows were new, so the caller checks them with the
+    blobs it took up (`blobs.check_taken_up`). False where it cannot be held."""
     db = database_proxy.obj
     sql = _in_style(db.param, _insert_blobs_sql(len(blobs), returning=False))
     return _hold(db, sql, _blob_rows(blobs, stamp), planned=True)
