@@ -274,7 +274,8 @@ def test_a_held_check_that_fails_refuses_the_rest_of_its_transaction(store, make
     with pytest.raises(_CheckFailed), store.transaction():
         assert held.hold_check(check, ["no-such-run"], _CheckFailed)
         with pytest.raises(_CheckFailed):
-            make_run("pg-never-written")
+            make_run("pg-never-written")  # its inserts are held too
+            Run.select().count()  # the first statement sent: the check goes with it
         with pytest.raises(_CheckFailed):  # caught above: the transaction still refuses
             Run.select().count()
     # The COMMIT at the block's end raised too: nothing was written.
@@ -412,3 +413,17 @@ def test_the_claim_candidate_query_is_planned_once_per_connection(
         assert verbs == ["SELECT", "COMMIT", "SELECT", "COMMIT", "PREPARE", "EXECUTE", "COMMIT"]
     finally:
         store.close()
+
+
+def test_a_new_runs_rows_travel_with_the_transactions_next_statement(store, make_run, monkeypatch):
+    """A start reads none of its inserts back (the run, its creation event, its queue row
+    and lease): they go in front of the transaction's next statement."""
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        make_run("pg-held-start")
+        assert sent.take() == []  # no round trip of its own
+        assert Run.select().where(Run.run_id == "pg-held-start").count() == 1
+        (carried,) = sent.take()
+    inserted = [part.split()[2] for part in carried.split("; ") if part.startswith("INSERT INTO")]
+    assert {"runs", "events", "run_queue", "leases"} <= set(inserted)
+    assert carried.startswith("BEGIN; ") and carried.split("; ")[-1].startswith("SELECT COUNT")

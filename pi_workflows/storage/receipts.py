@@ -42,4 +42,5 @@ def record_receipt(
             "created_at": stamp,
             "completed_at": stamp,
         },
+        later=True,  # its failure (a request id stored meanwhile) surfaces in the same block
     )

@@ -58,7 +58,8 @@ def create_run_row(*, actor: str, **fields: Any) -> Run:
     """Insert a run at revision 1 with its creation event (call inside a transaction)."""
     stamp = fields.pop("created_at", None) or now_ms()
     values = {"revision": 1, "created_at": stamp, "updated_at": stamp, **fields}
-    statements.insert_row(Run, values)
+    # Nothing reads these rows back before the transaction's next statement: they go with it.
+    statements.insert_row(Run, values, later=True)
     run = Run(**values)
     _note(run.run_id, 1)
     payload_hash = put_json({"status": run.status})

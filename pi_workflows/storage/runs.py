@@ -86,8 +86,9 @@ def create_run(
             "created_at": stamp,
             "updated_at": stamp,
         },
+        later=True,
     )
-    statements.insert_row(Lease, {"run": run_id, "generation": 0})
+    statements.insert_row(Lease, {"run": run_id, "generation": 0}, later=True)
     return run
 
 

@@ -296,7 +296,8 @@ def insert_event(
     payload_hash: str,
     stamp: int,
 ) -> None:
-    execute(
+    """Append an event (whose revision the caller knows): a write nothing reads back."""
+    execute_later(
         INSERT_EVENT,
         (run_id, revision, event_type, actor, lease_generation, payload_hash, stamp),
     )
@@ -433,11 +434,18 @@ def _insert_sql(
     return f"INSERT INTO {model._meta.table_name} ({columns}) VALUES ({marks})", fields
 
 
-def insert_row(model: type[peewee.Model], values: dict[str, Any]) -> None:
+def insert_row(model: type[peewee.Model], values: dict[str, Any], *, later: bool = False) -> None:
     """`model.create(**values)` without building the query each time: the model's
-    defaults fill the fields `values` leaves out, each value is converted by its field."""
+    defaults fill the fields `values` leaves out, each value is converted by its field.
+
+    `later`: a row whose insert nothing relies on failing right here (a new run's rows,
+    a request's receipt) travels with the transaction's next statement
+    (`execute_later`); its failure surfaces there, in the same savepoint."""
     data = model._meta.get_default_dict()
     data.update(values)
     sql, fields = _insert_sql(model, tuple(data))
     params = [field.db_value(value) for field, value in zip(fields, data.values(), strict=True)]
-    execute(sql, params)
+    if later:
+        execute_later(sql, params)
+    else:
+        execute(sql, params)
