@@ -23,7 +23,7 @@ from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import Claim, WorkerLaunchEnvelope, WorkerSettings
 from ..storage import effects, put_json, put_text, run_claims, run_poison, run_workers
 from ..storage.database import masked_url
-from ..storage.runs import current_status, run_fields
+from ..storage.runs import current_status
 from ..worker.command import is_worker_command
 from . import process_groups, run_progress
 from .active_run import ActiveRun
@@ -84,9 +84,8 @@ class WorkerLives:
 
         Called in the claim's transaction, so the claim and its worker commit together.
         """
-        project_path, workflow_source, definition_digest, input_hash, revision = run_fields(
-            run_id, "project_path", "workflow_source", "definition_digest", "input_hash", "revision"
-        )
+        fields, progress = run_poison.launch_read(run_id)
+        project_path, workflow_source, definition_digest, input_hash, revision = fields
         worker_epoch = secrets.token_hex(16)
         envelope: WorkerLaunchEnvelope = {
             "schema": LAUNCH_SCHEMA,
@@ -102,7 +101,6 @@ class WorkerLives:
             "databaseUrl": masked_url(self.database_url) if self.database_url else None,
             "home": str(self.home.root),
         }
-        progress = run_poison.progress_mark(run_id)
         run_workers.record_worker(
             worker_epoch,
             run_id,

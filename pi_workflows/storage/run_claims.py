@@ -11,6 +11,7 @@ import functools
 import secrets
 from typing import Any, NamedTuple
 
+import peewee
 from peewee import SQL, PostgresqlDatabase, fn
 
 from ..canonical import sha256_hex
@@ -34,7 +35,7 @@ from .models import (
     WorkflowMessage,
     WorkflowTurn,
 )
-from .prepared import PreparedQuery
+from .prepared import Parameters, PreparedQuery
 from .revisions import record_run_change
 from .run_state import ACTIVE_ATTEMPT_STATUSES
 
@@ -54,22 +55,7 @@ def token_hash(token: str) -> str:
     return sha256_hex(token)
 
 
-_PENDING_INTERACTION = PreparedQuery(
-    lambda p: (
-        InteractiveRequest.select(SQL("1"))
-        .join(NodeAttempt, on=(InteractiveRequest.attempt_id == NodeAttempt.attempt_id))
-        .where(
-            (InteractiveRequest.run == p.run_id)
-            & (InteractiveRequest.status == "pending")
-            & (NodeAttempt.status == "waiting")
-        )
-        .limit(1)
-    ),
-    planned=True,
-)
-
-
-def _has_pending_interaction(run_id: str) -> bool:
+def _pending_interaction(p: Parameters) -> peewee.Function:
     """Does the run wait for its session's answer to an agent step (so only that answer,
     not the claim loop, resumes it)?
 
@@ -77,12 +63,28 @@ def _has_pending_interaction(run_id: str) -> bool:
     worker or host died, ahead of the waiting snapshot: claiming that run lets the engine
     record the wait on the same request (it never asks a second time).
     """
-    return _PENDING_INTERACTION.exists(run_id=run_id)
+    return fn.EXISTS(
+        InteractiveRequest.select(SQL("1"))
+        .join(NodeAttempt, on=(InteractiveRequest.attempt_id == NodeAttempt.attempt_id))
+        .where(
+            (InteractiveRequest.run == p.run_id)
+            & (InteractiveRequest.status == "pending")
+            & (NodeAttempt.status == "waiting")
+        )
+    )
 
 
+# What a claim decides on, in one read: the queue's status, the lease, and whether the
+# run waits for its session.
 _QUEUE_AND_LEASE = PreparedQuery(
     lambda p: (
-        RunQueue.select(RunQueue.status, Lease.generation, Lease.owner_id, Lease.expires_at)
+        RunQueue.select(
+            RunQueue.status,
+            Lease.generation,
+            Lease.owner_id,
+            Lease.expires_at,
+            _pending_interaction(p),
+        )
         .join(Lease, on=(Lease.run == RunQueue.run))
         .where(RunQueue.run == p.run_id)
     ),
@@ -120,10 +122,10 @@ def claim_run(
     found = _QUEUE_AND_LEASE.first(run_id=run_id)
     if found is None:
         return None
-    queue_status, current_generation, current_owner, expires_at = found
+    queue_status, current_generation, current_owner, expires_at, waits_for_session = found
     if queue_status in TERMINAL_QUEUE_STATUSES:
         return None
-    if not allow_pending_interaction and _has_pending_interaction(run_id):
+    if waits_for_session and not allow_pending_interaction:
         return None
     is_live = current_owner is not None and expires_at > now
     if is_live and current_owner != owner_id:
@@ -140,7 +142,7 @@ def claim_run(
     )
     if changed != 1:
         return None
-    _QUEUE_STARTING.changed(run_id=run_id, now=now)
+    _QUEUE_STARTING.execute_later(run_id=run_id, now=now)
     record_run_change(
         run_id,
         event_type=EventType.LEASE_CLAIMED,
@@ -616,7 +618,7 @@ class Candidate(NamedTuple):
 
 
 # A run whose session owes an agent step's answer is not a candidate (see
-# `_has_pending_interaction`). One branch per queue status, each walking the (status,
+# `_pending_interaction`). One branch per queue status, each walking the (status,
 # priority DESC, available_at, created_at) index in claim order and stopping after LIMIT
 # rows: the cost does not grow with the queue length (the id, the last tie-break, is
 # sorted within runs equal on the rest). Raw SQL so the statement is compiled once and

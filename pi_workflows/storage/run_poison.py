@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import peewee
 from peewee import SQL, fn
 
+from ..errors import NotFoundError
 from .models import NodeAttempt, Run, RunWorker
-from .prepared import PreparedQuery
+from .prepared import Parameters, PreparedQuery
 
 FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
@@ -24,13 +26,22 @@ class ProgressMark:
     run_status: str
 
 
+def _finished_attempts(p: Parameters) -> peewee.SelectQuery:
+    return NodeAttempt.select(fn.COUNT(SQL("*"))).where(
+        (NodeAttempt.run == p.run_id) & NodeAttempt.status.in_(FINISHED_ATTEMPT_STATUSES)
+    )
+
+
 _PROGRESS = PreparedQuery(
+    lambda p: Run.select(Run.status, _finished_attempts(p)).where(Run.run_id == p.run_id)
+)
+# A new worker's run, in one read: its launch envelope's fields, then its progress.
+_LAUNCH_FIELDS = ("project_path", "workflow_source", "definition_digest", "input_hash", "revision")
+_LAUNCH_READ = PreparedQuery(
     lambda p: Run.select(
-        Run.status,
-        NodeAttempt.select(fn.COUNT(SQL("*"))).where(
-            (NodeAttempt.run == p.run_id) & NodeAttempt.status.in_(FINISHED_ATTEMPT_STATUSES)
-        ),
-    ).where(Run.run_id == p.run_id)
+        *(getattr(Run, name) for name in _LAUNCH_FIELDS), Run.status, _finished_attempts(p)
+    ).where(Run.run_id == p.run_id),
+    planned=True,
 )
 
 
@@ -39,6 +50,21 @@ def progress_mark(run_id: str) -> ProgressMark:
     row = _PROGRESS.first(run_id=run_id)
     status, finished = row if row is not None else (None, 0)
     return ProgressMark(finished, status)
+
+
+def launch_read(run_id: str) -> tuple[tuple[str, str, str, str, int], ProgressMark]:
+    """What a new worker of the run is launched with: the run's project path, workflow
+    source (as stored), definition digest, input hash and revision; and its progress
+    mark (`progress_mark`), which the worker's exit is measured against."""
+    row = _LAUNCH_READ.first(run_id=run_id)
+    if row is None:
+        raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
+    *fields, status, finished = row
+    project_path, workflow_source, definition_digest, input_hash, revision = fields
+    return (
+        (project_path, workflow_source, definition_digest, input_hash, revision),
+        ProgressMark(finished, status),
+    )
 
 
 def latest_attempts(run_id: str, limit: int) -> list[NodeAttempt]:
