@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..records import RunRecord
 from ..storage.run_poison import ProgressMark
 from .supervisor import WorkerSupervisor
 
@@ -17,6 +18,8 @@ class ActiveRun:
     supervisor: WorkerSupervisor | None
     # The run's progress at launch: an exit that leaves it unchanged made no progress.
     progress: ProgressMark
+    # The run as read after its claim committed, until worker.ready's answer used it.
+    claimed: RunRecord | None = None
     # Set when the host itself decided the outcome (cancel, pause, handoff): no recovery.
     control: str | None = None
     exiting: bool = False

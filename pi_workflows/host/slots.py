@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import itertools
 import logging
@@ -72,6 +73,9 @@ class PreparedWorker:
     worker_epoch: str
     envelope: WorkerLaunchEnvelope
     progress: ProgressMark
+    # The run as read once its claim committed, when the launch read it (worker.ready's
+    # answer prepared at launch starts from it instead of reading it again).
+    claimed: RunRecord | None = None
 
 
 class WorkerLauncher(Protocol):
@@ -496,5 +500,8 @@ class WorkerSlots:
         """After the claim committed: announce it, and the worker starts."""
         assert self._launcher is not None
         self.pending_claims[run_id] = token
-        plugins.run_claimed(record or run_record(run_id), claim)
+        if record is None:  # (a claim pass's candidate is the run as it was before its claim)
+            record = run_record(run_id)
+            worker = dataclasses.replace(worker, claimed=record)
+        plugins.run_claimed(record, claim)
         self._launcher.launch(run_id, token, claim, worker)

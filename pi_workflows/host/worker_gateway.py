@@ -223,7 +223,8 @@ class WorkerGateway:
         comes before any node code runs, so an answer prepared too early runs nothing.
         Other runs (resume, restart, continue) are answered at worker.ready (None here).
         """
-        record = run_record(self.active.run_id)
+        active = self.active
+        record, active.claimed = active.claimed or run_record(active.run_id), None
         if record.is_initialized or record.lineage_kind or record.parent_run_id:
             return None
         try:

@@ -146,14 +146,15 @@ class WorkerLives:
                 run_claims.park_run(run_id, token)
             return
         worker_epoch, envelope, progress = worker.worker_epoch, worker.envelope, worker.progress
-        active = ActiveRun(run_id, token, generation, worker_epoch, None, progress)
+        active = ActiveRun(run_id, token, generation, worker_epoch, None, progress, worker.claimed)
         slots.active_runs[run_id] = active
         slots.pending_claims.pop(run_id, None)
         try:
             # Effects an earlier worker left applying (its host died) are settled first;
-            # a read decides, so a run without such effects takes no write lock here.
+            # a read decides, so a run without such effects takes no write lock here. A
+            # run still `queued` at its claim never ran a node: it has no effects.
             in_doubt: list[str] = []
-            if effects.has_unsettled(run_id):
+            if progress.run_status != "queued" and effects.has_unsettled(run_id):
                 with self.store.transaction():
                     in_doubt = effects.recover_interrupted(run_id, generation)
                     if in_doubt:

@@ -401,6 +401,19 @@ def read_json(blob_hash: str | None) -> Any:
     return _joined(value) if _is_split_form(value) else value
 
 
+def read_json_joined(blob_hash: str | None, media_type: str | None, content: Any) -> Any:
+    """`read_json(blob_hash)` from the blob's media type and content, read with the row
+    that names it (a LEFT JOIN's columns). Inside a transaction (whose blobs may still
+    wait to be checked), or when the row was missing or is not JSON, `read_json` reads
+    it again itself and checks, or fails."""
+    if blob_hash is None:
+        return None
+    if _written.blobs is not None or content is None or media_type != JSON:
+        return read_json(blob_hash)
+    value = json.loads(bytes(content))
+    return _joined(value) if _is_split_form(value) else value
+
+
 def read_text(blob_hash: str | None) -> str | None:
     if blob_hash is None:
         return None

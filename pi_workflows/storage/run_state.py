@@ -14,6 +14,8 @@ import json
 import uuid
 from typing import Any
 
+from peewee import JOIN
+
 from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
@@ -27,13 +29,15 @@ from . import (
     run_transitions,
     statements,
 )
-from .blobs import put_json, put_json_in_parts_together, put_text, read_json
+from .blobs import put_json, put_json_in_parts_together, put_text, read_json, read_json_joined
 from .models import (
     TERMINAL_RUN_STATUSES,
+    Blob,
     Effect,
     InteractiveRequest,
     InteractiveSubmission,
     NodeAttempt,
+    Run,
     WorkflowUpdate,
 )
 from .prepared import PreparedQuery, model_instance
@@ -97,8 +101,30 @@ _RUN_STATE_FIELDS = (
 )
 
 
+_INPUT_BLOB, _STATE_BLOB = Blob.alias(), Blob.alias()
+# The run's fields with its input's and its last snapshot's blobs: one read.
+_RUN_STATE = PreparedQuery(
+    lambda p: (
+        Run.select(
+            *(getattr(Run, name) for name in _RUN_STATE_FIELDS),
+            _INPUT_BLOB.media_type,
+            _INPUT_BLOB.content,
+            _STATE_BLOB.media_type,
+            _STATE_BLOB.content,
+        )
+        .join(_INPUT_BLOB, JOIN.LEFT_OUTER, on=(_INPUT_BLOB.blob_hash == Run.input_hash))
+        .join(_STATE_BLOB, JOIN.LEFT_OUTER, on=(_STATE_BLOB.blob_hash == Run.state_hash))
+        .where(Run.run_id == p.run_id)
+    ),
+    planned=True,
+)
+
+
 def read_run_state(run_id: str) -> dict[str, Any]:
     """The run's identity, input and last snapshot (see ``RunBackend.read_run_state``)."""
+    row = _RUN_STATE.first(run_id=run_id)
+    if row is None:
+        raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
     (
         workflow_name,
         status,
@@ -111,14 +137,16 @@ def read_run_state(run_id: str) -> dict[str, Any]:
         workflow_source,
         definition_digest,
         state_hash,
-    ) = run_fields(run_id, *_RUN_STATE_FIELDS)
-    state = read_json(state_hash)
+        *blobs,
+    ) = row
+    input_type, input_content, state_type, state_content = blobs
+    state = read_json_joined(state_hash, state_type, state_content)
     return {
         "runId": run_id,
         "workflowName": workflow_name,
         "status": status,
         "revision": revision,
-        "input": read_json(input_hash),
+        "input": read_json_joined(input_hash, input_type, input_content),
         "parentRunId": parent_run_id,
         "lineageKind": lineage_kind,
         "executionMode": execution_mode,
