@@ -943,20 +943,23 @@ def test_a_commit_reads_its_node_attempts_back_only_when_a_plugin_listens(
     plugins.reload()
     assert not plugins.node_attempts_heard()
     reads: list[list[str]] = []
-    read_attempts = statements.attempt_rows
-    monkeypatch.setattr(
-        statements, "attempt_rows", lambda ids: reads.append(ids) or read_attempts(ids)
-    )
+    read_announced = statements.announcement_rows
+
+    def announcement_rows(run_ids, attempt_ids):
+        reads.append(attempt_ids)
+        return read_announced(run_ids, attempt_ids)
+
+    monkeypatch.setattr(statements, "announcement_rows", announcement_rows)
     with store.transaction():
         make_run("r-1")
     _write(store, "r-1", _snapshot("r-1", "a-1"))
-    assert reads == []  # nobody hears of a-1 starting: no statement for it
+    assert reads == [[], []]  # nobody hears of a-1 starting: it is not read
 
     listener = _AttemptListener()
     with plugins.temporary_plugin(listener):
         _write(store, "r-1", _snapshot("r-1", "a-2", done=["a-1"]))
 
-    assert reads == [["a-1", "a-2"]]
+    assert reads[2:] == [["a-1", "a-2"]]  # with the run's lifecycle, in one read
     assert listener.heard == [("finished", "a-1"), ("started", "a-2")]
 
 

@@ -204,8 +204,7 @@ class StateStore:
                 # Announced before the callbacks the transaction registered (a claim pass,
                 # say), so a plugin hears of a change before what follows from it.
                 tx.after_commit[:0] = _announcements(
-                    run_transitions.collect(now_ms()),
-                    run_transitions.collect_attempts(heard=plugins.node_attempts_heard),
+                    *run_transitions.collect(now_ms(), heard=plugins.node_attempts_heard)
                 )
             committed = True
             self.commits += 1

@@ -8,9 +8,10 @@ written in the same transaction), so the hook fires exactly once per real change
 the commit, whichever code path made it: creation, claim, running, parking, waiting,
 pause, resume, the end.
 
-Node attempts are noted by `run_state` as it writes them; `collect_attempts()` keeps only
-those whose row, read in the committing transaction, still says so (a savepoint that
-rolled back their write takes them back), so each is announced once, after the commit.
+Node attempts are noted by `run_state` as it writes them; `collect()` keeps only those
+whose row, read in the committing transaction (by the same read), still says so (a
+savepoint that rolled back their write takes them back), so each is announced once,
+after the commit.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ..event_types import EventType
 from ..records import NodeAttemptRecord
@@ -87,9 +89,23 @@ def forget() -> None:
     _noted.runs, _noted.events, _noted.attempts = {}, 0, {}
 
 
-def collect(now: int) -> list[RunTransition]:
-    """Inside the committing transaction: record and return the noted runs' changes."""
+def collect(now: int, heard: Callable[[], bool]) -> tuple[list[RunTransition], list[AttemptChange]]:
+    """Inside the committing transaction, in one read: record and return the noted runs'
+    changes; and the noted attempt changes their rows still show, in the order they were
+    noted, with their workflow name and attempt number. When `heard()` says no plugin
+    listens to attempts, none is read and none returned."""
     noted, _noted.runs, _noted.events = _noted.runs, {}, 0
+    noted_attempts, _noted.attempts = _noted.attempts, {}
+    attempt_ids = sorted({attempt_id for attempt_id, _ in noted_attempts})
+    if noted_attempts and not heard():
+        attempt_ids = []
+    run_rows, attempt_rows = statements.announcement_rows(list(noted), attempt_ids)
+    return _transitions(noted, run_rows, now), _attempt_changes(noted_attempts, attempt_rows)
+
+
+def _transitions(
+    noted: dict[str, str], rows: list[tuple[Any, ...]], now: int
+) -> list[RunTransition]:
     if not noted:
         return []
     transitions = []
@@ -102,7 +118,7 @@ def collect(now: int) -> list[RunTransition]:
         announced,
         queue_status,
         workflow_name,
-    ) in statements.lifecycle_rows(list(noted)):
+    ) in rows:
         status = lifecycle_status(run_status, queue_status, bool(paused))
         if status == announced:
             continue
@@ -121,18 +137,12 @@ def collect(now: int) -> list[RunTransition]:
     return transitions
 
 
-def collect_attempts(heard: Callable[[], bool]) -> list[AttemptChange]:
-    """Inside the committing transaction: the noted attempt changes its rows still show,
-    in the order they were noted, with their workflow name and attempt number. When
-    `heard()` says no plugin listens, nothing is read and nothing returned."""
-    noted, _noted.attempts = _noted.attempts, {}
-    if not noted or not heard():
-        return []
+def _attempt_changes(
+    noted: dict[tuple[str, str], AttemptChange], found: list[tuple[Any, ...]]
+) -> list[AttemptChange]:
     rows = {
         attempt_id: (status, number, workflow_name)
-        for attempt_id, status, number, workflow_name in statements.attempt_rows(
-            sorted({attempt_id for attempt_id, _ in noted})
-        )
+        for attempt_id, status, number, workflow_name in found
     }
     changes = []
     for (attempt_id, phase), change in noted.items():

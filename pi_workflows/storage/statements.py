@@ -355,27 +355,44 @@ def worker_message(worker_epoch: str, message_id: str) -> tuple[Any, ...] | None
 # --- lifecycle announcements -----------------------------------------------------------
 
 
-def lifecycle_rows(run_ids: list[str]) -> list[tuple[Any, ...]]:
-    """``(run_id, status, paused, status_detail, announced_status, queue_status,
-    workflow_name)`` per run."""
-    marks = ", ".join("?" for _ in run_ids)
-    return rows(
-        "SELECT r.run_id, r.status, r.paused, r.status_detail, r.announced_status, q.status, "
-        "r.workflow_name "
-        f"FROM runs r JOIN run_queue q ON q.run_id = r.run_id WHERE r.run_id IN ({marks})",
-        run_ids,
-    )
+def _marks(count: int) -> str:
+    return ", ".join("?" for _ in range(count))
 
 
-def attempt_rows(attempt_ids: list[str]) -> list[tuple[Any, ...]]:
-    """``(attempt_id, status, attempt_number, workflow_name)`` per node attempt."""
-    marks = ", ".join("?" for _ in attempt_ids)
-    return rows(
-        "SELECT a.attempt_id, a.status, a.attempt_number, r.workflow_name "
-        f"FROM node_attempts a JOIN runs r ON r.run_id = a.run_id "
-        f"WHERE a.attempt_id IN ({marks})",
-        attempt_ids,
-    )
+# A lifecycle row: (run_id, status, paused, status_detail, announced_status, queue_status,
+# workflow_name). An attempt row has the same columns: (attempt_id, status, NULL, NULL,
+# NULL, NULL, workflow_name) and its attempt number last, where a run row has NULL.
+_LIFECYCLE_ROWS = (
+    "SELECT r.run_id, r.status, r.paused, r.status_detail, r.announced_status, q.status, "
+    "r.workflow_name, NULL FROM runs r JOIN run_queue q ON q.run_id = r.run_id "
+    "WHERE r.run_id IN ({})"
+)
+_ATTEMPT_ROWS = (
+    "SELECT a.attempt_id, a.status, NULL, NULL, NULL, NULL, r.workflow_name, a.attempt_number "
+    "FROM node_attempts a JOIN runs r ON r.run_id = a.run_id WHERE a.attempt_id IN ({})"
+)
+
+
+def announcement_rows(
+    run_ids: list[str], attempt_ids: list[str]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """What a commit announces, in one read: ``(run_id, status, paused, status_detail,
+    announced_status, queue_status, workflow_name)`` per run, and ``(attempt_id, status,
+    attempt_number, workflow_name)`` per node attempt."""
+    selects = []
+    if run_ids:
+        selects.append(_LIFECYCLE_ROWS.format(_marks(len(run_ids))))
+    if attempt_ids:
+        selects.append(_ATTEMPT_ROWS.format(_marks(len(attempt_ids))))
+    if not selects:
+        return [], []
+    runs, attempts = [], []
+    for row in rows(" UNION ALL ".join(selects), [*run_ids, *attempt_ids]):
+        if row[7] is None:
+            runs.append(row[:7])
+        else:
+            attempts.append((row[0], row[1], row[7], row[6]))
+    return runs, attempts
 
 
 @functools.lru_cache(maxsize=64)
