@@ -403,11 +403,14 @@ _CANCEL_MESSAGES = _cancel_pending_messages(("step", "decision", "followUp"))
 
 
 def settle_open_turns_and_messages(run_id: str, run_status: str) -> None:
-    """End open turns as `lost` and cancel pending messages when a run stops (SPEC §7.5)."""
+    """End open turns as `lost` and cancel pending messages when a run stops (SPEC §7.5).
+
+    Writes whose row counts nothing reads: on PostgreSQL they go with the transaction's
+    next statement, as do the queue's and the claim's in `project_lifecycle`."""
     now = now_ms()
-    _END_OPEN_TURNS.changed(run_id=run_id, now=now)
+    _END_OPEN_TURNS.execute_later(run_id=run_id, now=now)
     cancel = _CANCEL_MESSAGES_OF_COMPLETED if run_status == "completed" else _CANCEL_MESSAGES
-    cancel.changed(run_id=run_id, now=now)
+    cancel.execute_later(run_id=run_id, now=now)
 
 
 _RUN_ERROR_HASH = PreparedQuery(
@@ -446,7 +449,7 @@ def project_lifecycle(run_id: str, generation: int, run_status: str) -> None:
         settle_open_turns_and_messages(run_id, run_status)
     queue_status = QUEUE_STATUS_FOR_RUN[run_status]
     is_terminal = run_status in TERMINAL_RUN_STATUSES
-    _PROJECT_QUEUE.changed(
+    _PROJECT_QUEUE.execute_later(
         run_id=run_id,
         status=queue_status,
         error_code=run_status if run_status in ("failed", "timed_out") else None,
@@ -454,7 +457,7 @@ def project_lifecycle(run_id: str, generation: int, run_status: str) -> None:
         now=now,
         finished_at=now if is_terminal else None,
     )
-    _RELEASE_CLAIM.changed(run_id=run_id, generation=generation)
+    _RELEASE_CLAIM.execute_later(run_id=run_id, generation=generation)
 
 
 def terminate_run(
