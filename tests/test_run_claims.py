@@ -11,9 +11,9 @@ import pytest
 
 from pi_workflows.clock import now_ms
 from pi_workflows.errors import NotFoundError
-from pi_workflows.storage import run_claims, run_workers
+from pi_workflows.storage import run_claims, run_state, run_workers, statements
 from pi_workflows.storage.decision_records import create_request
-from pi_workflows.storage.models import Event, Lease, Run, RunQueue, RunWorker
+from pi_workflows.storage.models import Event, Lease, NodeAttempt, Run, RunQueue, RunWorker
 from tests.polling import wait_until
 
 
@@ -62,13 +62,13 @@ def test_a_claim_that_expired_or_passed_on_cannot_end_the_run(store, make_run):
     _expire(claim_a)
     token_b, _ = _claim(store, "run-passed", "host-b")
     with store.transaction():
-        assert run_claims.mark_running("run-passed", token_b)
+        assert run_claims.mark_running("run-passed", token_b, claim_a.generation + 1)
     before = _trail("run-passed")
     with store.transaction():
         assert not run_claims.terminate_run(
             "run-passed", token_a, status="failed", code="workerExited", error="stale"
         )
-        assert not run_claims.mark_running("run-passed", token_a)
+        assert not run_claims.mark_running("run-passed", token_a, claim_a.generation)
     assert _trail("run-passed") == before
     assert _queue("run-passed") == ("running", None)
     assert Lease.get_by_id("run-passed").owner_id == "host-b"
@@ -80,7 +80,7 @@ def test_only_the_live_generation_parks_a_run_for_an_ambiguous_effect(store, mak
         make_run("run-effect")
     old_token, old_claim = _claim(store, "run-effect", "host-1")
     with store.transaction():
-        assert run_claims.mark_running("run-effect", old_token)
+        assert run_claims.mark_running("run-effect", old_token, old_claim.generation)
         # Its lease runs out (set, not waited for: a 50 ms lease ran out before mark_running
         # on a loaded machine).
         Lease.update(expires_at=now_ms() - 1).where(Lease.run == "run-effect").execute()
@@ -114,7 +114,7 @@ def test_park_and_complete_happen_once_per_claim(store, make_run):
 
     second_token, second = _claim(store, "run-twice", "host-2")
     with store.transaction():
-        assert run_claims.mark_running("run-twice", second_token)
+        assert run_claims.mark_running("run-twice", second_token, second.generation)
         # The completing snapshot: the worker gateway checks the claim, then projects it.
         assert run_claims.claimed_run("run-twice", second_token, second.generation)
         run_claims.project_lifecycle("run-twice", second.generation, "completed")
@@ -186,3 +186,49 @@ def test_a_decision_request_needs_a_stored_run(store):
         with store.transaction():
             create_request("run-missing", request)
     assert Event.select().count() == 0
+
+
+def test_a_run_that_never_ran_writes_its_first_snapshot_without_reading_its_attempts(
+    store, make_run, monkeypatch
+):
+    """`mark_running(never_ran=True)`: a run claimed while `queued` has no node attempts,
+    so its first snapshot's write records the new one without asking the database."""
+    with store.transaction():
+        make_run("run-new")
+    token, claim = _claim(store, "run-new", "host-1")
+    reads: list[str] = []
+    read_attempts = statements.run_attempts
+    monkeypatch.setattr(
+        statements, "run_attempts", lambda run_id: reads.append(run_id) or read_attempts(run_id)
+    )
+    with store.transaction():
+        assert run_claims.mark_running("run-new", token, claim.generation, never_ran=True)
+        run_state.write_snapshot("run-new", _started("run-new", "attempt-1"), _NODE_STARTED)
+    assert reads == []
+    attempts = NodeAttempt.select(NodeAttempt.attempt_id, NodeAttempt.status).tuples()
+    assert list(attempts) == [("attempt-1", "running")]
+
+    # Without the hint (a run that ran before, say), the write reads them.
+    with store.transaction():
+        make_run("run-resumed")
+    token, claim = _claim(store, "run-resumed", "host-1")
+    with store.transaction():
+        assert run_claims.mark_running("run-resumed", token, claim.generation)
+        run_state.write_snapshot("run-resumed", _started("run-resumed", "attempt-2"), _NODE_STARTED)
+    assert reads == ["run-resumed"]
+
+
+_NODE_STARTED = {"type": "node.started"}
+
+
+def _started(run_id: str, attempt_id: str) -> dict:
+    return {
+        "schema": run_state.RUN_STATE_SCHEMA,
+        "runId": run_id,
+        "status": "running",
+        "steps": [],
+        "currentAttemptId": attempt_id,
+        "currentNode": "a",
+        "currentNodeType": "compute",
+        "currentNodeStartedAt": 1,
+    }

@@ -290,7 +290,10 @@ class WorkerGateway:
             active.worker_epoch, pid, start_identity(pid) if pid else None
         )
         if marked:  # once per worker
-            run_claims.mark_running(active.run_id, active.claim_token)
+            never_ran = active.progress.run_status == "queued"
+            run_claims.mark_running(
+                active.run_id, active.claim_token, active.generation, never_ran=never_ran
+            )
         self.store.after_commit(lambda: setattr(active, "ready", "recorded"))
 
     def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..event_types import EventType
 from ..records import Claim
-from . import effects, run_state, server_plans
+from . import effects, known_attempts, run_state, server_plans
 from .blobs import put_text
 from .driver import run_sql
 from .models import (
@@ -264,26 +264,44 @@ def _release(run_id: str, token: str) -> int | None:
     return generation
 
 
+# The queue's `running`, while the claim of that token and generation is live: the check
+# and the write in one statement.
 _QUEUE_RUNNING = PreparedQuery(
     lambda p: RunQueue.update(
         status="running", started_at=fn.COALESCE(RunQueue.started_at, p.now), updated_at=p.now
-    ).where(RunQueue.run == p.run_id),
+    ).where(
+        (RunQueue.run == p.run_id)
+        & fn.EXISTS(
+            Lease.select(SQL("1")).where(
+                (Lease.run == p.run_id)
+                & (Lease.token_hash == p.token_hash)
+                & (Lease.expires_at > p.now)
+                & (Lease.generation == p.generation)
+            )
+        )
+    ),
     planned=True,
 )
 
 
-def mark_running(run_id: str, token: str) -> bool:
-    generation = live_claim_generation(run_id, token)
-    if generation is None:
+def mark_running(run_id: str, token: str, generation: int, *, never_ran: bool = False) -> bool:
+    """The queue's `running` for the token's live claim of `generation`; False when that
+    claim is not the run's live claim. `never_ran`: the run was `queued` at its claim, so
+    it has no node attempts yet, which its first snapshot's write then need not read."""
+    queued = _QUEUE_RUNNING.changed(
+        run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
+    )
+    if queued != 1:
         return False
-    _QUEUE_RUNNING.changed(run_id=run_id, now=now_ms())
-    record_run_change(
+    revision = record_run_change(
         run_id,
         event_type=EventType.RUN_QUEUE_RUNNING,
         actor="host",
         payload={"status": "running"},
         lease_generation=generation,
     )
+    if never_ran:
+        known_attempts.note(run_id, revision, {})
     return True
 
 
