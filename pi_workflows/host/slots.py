@@ -260,26 +260,27 @@ class WorkerSlots:
         # Claims of this pass whose launch waits for the surrounding commit; outside a
         # transaction a claim launches at once and `busy` already counts it.
         awaiting_commit: set[str] = set()
-        while self.busy(freed) + len(awaiting_commit - self.pending_claims.keys()) < (
-            self.max_workers
-        ):
-            token = run_claims.new_claim_token()
-            # PostgreSQL: the candidate query and the claim share one transaction, so the
+        while True:
+            free = self.max_workers - self.busy(freed)
+            free -= len(awaiting_commit - self.pending_claims.keys())
+            if free <= 0:
+                return
+            # PostgreSQL: the candidate query and the claims share one transaction, so the
             # candidates stay locked and other hosts skip them (the host's fence goes with
             # that query); SQLite keeps its write lock for the claim alone.
             scope = (
                 contextlib.nullcontext() if store.is_sqlite else store.transaction(fence_later=True)
             )
             with scope:
-                # The built-in selection takes the first run in claim order.
-                candidates = run_claims.claim_candidates(self.host_id, excluded, 1)
-                if not candidates:
-                    return
-                run_id = candidates[0]
-                excluded.add(run_id)
-                claimed = self._claim(run_id, token)
-            if claimed is not None:
-                awaiting_commit.add(run_id)
+                # The built-in selection takes the first runs in claim order: as many as
+                # there are free slots, so that fewer mean none is left to ask for.
+                candidates = run_claims.claim_candidates(self.host_id, excluded, free)
+                for run_id in candidates:
+                    excluded.add(run_id)
+                    if self._claim(run_id, run_claims.new_claim_token()) is not None:
+                        awaiting_commit.add(run_id)
+            if len(candidates) < free:
+                return
 
     def _ask_and_claim(self) -> None:
         """A turn of a pass with claim plugins, outside any transaction: read candidates

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from pi_workflows.client.start_request import start_payload
+from pi_workflows.storage import run_claims
 
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
@@ -167,3 +168,30 @@ def test_a_run_started_while_a_pass_walks_3000_vetoed_runs_is_claimed(harness: H
     queued = "SELECT COUNT(*) FROM run_queue WHERE status = 'queued'"
     assert harness.query(queued) == [(3000,)]
     assert harness.query("SELECT COUNT(*) FROM run_workers") == [(1,)]
+
+
+def test_a_pass_asks_for_every_free_slot_in_one_read(harness: HostHarness, monkeypatch):
+    """The built-in pass reads as many candidates as the host has free slots: a start on a
+    host with four free slots claims its run in one read, which found fewer than it asked
+    for and so ends the pass (it used to read again, one candidate at a time)."""
+    reads: list[tuple[int, int, int]] = []  # (commits so far, asked for, found)
+    read_candidates = run_claims.claim_candidates
+
+    def claim_candidates(owner_id, exclude, limit):
+        found = read_candidates(owner_id, exclude, limit)
+        reads.append((harness.host.store.commits, limit, len(found)))
+        return found
+
+    monkeypatch.setattr(run_claims, "claim_candidates", claim_candidates)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="4")
+    harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid")
+
+    claiming = [i for i, (_, _, found) in enumerate(reads) if found]
+    assert len(claiming) == 1, reads
+    commits, asked, found = reads[claiming[0]]
+    assert (asked, found) == (4, 1)
+    # Nothing more read in the same transaction.
+    assert [read for read in reads[claiming[0] + 1 :] if read[0] == commits] == []
+    (harness.project / "release").touch()
