@@ -427,3 +427,34 @@ def test_a_new_runs_rows_travel_with_the_transactions_next_statement(store, make
     inserted = [part.split()[2] for part in carried.split("; ") if part.startswith("INSERT INTO")]
     assert {"runs", "events", "run_queue", "leases"} <= set(inserted)
     assert carried.startswith("BEGIN; ") and carried.split("; ")[-1].startswith("SELECT COUNT")
+
+
+def test_a_worker_write_holds_its_run_and_sends_its_bumps_with_the_next_statement(
+    store, make_run, monkeypatch, postgres_url
+):
+    """`claimed_run` reads the run `FOR UPDATE`: until the transaction ends nobody else
+    changes the row, so the transaction's bumps of it are held writes, and the revision
+    each reaches is known without a round trip."""
+    with store.transaction():
+        make_run("pg-worker-run")
+    token = run_claims.new_claim_token()
+    with store.transaction():
+        claim = run_claims.claim_run("pg-worker-run", "host-1", token)
+    assert claim is not None
+    sent = SentStatements(store, monkeypatch)
+    other = psycopg2.connect(postgres_url)
+    try:
+        with store.transaction():
+            revision, _ = run_claims.claimed_run("pg-worker-run", token, claim.generation)
+            assert sent.take()  # the claim's read, the one round trip so far
+            for event_type in ("run.started", "node.started"):
+                revision = record_run_change("pg-worker-run", event_type=event_type, actor="t")
+            assert sent.take() == []  # both held
+            with other.cursor() as cursor, pytest.raises(psycopg2.errors.LockNotAvailable):
+                cursor.execute("SET lock_timeout = '50ms'")
+                cursor.execute("UPDATE runs SET paused = true WHERE run_id = 'pg-worker-run'")
+            other.rollback()
+    finally:
+        other.close()
+    assert run_record("pg-worker-run").revision == revision == 4
+    assert [e.revision for e in run_events("pg-worker-run")] == [1, 2, 3, 4]

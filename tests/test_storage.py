@@ -977,3 +977,48 @@ def test_one_commit_records_the_announced_status_of_each_of_its_runs(store, make
     assert announced == {
         f"r-{number:03}": "cancelled" if number % 3 == 0 else "queued" for number in range(300)
     }
+
+
+def test_a_run_the_transaction_holds_is_bumped_without_an_answer_and_its_history_stays_exact(
+    store, make_run
+):
+    """After its first bump (or a read that holds the row, `note_held`) a transaction
+    knows the run's revision: its next bumps send nothing back, and an expected revision
+    is checked against what it knows."""
+    with store.transaction():
+        make_run("held-run")
+    with store.transaction():
+        assert record_run_change("held-run", event_type="run.started", actor="t") == 2
+        assert record_run_change("held-run", event_type="node.started", actor="t") == 3
+        with pytest.raises(RevisionConflictError, match="at revision 3, not 2"):
+            record_run_change("held-run", event_type="node.started", actor="t", expected_revision=2)
+        third = record_run_change(
+            "held-run", event_type="node.finished", actor="t", expected_revision=3, status="running"
+        )
+    assert third == 4
+    assert (run_record("held-run").revision, run_record("held-run").status) == (4, "running")
+    assert [e.revision for e in run_events("held-run")] == [1, 2, 3, 4]
+
+
+def test_a_held_bump_whose_revision_was_taken_meanwhile_fails_its_transaction(store, make_run):
+    """Were the run's revision to move behind the transaction's back, the held bump's
+    event would find its (run, revision) taken: the transaction fails, nothing of it
+    stays, and the history is not rewritten."""
+    with store.transaction():
+        make_run("moved-run")
+    with pytest.raises(peewee.IntegrityError), store.transaction():
+        record_run_change("moved-run", event_type="run.started", actor="t")
+        # A bump the transaction does not know of (none of the store's writes does this).
+        Run.update(revision=Run.revision + 1).where(Run.run_id == "moved-run").execute()
+        Event.insert(
+            run="moved-run",
+            revision=3,
+            event_type="x",
+            actor="x",
+            payload_hash="0" * 64,
+            recorded_at=1,
+        ).execute()
+        record_run_change("moved-run", event_type="node.started", actor="t")
+        run_record("moved-run")  # the next statement: the held bump goes with it
+    assert run_record("moved-run").revision == 1
+    assert [e.revision for e in run_events("moved-run")] == [1]

@@ -14,13 +14,15 @@ from .models import Run
 
 
 class _Bumped(threading.local):
-    """The revision each run reached in this thread's open transaction, as the statement
-    that set it returned it (None: no transaction), so the transaction can name a run's
-    revision after writing it without reading it back.
+    """The revision of each run whose row this thread's open transaction holds (None: no
+    transaction): one it created, bumped (an UPDATE locks the row until the transaction
+    ends) or locked as it read it (`note_held`). The transaction can then name a run's
+    revision without reading it back, and its next bump of that run needs no answer
+    from the database: nobody else can change the row before it commits.
 
     `StateStore` keeps it: empty when a transaction begins, emptied when a savepoint rolls
-    back (what it undid is not tracked: the next reads go to the database), None again
-    when the transaction ends.
+    back (what it undid, with the locks it took, is not tracked: the next reads and
+    bumps go to the database), None again when the transaction ends.
     """
 
     def __init__(self) -> None:
@@ -52,6 +54,12 @@ def written_revision(run_id: str) -> int | None:
 def _note(run_id: str, revision: int) -> None:
     if _bumped.revisions is not None:
         _bumped.revisions[run_id] = revision
+
+
+def note_held(run_id: str, revision: int) -> None:
+    """The open transaction read the run at `revision` and holds its row (a read ``FOR
+    UPDATE``, or SQLite's write lock): its bumps of the run need not read back."""
+    _note(run_id, revision)
 
 
 def create_run_row(*, actor: str, **fields: Any) -> Run:
@@ -86,26 +94,28 @@ def record_run_change(
     :class:`RevisionConflictError` and nothing changes. Returns the new revision.
     """
     stamp = now_ms()
-    if statements.bumps_with_event():
-        # One round trip: the event's payload is stored first (a refused bump leaves an
-        # unreferenced blob, which the caller's rollback or the next prune removes).
+    held = written_revision(run_id)
+    event: tuple[str, str, int | None, str] | None = None
+    if held is not None or statements.bumps_with_event():
+        # The event's payload is stored first (a refused bump leaves an unreferenced
+        # blob, which the caller's rollback or the next prune removes).
         event_hash = payload_hash or put_json_in_parts(payload if payload is not None else {})
         event = (event_type, actor, lease_generation, event_hash)
-        revision = statements.bump_revision_with_event(
+    if held is not None:
+        assert event is not None
+        # The transaction holds the run's row: the bump reaches the next revision, and
+        # nothing needs to come back from the database.
+        _check_expected(run_id, held, expected_revision)
+        revision = held + 1
+        statements.bump_revision_later(run_id, revision, stamp, updates, event)
+    elif event is not None:  # one round trip: the bump and its event
+        found = statements.bump_revision_with_event(
             run_id, stamp, updates, expected_revision, event
         )
+        revision = _reached(run_id, found, expected_revision)
     else:
-        revision = statements.bump_revision(run_id, stamp, updates, expected_revision)
-    if revision is None:
-        current = Run.get_or_none(Run.run_id == run_id)
-        if current is None:
-            raise NotFoundError(f"Workflow run {run_id} does not exist.")
-        raise RevisionConflictError(
-            f"Workflow run {run_id} is at revision {current.revision}, not "
-            f"{expected_revision}; read it again and retry."
-        )
-    _note(run_id, revision)
-    if not statements.bumps_with_event():
+        found = statements.bump_revision(run_id, stamp, updates, expected_revision)
+        revision = _reached(run_id, found, expected_revision)
         statements.insert_event(
             run_id,
             revision,
@@ -115,5 +125,25 @@ def record_run_change(
             payload_hash or put_json_in_parts(payload if payload is not None else {}),
             stamp,
         )
+    _note(run_id, revision)
     run_transitions.note(run_id, event_type)
     return revision
+
+
+def _check_expected(run_id: str, revision: int, expected_revision: int | None) -> None:
+    if expected_revision is not None and expected_revision != revision:
+        raise RevisionConflictError(
+            f"Workflow run {run_id} is at revision {revision}, not "
+            f"{expected_revision}; read it again and retry."
+        )
+
+
+def _reached(run_id: str, revision: int | None, expected_revision: int | None) -> int:
+    """The revision a bump returned; when it matched no row, why."""
+    if revision is not None:
+        return revision
+    current = Run.get_or_none(Run.run_id == run_id)
+    if current is None:
+        raise NotFoundError(f"Workflow run {run_id} does not exist.")
+    _check_expected(run_id, current.revision, expected_revision)
+    raise RevisionConflictError(f"Workflow run {run_id} changed while it was written.")

@@ -34,9 +34,10 @@ from .models import (
     RunQueue,
     WorkflowMessage,
     WorkflowTurn,
+    database_proxy,
 )
 from .prepared import Parameters, PreparedQuery
-from .revisions import record_run_change
+from .revisions import note_held, record_run_change
 from .run_state import ACTIVE_ATTEMPT_STATUSES
 
 RUN_CLAIM_LEASE_MS = 30_000
@@ -182,8 +183,8 @@ def live_claim_generation(run_id: str, token: str, generation: int | None = None
     return live
 
 
-_CLAIMED_RUN = PreparedQuery(
-    lambda p: (
+def _claimed_run(p: Parameters) -> peewee.SelectQuery:
+    query = (
         Run.select(Run.revision, Run.status)
         .join(Lease, on=(Lease.run == Run.run_id))
         .where(
@@ -192,17 +193,24 @@ _CLAIMED_RUN = PreparedQuery(
             & (Lease.expires_at > p.now)
             & (Lease.generation == p.generation)
         )
-    ),
-    planned=True,
-)
+    )
+    # The run's row held until the transaction ends (SQLite's write lock holds it anyway).
+    return query.for_update(of=Run) if database_proxy.obj.for_update else query
+
+
+_CLAIMED_RUN = PreparedQuery(_claimed_run, planned=True)
 
 
 def claimed_run(run_id: str, token: str, generation: int) -> tuple[int, str] | None:
     """The run's revision and status while the token's claim of `generation` is live,
-    else None."""
-    return _CLAIMED_RUN.first(
+    else None. Inside a transaction, the run's row is then held until it ends, so the
+    transaction's bumps of the run need not read its revision back (`note_held`)."""
+    found = _CLAIMED_RUN.first(
         run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
     )
+    if found is not None:
+        note_held(run_id, found[0])
+    return found
 
 
 def verify_claim(run_id: str, token: str, generation: int | None = None) -> bool:

@@ -283,6 +283,31 @@ def bump_revision_with_event(
     return found[0][0] if found else None
 
 
+@functools.lru_cache(maxsize=64)
+def _set_revision(names: tuple[str, ...]) -> tuple[str, tuple[Callable[[Any], Any], ...]]:
+    fields = [Run._meta.fields[name] for name in names]
+    assignments = "".join(f", {field.column_name} = ?" for field in fields)
+    sql = f"UPDATE runs SET revision = ?, updated_at = ?{assignments} WHERE run_id = ?"
+    return sql, tuple(field.db_value for field in fields)
+
+
+def bump_revision_later(
+    run_id: str,
+    revision: int,
+    stamp: int,
+    updates: dict[str, Any],
+    event: tuple[str, str, int | None, str],
+) -> None:
+    """`bump_revision_with_event` to `revision`, which the caller knows the bump reaches
+    (its transaction holds the run's row, `revisions.note_held`): held writes, nothing
+    read back. Were the run at another revision after all, the event's (run, revision)
+    would be taken and the transaction would fail rather than record a wrong history."""
+    sql, converters = _set_revision(tuple(updates))
+    params = [revision, stamp, *map(_converted, converters, updates.values()), run_id]
+    execute_later(sql, params)
+    execute_later(INSERT_EVENT, (run_id, revision, *event, stamp))
+
+
 def _converted(converter: Callable[[Any], Any], value: Any) -> Any:
     return converter(value)
 
