@@ -25,6 +25,8 @@ class ActiveRun:
     exiting: bool = False
     # The worker said it stopped short of a durable boundary (an effect in doubt).
     parked: bool = False
+    # The worker registered a process group (which its exit may leave behind).
+    registered_groups: bool = False
     # The worker's own write ended the run, which released the claim: nothing to renew.
     released: bool = False
     claim_lost: bool = False

@@ -328,6 +328,7 @@ class WorkerGateway:
         identity = start_identity(group)
         if identity is None:
             raise InvalidInputError(f"Process group {group} is not running; nothing to register")
+        active.registered_groups = True
         run_processes.register_group(
             active.run_id,
             active.worker_epoch,

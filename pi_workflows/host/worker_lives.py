@@ -165,7 +165,10 @@ class WorkerLives:
                 return
             result = await self._run_worker(active, envelope)
             self._finish_worker(active, result)
-            await process_groups.stop_orphaned_groups(self.store, run_id)
+            # A run queued at its claim had no earlier worker: only groups this one
+            # registered can be left behind.
+            if active.registered_groups or progress.run_status != "queued":
+                await process_groups.stop_orphaned_groups(self.store, run_id)
             # A lost claim is a hand-off: the new owner decides, this host writes nothing.
             needs_recovery = result.outcome != "exited" or bool(
                 active.workflow_load_failure or active.source_changed or active.parked
@@ -194,7 +197,10 @@ class WorkerLives:
                     log.warning("run %s left for its claim to expire: %s", run_id, unavailable)
         finally:
             slots.active_runs.pop(run_id, None)
-            slots.schedule_pass()
+            # A run whose own write released its claim freed its slot then, and the
+            # commit of that write ran a claim pass that counted the slot free.
+            if not active.released:
+                slots.schedule_pass()
 
     async def _run_worker(self, active: ActiveRun, envelope: WorkerLaunchEnvelope) -> WorkerExit:
         settings = WorkerSettings(self.home.root, self.database_url, sys.executable)
