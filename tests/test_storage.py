@@ -1022,3 +1022,22 @@ def test_a_held_bump_whose_revision_was_taken_meanwhile_fails_its_transaction(st
         run_record("moved-run")  # the next statement: the held bump goes with it
     assert run_record("moved-run").revision == 1
     assert [e.revision for e in run_events("moved-run")] == [1]
+
+
+def test_a_run_without_a_snapshot_has_the_state_its_record_and_launch_envelope_hold(
+    store, make_run
+):
+    """worker.ready's answer prepared at launch builds a new run's state from what the
+    host holds (`unstarted_run_state`) instead of reading it: the same state."""
+    with store.transaction():
+        make_run(
+            "fresh-run",
+            input={"name": "Ada", "items": [1, 2]},
+            execution_mode="interactive",
+            origin_session_id="session-1",
+        )
+    run = Run.get_by_id("fresh-run")
+    held = run_state.unstarted_run_state(
+        run_record("fresh-run"), json.loads(run.workflow_source), run.definition_digest
+    )
+    assert held == run_state.read_run_state("fresh-run")

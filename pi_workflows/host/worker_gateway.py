@@ -52,7 +52,7 @@ from .process_identity import start_identity
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ..records import RunRecord
+    from ..records import RunRecord, WorkerLaunchEnvelope
     from ..storage import StateStore
     from .commit_group import CommitGroup
     from .features import HostFeatures
@@ -75,8 +75,10 @@ class WorkerGateway:
         commits: CommitGroup,
         features: HostFeatures,
         state_directory: Path,
+        envelope: WorkerLaunchEnvelope,
     ) -> None:
         self.active = active
+        self.envelope = envelope
         self.slots = slots
         self.store = store
         self.commits = commits
@@ -218,17 +220,21 @@ class WorkerGateway:
         """worker.ready's answer for a run that never ran, sent with the launch.
 
         The worker reads it as soon as it has loaded the workflow and goes on to its first
-        write without waiting for the reply to its worker.ready, which still checks the
-        claim (a failed check stops the worker). That first write is claim-fenced and
-        comes before any node code runs, so an answer prepared too early runs nothing.
-        Other runs (resume, restart, continue) are answered at worker.ready (None here).
+        write without waiting for the reply to its worker.ready. That first write is
+        claim-fenced and comes before any node code runs, so an answer prepared too early
+        runs nothing, and a claim lost meanwhile stops the worker there (worker.ready is
+        not checked again). Other runs (resume, restart, continue) are answered, after a
+        check of the claim, at worker.ready (None here).
         """
         active = self.active
         record, active.claimed = active.claimed or run_record(active.run_id), None
         if record.is_initialized or record.lineage_kind or record.parent_run_id:
             return None
+        # It has no snapshot yet: its state is what the host holds of it already.
+        source, digest = self.envelope["workflowSource"], self.envelope["definitionDigest"]
+        state = run_state.unstarted_run_state(record, source, digest)
         try:
-            answer = self._ready_answer(record)
+            answer = self._ready_answer(record, state)
         except PiWorkflowsError:
             return None  # worker.ready asks the hook again and refuses the launch
         self._prepared = answer
@@ -236,7 +242,10 @@ class WorkerGateway:
 
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         active, message_id = self.active, message["messageId"]
-        if not run_claims.verify_claim(active.run_id, active.claim_token, active.generation):
+        # An answer sent with the launch leaves the claim to the worker's first write.
+        if self._prepared is None and not run_claims.verify_claim(
+            active.run_id, active.claim_token, active.generation
+        ):
             return self._claim_lost(message_id)
         # The worker's pid and the queue's `running` are bookkeeping: they ride on the
         # next commit, at the latest the worker's first write, which comes before any
@@ -260,14 +269,18 @@ class WorkerGateway:
             return worker_response(message_id, "rejected", error=one_line_error(cause))
         return worker_response(message_id, "accepted", **answer)
 
-    def _ready_answer(self, record: RunRecord) -> dict[str, Any]:
+    def _ready_answer(
+        self, record: RunRecord, state: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The run command (`piw_worker_run_command`) and the engine's first reads, with
-        the revision the worker's first write finds (`result`, `revision`)."""
+        the revision the worker's first write finds (`result`, `revision`). `state`: the
+        run's state when the caller holds it (else read)."""
         active = self.active
         timed_out = run_state.timed_out_interaction_attempt(active.run_id, record.status)
         command = plugins.worker_run_command(record, timed_out)
         # The engine's first read, answered now so that it costs no message.
-        state = run_state.read_run_state(active.run_id)
+        if state is None:
+            state = run_state.read_run_state(active.run_id)
         result = {
             "command": command.to_json(),
             "originSessionId": record.origin_session_id,

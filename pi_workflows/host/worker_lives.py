@@ -212,6 +212,7 @@ class WorkerLives:
             commits=self.commits,
             features=self.features,
             state_directory=self.home.host_dir,
+            envelope=envelope,
         )
         # Only this package's worker reads what the host sends unasked (worker.ready's
         # answer with the launch, its fence times); a worker process of a plugin's own

@@ -20,7 +20,7 @@ from ..canonical import digest
 from ..clock import now_ms
 from ..errors import ConflictError, InvalidInputError, NotFoundError
 from ..event_types import EventType
-from ..records import MessageContent, NodeAttemptRecord
+from ..records import MessageContent, NodeAttemptRecord, RunRecord
 from . import (
     decision_records,
     decision_resolutions,
@@ -141,17 +141,69 @@ def read_run_state(run_id: str) -> dict[str, Any]:
     ) = row
     input_type, input_content, state_type, state_content = blobs
     state = read_json_joined(state_hash, state_type, state_content)
+    return _run_state(
+        run_id,
+        workflow_name=workflow_name,
+        status=status,
+        revision=revision,
+        input=read_json_joined(input_hash, input_type, input_content),
+        parent_run_id=parent_run_id,
+        lineage_kind=lineage_kind,
+        execution_mode=execution_mode,
+        origin_session_id=origin_session_id,
+        workflow_source=json.loads(workflow_source),
+        definition_digest=definition_digest,
+        state=state,
+    )
+
+
+def unstarted_run_state(
+    record: RunRecord, workflow_source: dict[str, Any], definition_digest: str
+) -> dict[str, Any]:
+    """`read_run_state` of a run that has no snapshot yet, from its record and its
+    worker's launch envelope (the workflow source and digest): nothing to read."""
+    return _run_state(
+        record.run_id,
+        workflow_name=record.workflow_name,
+        status=record.status,
+        revision=record.revision,
+        input=record.input,
+        parent_run_id=record.parent_run_id,
+        lineage_kind=record.lineage_kind,
+        execution_mode=record.execution_mode,
+        origin_session_id=record.origin_session_id,
+        workflow_source=workflow_source,
+        definition_digest=definition_digest,
+        state=None,
+    )
+
+
+def _run_state(
+    run_id: str,
+    *,
+    workflow_name: str,
+    status: str,
+    revision: int,
+    input: Any,
+    parent_run_id: str | None,
+    lineage_kind: str | None,
+    execution_mode: str,
+    origin_session_id: str | None,
+    workflow_source: dict[str, Any],
+    definition_digest: str,
+    state: dict[str, Any] | None,
+) -> dict[str, Any]:
     return {
         "runId": run_id,
         "workflowName": workflow_name,
         "status": status,
         "revision": revision,
-        "input": read_json_joined(input_hash, input_type, input_content),
+        "input": input,
         "parentRunId": parent_run_id,
         "lineageKind": lineage_kind,
         "executionMode": execution_mode,
         "originSessionId": origin_session_id,
-        "workflowSource": json.loads(workflow_source),
+        "workflowSource": workflow_source,
         "definitionDigest": definition_digest,
         "state": state,
         "acceptedInteraction": _accepted_interaction(state),
