@@ -272,22 +272,10 @@ def _release(run_id: str, token: str) -> int | None:
     return generation
 
 
-# The queue's `running`, while the claim of that token and generation is live: the check
-# and the write in one statement.
 _QUEUE_RUNNING = PreparedQuery(
     lambda p: RunQueue.update(
         status="running", started_at=fn.COALESCE(RunQueue.started_at, p.now), updated_at=p.now
-    ).where(
-        (RunQueue.run == p.run_id)
-        & fn.EXISTS(
-            Lease.select(SQL("1")).where(
-                (Lease.run == p.run_id)
-                & (Lease.token_hash == p.token_hash)
-                & (Lease.expires_at > p.now)
-                & (Lease.generation == p.generation)
-            )
-        )
-    ),
+    ).where(RunQueue.run == p.run_id),
     planned=True,
 )
 
@@ -295,12 +283,13 @@ _QUEUE_RUNNING = PreparedQuery(
 def mark_running(run_id: str, token: str, generation: int, *, never_ran: bool = False) -> bool:
     """The queue's `running` for the token's live claim of `generation`; False when that
     claim is not the run's live claim. `never_ran`: the run was `queued` at its claim, so
-    it has no node attempts yet, which its first snapshot's write then need not read."""
-    queued = _QUEUE_RUNNING.changed(
-        run_id=run_id, token_hash=token_hash(token), now=now_ms(), generation=generation
-    )
-    if queued != 1:
+    it has no node attempts yet, which its first snapshot's write then need not read.
+
+    One read: the claim's check holds the run's row, so the writes that follow (the
+    queue's, the revision's) go with the transaction's next statement."""
+    if claimed_run(run_id, token, generation) is None:
         return False
+    _QUEUE_RUNNING.execute_later(run_id=run_id, now=now_ms())
     revision = record_run_change(
         run_id,
         event_type=EventType.RUN_QUEUE_RUNNING,
