@@ -23,10 +23,11 @@ from pi_workflows.storage import (
     record_run_change,
     run_claims,
     run_events,
+    run_poison,
     statements,
 )
 from pi_workflows.storage.blobs import put_json, read_json
-from pi_workflows.storage.models import Blob, HostState, Run
+from pi_workflows.storage.models import Blob, HostState, Lease, Run
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
 
@@ -458,3 +459,30 @@ def test_a_worker_write_holds_its_run_and_sends_its_bumps_with_the_next_statemen
         other.close()
     assert run_record("pg-worker-run").revision == revision == 4
     assert [e.revision for e in run_events("pg-worker-run")] == [1, 2, 3, 4]
+
+
+def test_a_run_claimed_by_the_transaction_that_created_it_needs_no_read(
+    store, make_run, monkeypatch
+):
+    """A start that claims its run at once (`revisions.created_unchanged`): the queue row,
+    the lease and the launch's fields are what the transaction itself wrote, so the claim
+    and its worker's launch read nothing, and the lease is taken by a held write."""
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        make_run("pg-fresh")
+        claim = run_claims.claim_run("pg-fresh", "host-1", run_claims.new_claim_token())
+        (*_, revision), progress = run_poison.launch_read("pg-fresh")
+        assert sent.take() == []  # all of it held, for the COMMIT
+    assert claim is not None and claim.generation == 1
+    assert (revision, progress) == (2, run_poison.ProgressMark(0, "queued"))
+    lease = Lease.get_by_id("pg-fresh")
+    assert (lease.generation, lease.owner_id) == (1, "host-1")
+    assert run_record("pg-fresh").queue_status == "starting"
+
+    # A run created by an earlier transaction is read as before.
+    with store.transaction():
+        make_run("pg-earlier")
+    sent.take()
+    with store.transaction():
+        assert run_claims.claim_run("pg-earlier", "host-1", run_claims.new_claim_token())
+        assert sent.take()  # the claim's read

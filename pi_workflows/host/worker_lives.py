@@ -23,6 +23,7 @@ from ..protocol.worker_messages import LAUNCH_SCHEMA, PROTOCOL_VERSION
 from ..records import Claim, WorkerLaunchEnvelope, WorkerSettings
 from ..storage import effects, put_json, put_text, run_claims, run_poison, run_workers
 from ..storage.database import masked_url
+from ..storage.revisions import created_unchanged
 from ..storage.runs import current_status
 from ..worker.command import is_worker_command
 from . import process_groups, run_progress
@@ -114,8 +115,9 @@ class WorkerLives:
     def drop_unlaunched(self, run_id: str) -> None:
         """Before a claim's worker row: the row of an earlier claim of this host whose
         commit's outcome it never learnt (the connection dropped at COMMIT) and whose
-        worker therefore never launched. Only for a run the host runs no worker for."""
-        if run_workers.drop_unlaunched(run_id, self.epoch):
+        worker therefore never launched. Only for a run the host runs no worker for; a run
+        this transaction created has none to drop."""
+        if created_unchanged(run_id) is None and run_workers.drop_unlaunched(run_id, self.epoch):
             log.warning(
                 "run %s: an earlier claim committed although its commit seemed to fail; "
                 "its worker never started, so the run is claimed again",

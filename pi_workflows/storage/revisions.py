@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from ..clock import now_ms
@@ -27,22 +28,55 @@ class _Bumped(threading.local):
 
     def __init__(self) -> None:
         self.revisions: dict[str, int] | None = None
+        # Runs this transaction created, as created, and the revision until which no
+        # other change touched them (`created_unchanged`).
+        self.created: dict[str, tuple[int, NewRun]] = {}
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a transaction that created a run knows of it without reading: the fields a
+    claim launches its worker with, as stored (they never change)."""
+
+    project_path: str
+    workflow_source: str
+    definition_digest: str
+    input_hash: str
 
 
 _bumped = _Bumped()
 
 
 def transaction_began() -> None:
-    _bumped.revisions = {}
+    _bumped.revisions, _bumped.created = {}, {}
 
 
 def rolled_back() -> None:
     if _bumped.revisions is not None:
         _bumped.revisions.clear()
+        _bumped.created.clear()
 
 
 def transaction_ended() -> None:
-    _bumped.revisions = None
+    _bumped.revisions, _bumped.created = None, {}
+
+
+def created_unchanged(run_id: str) -> NewRun | None:
+    """The run, if this transaction created it and changed it since only as the steps
+    that say so (`note_unchanged`) did: still queued, never claimed but by this
+    transaction, with no worker, attempt or interaction of its own."""
+    entry = _bumped.created.get(run_id)
+    if entry is None or entry[0] != written_revision(run_id):
+        return None
+    return entry[1]
+
+
+def note_unchanged(run_id: str, run: NewRun) -> None:
+    """The change the transaction just made to a run it created (its claim) leaves what
+    `created_unchanged` says true."""
+    revision = written_revision(run_id)
+    if revision is not None:
+        _bumped.created[run_id] = (revision, run)
 
 
 def written_revision(run_id: str) -> int | None:
@@ -70,6 +104,9 @@ def create_run_row(*, actor: str, **fields: Any) -> Run:
     statements.insert_row(Run, values, later=True)
     run = Run(**values)
     _note(run.run_id, 1)
+    if _bumped.revisions is not None:
+        new = NewRun(run.project_path, run.workflow_source, run.definition_digest, run.input_hash)
+        _bumped.created[run.run_id] = (1, new)
     payload_hash = put_json({"status": run.status})
     statements.insert_event(run.run_id, 1, EventType.RUN_CREATED, actor, None, payload_hash, stamp)
     run_transitions.note(run.run_id, EventType.RUN_CREATED)

@@ -37,7 +37,12 @@ from .models import (
     database_proxy,
 )
 from .prepared import Parameters, PreparedQuery
-from .revisions import note_held, record_run_change
+from .revisions import (
+    created_unchanged,
+    note_held,
+    note_unchanged,
+    record_run_change,
+)
 from .run_state import ACTIVE_ATTEMPT_STATUSES
 
 RUN_CLAIM_LEASE_MS = 30_000
@@ -118,9 +123,14 @@ def claim_run(
     lease_ms: int = RUN_CLAIM_LEASE_MS,
     allow_pending_interaction: bool = False,
 ) -> Claim | None:
-    """Take the run's claim by compare-and-set on the generation, or return None."""
+    """Take the run's claim by compare-and-set on the generation, or return None.
+
+    A run this transaction created and left alone since (a start that claims its run at
+    once) is queued at generation 0 with nobody's claim: known without a read, and its
+    lease, a row no other transaction can see yet, is taken by a held write."""
     now = now_ms()
-    found = _QUEUE_AND_LEASE.first(run_id=run_id)
+    new = created_unchanged(run_id)
+    found = _QUEUE_AND_LEASE.first(run_id=run_id) if new is None else ("queued", 0, None, 0, False)
     if found is None:
         return None
     queue_status, current_generation, current_owner, expires_at, waits_for_session = found
@@ -132,16 +142,18 @@ def claim_run(
     if is_live and current_owner != owner_id:
         return None
     generation = current_generation + 1
-    changed = _TAKE_CLAIM.changed(
-        run_id=run_id,
-        previous_generation=current_generation,
-        generation=generation,
-        owner_id=owner_id,
-        token_hash=token_hash(token),
-        now=now,
-        expires_at=now + lease_ms,
-    )
-    if changed != 1:
+    take = {
+        "run_id": run_id,
+        "previous_generation": current_generation,
+        "generation": generation,
+        "owner_id": owner_id,
+        "token_hash": token_hash(token),
+        "now": now,
+        "expires_at": now + lease_ms,
+    }
+    if new is not None:
+        _TAKE_CLAIM.execute_later(**take)
+    elif _TAKE_CLAIM.changed(**take) != 1:
         return None
     _QUEUE_STARTING.execute_later(run_id=run_id, now=now)
     record_run_change(
@@ -151,6 +163,8 @@ def claim_run(
         payload={"expiresAt": now + lease_ms},
         lease_generation=generation,
     )
+    if new is not None:
+        note_unchanged(run_id, new)  # claimed by this transaction: still no worker
     return Claim(run_id=run_id, owner_id=owner_id, generation=generation, expires_at=now + lease_ms)
 
 

@@ -16,6 +16,7 @@ from peewee import SQL, fn
 from ..errors import NotFoundError
 from .models import NodeAttempt, Run, RunWorker
 from .prepared import Parameters, PreparedQuery
+from .revisions import created_unchanged, written_revision
 
 FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
@@ -55,12 +56,16 @@ def progress_mark(run_id: str) -> ProgressMark:
 def launch_read(run_id: str) -> tuple[tuple[str, str, str, str, int], ProgressMark]:
     """What a new worker of the run is launched with: the run's project path, workflow
     source (as stored), definition digest, input hash and revision; and its progress
-    mark (`progress_mark`), which the worker's exit is measured against."""
+    mark (`progress_mark`), which the worker's exit is measured against. Of a run this
+    transaction created and claimed (`created_unchanged`), without a read."""
+    new, known = created_unchanged(run_id), written_revision(run_id)
+    if new is not None and known is not None:
+        launch = (new.project_path, new.workflow_source, new.definition_digest, new.input_hash)
+        return (*launch, known), ProgressMark(0, "queued")
     row = _LAUNCH_READ.first(run_id=run_id)
     if row is None:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
-    *fields, status, finished = row
-    project_path, workflow_source, definition_digest, input_hash, revision = fields
+    project_path, workflow_source, definition_digest, input_hash, revision, status, finished = row
     return (
         (project_path, workflow_source, definition_digest, input_hash, revision),
         ProgressMark(finished, status),
