@@ -132,25 +132,7 @@ def record_run_change(
     """
     stamp = now_ms()
     held = written_revision(run_id)
-    event: tuple[str, str, int | None, str] | None = None
-    if held is not None or statements.bumps_with_event():
-        # The event's payload is stored first (a refused bump leaves an unreferenced
-        # blob, which the caller's rollback or the next prune removes).
-        event_hash = payload_hash or put_json_in_parts(payload if payload is not None else {})
-        event = (event_type, actor, lease_generation, event_hash)
-    if held is not None:
-        assert event is not None
-        # The transaction holds the run's row: the bump reaches the next revision, and
-        # nothing needs to come back from the database.
-        _check_expected(run_id, held, expected_revision)
-        revision = held + 1
-        statements.bump_revision_later(run_id, revision, stamp, updates, event)
-    elif event is not None:  # one round trip: the bump and its event
-        found = statements.bump_revision_with_event(
-            run_id, stamp, updates, expected_revision, event
-        )
-        revision = _reached(run_id, found, expected_revision)
-    else:
+    if held is None and not statements.bumps_with_event():  # SQLite, a run not held yet
         found = statements.bump_revision(run_id, stamp, updates, expected_revision)
         revision = _reached(run_id, found, expected_revision)
         statements.insert_event(
@@ -162,6 +144,22 @@ def record_run_change(
             payload_hash or put_json_in_parts(payload if payload is not None else {}),
             stamp,
         )
+    else:
+        # The event's payload is stored first (a refused bump leaves an unreferenced
+        # blob, which the caller's rollback or the next prune removes).
+        event_hash = payload_hash or put_json_in_parts(payload if payload is not None else {})
+        event = (event_type, actor, lease_generation, event_hash)
+        if held is not None:
+            # The transaction holds the run's row: the bump reaches the next revision,
+            # and nothing needs to come back from the database.
+            _check_expected(run_id, held, expected_revision)
+            revision = held + 1
+            statements.bump_revision_later(run_id, revision, stamp, updates, event)
+        else:  # one round trip: the bump and its event
+            found = statements.bump_revision_with_event(
+                run_id, stamp, updates, expected_revision, event
+            )
+            revision = _reached(run_id, found, expected_revision)
     _note(run_id, revision)
     run_transitions.note(run_id, event_type)
     return revision

@@ -220,17 +220,26 @@ INSERT_EVENT = (
 )
 
 
-@functools.lru_cache(maxsize=64)
-def _bump(names: tuple[str, ...], checked: bool) -> tuple[str, tuple[Callable[[Any], Any], ...]]:
-    """The bump's SQL for these model fields, and each field's conversion to its column."""
+Converters = tuple[Callable[[Any], Any], ...]
+
+
+def _assignments(names: tuple[str, ...]) -> tuple[str, Converters]:
+    """``, column = ?`` for each of these model fields, and each one's conversion."""
     fields = [Run._meta.fields[name] for name in names]
-    assignments = "".join(f", {field.column_name} = ?" for field in fields)
+    text = "".join(f", {field.column_name} = ?" for field in fields)
+    return text, tuple(field.db_value for field in fields)
+
+
+@functools.lru_cache(maxsize=64)
+def _bump(names: tuple[str, ...], checked: bool) -> tuple[str, Converters]:
+    """The bump's SQL for these model fields, and each field's conversion to its column."""
+    assignments, converters = _assignments(names)
     check = " AND revision = ?" if checked else ""
     sql = (
         f"UPDATE runs SET revision = revision + 1, updated_at = ?{assignments} "
         f"WHERE run_id = ?{check} RETURNING revision"
     )
-    return sql, tuple(field.db_value for field in fields)
+    return sql, converters
 
 
 def bump_revision(
@@ -246,7 +255,7 @@ def _bump_params(
     run_id: str,
     stamp: int,
     updates: dict[str, Any],
-    converters: tuple[Callable[[Any], Any], ...],
+    converters: Converters,
     expected_revision: int | None,
 ) -> list[Any]:
     # Callers pass plain values here, never expressions such as `Run.revision + 1`.
@@ -284,11 +293,9 @@ def bump_revision_with_event(
 
 
 @functools.lru_cache(maxsize=64)
-def _set_revision(names: tuple[str, ...]) -> tuple[str, tuple[Callable[[Any], Any], ...]]:
-    fields = [Run._meta.fields[name] for name in names]
-    assignments = "".join(f", {field.column_name} = ?" for field in fields)
-    sql = f"UPDATE runs SET revision = ?, updated_at = ?{assignments} WHERE run_id = ?"
-    return sql, tuple(field.db_value for field in fields)
+def _set_revision(names: tuple[str, ...]) -> tuple[str, Converters]:
+    assignments, converters = _assignments(names)
+    return f"UPDATE runs SET revision = ?, updated_at = ?{assignments} WHERE run_id = ?", converters
 
 
 def bump_revision_later(
