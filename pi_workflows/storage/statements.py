@@ -86,6 +86,11 @@ def _in_style(placeholder: str, sql: str) -> str:
     return sql if placeholder == "?" else sql.replace("?", placeholder)
 
 
+def _marks(count: int) -> str:
+    """``?, ?, …``: `count` placeholders."""
+    return ", ".join(["?"] * count)
+
+
 # --- blobs -----------------------------------------------------------------------------
 
 INSERT_BLOB = (
@@ -175,10 +180,9 @@ BLOBS_PER_SELECT = 100
 
 @functools.lru_cache(maxsize=8)
 def _select_blobs_sql(count: int, locking: bool) -> str:
-    marks = ", ".join(["?"] * count)
     sql = (
         "SELECT blob_hash, media_type, byte_length, content FROM blobs "
-        f"WHERE blob_hash IN ({marks})"
+        f"WHERE blob_hash IN ({_marks(count)})"
     )
     return sql + " FOR KEY SHARE" if locking else sql
 
@@ -387,10 +391,6 @@ def worker_message(worker_epoch: str, message_id: str) -> tuple[Any, ...] | None
 # --- lifecycle announcements -----------------------------------------------------------
 
 
-def _marks(count: int) -> str:
-    return ", ".join("?" for _ in range(count))
-
-
 # A lifecycle row: (run_id, status, paused, status_detail, announced_status, queue_status,
 # workflow_name). An attempt row has the same columns: (attempt_id, status, NULL, NULL,
 # NULL, NULL, workflow_name) and its attempt number last, where a run row has NULL.
@@ -405,21 +405,27 @@ _ATTEMPT_ROWS = (
 )
 
 
+@functools.lru_cache(maxsize=64)
+def _announcement_sql(run_count: int, attempt_count: int) -> str:
+    selects = []
+    if run_count:
+        selects.append(_LIFECYCLE_ROWS.format(_marks(run_count)))
+    if attempt_count:
+        selects.append(_ATTEMPT_ROWS.format(_marks(attempt_count)))
+    return " UNION ALL ".join(selects)
+
+
 def announcement_rows(
     run_ids: list[str], attempt_ids: list[str]
 ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """What a commit announces, in one read: ``(run_id, status, paused, status_detail,
     announced_status, queue_status, workflow_name)`` per run, and ``(attempt_id, status,
     attempt_number, workflow_name)`` per node attempt."""
-    selects = []
-    if run_ids:
-        selects.append(_LIFECYCLE_ROWS.format(_marks(len(run_ids))))
-    if attempt_ids:
-        selects.append(_ATTEMPT_ROWS.format(_marks(len(attempt_ids))))
-    if not selects:
+    if not (run_ids or attempt_ids):
         return [], []
     runs, attempts = [], []
-    for row in rows(" UNION ALL ".join(selects), [*run_ids, *attempt_ids]):
+    sql = _announcement_sql(len(run_ids), len(attempt_ids))
+    for row in rows(sql, [*run_ids, *attempt_ids]):
         if row[7] is None:
             runs.append(row[:7])
         else:
@@ -430,8 +436,10 @@ def announcement_rows(
 @functools.lru_cache(maxsize=64)
 def _announce_sql(count: int) -> str:
     cases = " ".join(["WHEN ? THEN ?"] * count)
-    marks = ", ".join(["?"] * count)
-    return f"UPDATE runs SET announced_status = CASE run_id {cases} END WHERE run_id IN ({marks})"
+    return (
+        f"UPDATE runs SET announced_status = CASE run_id {cases} END "
+        f"WHERE run_id IN ({_marks(count)})"
+    )
 
 
 # Runs per statement: 3 parameters each stay far below either database's limit, and a
@@ -479,8 +487,8 @@ def _insert_sql(
 ) -> tuple[str, tuple[peewee.Field[Any], ...]]:
     fields = tuple(model._meta.fields[name] for name in names)
     columns = ", ".join(field.column_name for field in fields)
-    marks = ", ".join("?" for _ in fields)
-    return f"INSERT INTO {model._meta.table_name} ({columns}) VALUES ({marks})", fields
+    sql = f"INSERT INTO {model._meta.table_name} ({columns}) VALUES ({_marks(len(fields))})"
+    return sql, fields
 
 
 def insert_row(model: type[peewee.Model], values: dict[str, Any], *, later: bool = False) -> None:
