@@ -42,9 +42,21 @@ def host_group() -> None:
 @pass_cli
 def run_command(cli_ctx: CliContext, log_file: Path | None) -> None:
     """Run the host in the foreground until Ctrl-C or SIGTERM."""
+    from .. import settings
+    from ..worker import zygote
+
+    # The settings file's values reach this host's workers (and the agents they run) through
+    # their environment, so every process of the host acts on the settings it started with.
+    host_settings = settings.resolve()
+    os.environ.update(host_settings.file_environment())
+    # Forked before the host's own modules are imported: the fork server then never maps
+    # them, and each worker it forks costs less (see `zygote`).
+    standby = (
+        zygote.fork_standby(str(cli_ctx.home.root)) if host_settings.switch("fork_server") else None
+    )
     from ..host.runtime import run_host_forever
 
-    run_host_forever(cli_ctx.home, cli_ctx.database_url, log_file)
+    run_host_forever(cli_ctx.home, cli_ctx.database_url, log_file, host_settings, standby)
 
 
 def _start(cli_ctx: CliContext) -> bool:

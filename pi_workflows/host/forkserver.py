@@ -3,12 +3,12 @@
 Launches of the built-in worker command are forked from a process that has already
 imported everything, so a worker is ready in milliseconds instead of after a cold
 interpreter start. The forked worker is the leader of its own process group and speaks
-the worker protocol on pipes the host created, exactly like a spawned one. A host process
-forks its fork server-to-be as it starts (`fork_standby`, before it has a thread), and the
-host's first launch makes it serve; a host that never runs a worker never pays for more
-than that fork (one idle process sharing the host's memory). A host that has no standby
-(one running in a process with other threads, or whose standby died) starts the fork
-server as a new interpreter at its first launch. A launch that comes while the fork server is
+the worker protocol on pipes the host created, exactly like a spawned one. `host run`
+forks its fork server-to-be as it starts (`zygote.fork_standby`, before it imports the
+host), which imports what workers need while the host starts, and the host's first
+launch makes it serve. A host that has no standby (one running in a process with other
+threads, or whose standby died) starts the fork server as a new interpreter at its first
+launch. A launch that comes while the fork server is
 still starting waits for it (at most `STARTING_WAIT_S`): a cold start beside it would
 cost more than the wait, on every core. When the fork server is not available (it
 died, could not start, or did not start in time) the host spawns a cold worker instead.
@@ -24,7 +24,6 @@ import os
 import secrets
 import signal
 import socket
-import threading
 from collections.abc import Callable
 
 import psutil
@@ -134,19 +133,10 @@ class Standby:
         self.process = process
         self.control = control
 
-
-def fork_standby(cwd: str) -> Standby | None:
-    """Fork the fork server-to-be now; None when this process has other threads (a fork
-    would copy their locks held) or the system has no pidfds to watch the child with."""
-    if threading.active_count() != 1 or not hasattr(os, "pidfd_open"):
-        return None
-    host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    pid = os.fork()
-    if pid == 0:
-        host_end.close()
-        zygote.standby(zygote_end, cwd)
-    zygote_end.close()
-    return Standby(ForkedChild(pid), host_end)
+    @classmethod
+    def adopt(cls, forked: zygote.ForkedStandby) -> Standby:
+        """The standby `zygote.fork_standby` forked from this process, watched by it."""
+        return cls(ForkedChild(forked.pid), forked.control)
 
 
 class ForkServer:

@@ -33,11 +33,12 @@ from ..storage import (
     run_claims,
 )
 from ..storage.database import is_disk_full
+from ..worker import zygote
 from . import epoch_lease, forwarded_commands, hard_stop, lease_recovery, process_groups
 from .commit_group import CommitGroup
 from .effect_recovery import EffectRecovery
 from .features import HostFeatures
-from .forkserver import ForkServer, Standby, fork_standby
+from .forkserver import ForkServer, Standby
 from .host_lease import HostLease
 from .host_log import configure_host_logging
 from .human_decisions import HumanDecisions
@@ -417,17 +418,17 @@ def reap_orphan_workers(host_epoch: int | None) -> int:
     return reaped
 
 
-def run_host_forever(home: Home, database_url: str | None, log_file: Path | None = None) -> int:
-    """`pi-workflows host run`: serve until SIGINT/SIGTERM or `host.stop`."""
+def run_host_forever(
+    home: Home,
+    database_url: str | None,
+    log_file: Path | None,
+    host_settings: settings.Settings,
+    forked_standby: zygote.ForkedStandby | None,
+) -> int:
+    """`pi-workflows host run` (`cli/host_commands.py`, which resolved the settings and
+    forked the standby): serve until SIGINT/SIGTERM or `host.stop`."""
     configure_host_logging(log_file)
-
-    # The settings file's values reach this host's workers (and the agents they run) through
-    # their environment, so every process of the host acts on the settings it started with.
-    host_settings = settings.resolve()
-    os.environ.update(host_settings.file_environment())
-    # Forked now, while this process has one thread: its first launch then costs a few
-    # imports rather than a new interpreter.
-    standby = fork_standby(str(home.root)) if host_settings.switch("fork_server") else None
+    standby = Standby.adopt(forked_standby) if forked_standby is not None else None
 
     async def main() -> None:
         host = Host(home, database_url, host_settings=host_settings, fork_standby=standby)

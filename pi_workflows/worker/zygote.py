@@ -13,14 +13,17 @@ launch is handed to the spare as it came (packet and pipe ends), and the next sp
 forked after the reply. When there is no live spare the zygote forks for the launch.
 A spare whose zygote dies reads end-of-file and exits.
 
-A host started by `pi-workflows host run` forks its fork server-to-be at start-up, while
-it still has one thread and no database connection or socket (`standby`). The child waits
-for the host's first launch and then serves: it has the host's imports already, so
-becoming the fork server costs the few modules the host had not imported instead of a
-cold interpreter (about 20 ms of CPU instead of 110 ms). A host that cannot fork then (one
-in a process with other threads) is given a standby forked elsewhere (the test kit's
-launcher forks one for its in-process hosts) or starts the fork server as a new
-interpreter (`python -m pi_workflows.worker --zygote`), the title the standby takes too.
+`pi-workflows host run` forks its fork server-to-be first thing, before the host imports
+its own modules, while it has one thread and no database connection or socket
+(`fork_standby`). The child imports what workers need at once, beside the host's own
+start-up, and waits for the host's first launch to serve. It never held the host's
+modules, so it maps about half the memory a fork of the started host would (14 MB of
+private pages against 25): every fork copies, and every worker's exit tears down, that
+many fewer page-table entries, about 2 ms less CPU per run (docs/performance.md). A
+host that cannot fork then (one in a process with other threads) is given a standby
+forked elsewhere (the test kit's launcher forks one for its in-process hosts) or starts
+the fork server as a new interpreter (`python -m pi_workflows.worker --zygote`), the
+title the standby takes too.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ import logging
 import os
 import socket
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from .. import forked_child
 from ..fork_loop import CHILD, ForkLoop
@@ -74,15 +78,21 @@ class Spare:
         return True
 
 
-def _fork_spare(loop: ForkLoop) -> Spare:
-    """Fork a spare that runs the launch it is handed."""
+def _fork_child(body: Callable[[socket.socket], object]) -> tuple[int, socket.socket]:
+    """Fork a child that runs `body` (which never returns) on its end of a new socket
+    pair; returns the child's pid and this process's end."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         ours.close()
-        _become_worker(loop, theirs)
+        body(theirs)
     theirs.close()
-    return Spare(pid, ours)
+    return pid, ours
+
+
+def _fork_spare(loop: ForkLoop) -> Spare:
+    """Fork a spare that runs the launch it is handed."""
+    return Spare(*_fork_child(lambda launches: _become_worker(loop, launches)))
 
 
 def _become_worker(loop: ForkLoop, launches: socket.socket | tuple[bytes, list[int]]) -> None:
@@ -132,16 +142,32 @@ def _exit_after(body: Callable[[], int]) -> NoReturn:
         os._exit(code)
 
 
+class ForkedStandby(NamedTuple):
+    pid: int
+    control: socket.socket  # the host's end
+
+
+def fork_standby(cwd: str) -> ForkedStandby | None:
+    """Fork the fork server-to-be now (`standby`); None when this process has other
+    threads (a fork would copy their locks held) or the system has no pidfds for the
+    host to watch the child with."""
+    if threading.active_count() != 1 or not hasattr(os, "pidfd_open"):
+        return None
+    return ForkedStandby(*_fork_child(lambda control: standby(control, cwd)))
+
+
 def standby(control: socket.socket, cwd: str) -> NoReturn:
-    """In the child a starting host forked: leave the host behind, wait for its first
-    launch, then serve; exit at once if the host goes away (or stops) before that."""
+    """In the child a starting host forked: leave the host behind, import what workers
+    need, wait for the host's first launch, then serve; exit at once if the host goes
+    away (or stops) before that."""
 
     def run() -> int:
         _leave_host(control, cwd)
+        _preload()  # now, while the host starts: its first launch need not wait for it
         if control.recv(len(SERVE)) != SERVE:
             return 0
         os.chdir(cwd)  # the host made it by now (it may not have existed at the fork)
-        return serve(control)
+        return serve(control, preloaded=True)
 
     _exit_after(run)
 
@@ -167,11 +193,12 @@ def _leave_host(control: socket.socket, cwd: str) -> None:
     setproctitle.setproctitle(" ".join([*worker_argv(), "--zygote"]))
 
 
-def serve(control: socket.socket | None = None) -> int:
+def serve(control: socket.socket | None = None, *, preloaded: bool = False) -> int:
     """Serve launches on `control` (by default the socket whose fd is in the environment)."""
     if control is None:
         control = socket.socket(fileno=int(os.environ.pop(CONTROL_FD_ENV)))
-    _preload()
+    if not preloaded:
+        _preload()
     loop = ForkLoop(control)
     first_spare = _fork_spare(loop)
     spare: Spare | None = first_spare

@@ -19,7 +19,7 @@ from pi_workflows.host.forkserver import FORK_REPLY_TIMEOUT_S
 from tests.polling import process_gone
 
 from .conftest import HostHarness, request_frame, wait_until
-from .workflows import STEPS
+from .workflows import STEPS, WORKER_MODULES
 
 
 @pytest.mark.integration
@@ -288,6 +288,23 @@ def test_the_host_forks_its_fork_server_as_it_starts_and_the_first_launch_wakes_
     assert worker.cwd() == str(harness.project)
     (harness.project / "release-b").touch()
     assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+
+
+@pytest.mark.integration
+def test_a_host_forks_its_fork_server_before_it_imports_its_own_modules(harness: HostHarness):
+    # A new interpreter, as `host start` runs one (not a fork of the test kit's launcher,
+    # which imported the host already).
+    harness.host_as_child = True
+    host = harness.start_host()
+    (standby,) = _fork_servers(host)
+    harness.write_workflow("modules", WORKER_MODULES)
+    run_id = harness.start_run("modules")
+    # Its worker was forked by that fork server, and neither maps the host's modules: a
+    # fork copies, and a worker's exit tears down, only what workers need.
+    assert harness.wait_for_status(run_id, "completed")["finalOutput"] == {
+        "hostImported": False,
+        "parent": standby.pid,
+    }
 
 
 @pytest.mark.integration

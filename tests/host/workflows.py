@@ -439,3 +439,19 @@ def from_worker(message):
     return 1
 """
 )
+
+# What its worker process holds: whether the host's own modules are among its imports,
+# and which process forked it.
+WORKER_MODULES = """
+import os
+import sys
+
+from pi_workflows import compute, workflow
+
+
+def look(ctx):
+    return {"hostImported": "pi_workflows.host.runtime" in sys.modules, "parent": os.getppid()}
+
+
+WORKFLOW = workflow(name="modules", start_at="look", nodes={"look": compute(look)}, edges=[])
+"""
