@@ -37,6 +37,7 @@ from pi_workflows.storage import (
     run_events,
     run_state,
     statements,
+    terminal_facts,
 )
 from pi_workflows.storage.blobs import put_json_in_parts_together
 from pi_workflows.storage.models import Blob, Event, NodeAttempt, Run, RunQueue
@@ -1041,3 +1042,34 @@ def test_a_run_without_a_snapshot_has_the_state_its_record_and_launch_envelope_h
         run_record("fresh-run"), json.loads(run.workflow_source), run.definition_digest
     )
     assert held == run_state.read_run_state("fresh-run")
+
+
+def test_whether_a_run_can_need_a_terminal_message_is_known_once_its_row_was_written_or_read(
+    store, make_run, monkeypatch
+):
+    """Every run's stop asks whether the run can need a terminal message (interactive,
+    with an origin session: neither ever changes). For a run this process created or read,
+    the answer costs no statement."""
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        make_run("kind-headless")
+        make_run("kind-interactive", execution_mode="interactive", origin_session_id="session-1")
+    sent.take()
+    assert terminal_facts.is_required("kind-headless", once_terminal=True) is False
+    assert terminal_facts.is_required("kind-interactive", once_terminal=True) is True
+    assert sent.take() == []
+
+    # Runs this process never saw (another host's, or from before a restart): read once.
+    monkeypatch.setattr(terminal_facts, "_interactive", {})
+    assert terminal_facts.is_required("kind-interactive", once_terminal=True) is True
+    assert len(sent.take()) == 1
+    assert terminal_facts.is_required("kind-interactive", once_terminal=True) is True
+    assert sent.take() == []
+    # A record read (a claim's, a hook's) tells too.
+    run_record("kind-headless")
+    sent.take()
+    assert terminal_facts.is_required("kind-headless", once_terminal=True) is False
+    assert sent.take() == []
+    # Whether it needs one now still reads the run's statuses.
+    assert terminal_facts.is_required("kind-interactive") is False  # (queued, not terminal)
+    assert len(sent.take()) == 1

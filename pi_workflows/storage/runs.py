@@ -22,6 +22,7 @@ from .driver import run_sql
 from .models import Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
 from .revisions import create_run_row, written_revision
+from .terminal_facts import note_run_kind
 
 
 def new_run_id(workflow_name: str, at_ms: int | None = None) -> str:
@@ -75,6 +76,7 @@ def create_run(
         presentation_prompt_hash=put_text(presentation_prompt) if presentation_prompt else None,
         created_at=stamp,
     )
+    note_run_kind(run_id, execution_mode, origin_session_id)
     statements.insert_row(
         RunQueue,
         {
@@ -305,6 +307,7 @@ def _record(row: tuple[Any, ...]) -> RunRecord:
     # one dict, handed over whole. `zip` stops at the last field; the blobs follow.
     fields = dict(zip(_RECORD_FIELDS, row, strict=False))
     fields["paused"] = bool(fields["paused"])
+    note_run_kind(fields["run_id"], fields["execution_mode"], fields["origin_session_id"])
     input_content, options_content, prompt_content = row[_FIELD_COUNT:]
     fields["presentation_prompt"] = _text(prompt_content)
     # Decoded when a hook reads them: most candidates of a claim pass are never looked at.

@@ -58,18 +58,36 @@ _REQUIRED_FACTS = PreparedQuery(
 )
 
 
+# Whether a run is interactive with an origin session, for the runs this process created
+# or read (neither changes once the run exists): every run's stop asks, and most runs are
+# headless. Cleared whole when full; a run not in it is read.
+_INTERACTIVE_KNOWN_MAX = 4096
+_interactive: dict[str, bool] = {}
+
+
+def note_run_kind(run_id: str, execution_mode: str, origin_session_id: str | None) -> None:
+    """What a run's creation or a read of its row says of it (`is_required`)."""
+    if len(_interactive) >= _INTERACTIVE_KNOWN_MAX:
+        _interactive.clear()
+    _interactive[run_id] = execution_mode == "interactive" and origin_session_id is not None
+
+
 def is_required(run_id: str, *, once_terminal: bool = False) -> bool:
     """An interactive run with an origin session whose queue and run are both terminal;
     with `once_terminal`, whatever its status (what never changes in a run: outside a
-    transaction it tells which runs may skip one).
+    transaction it tells which runs may skip one; known without a read for a run this
+    process created or read, `note_run_kind`).
 
     The run status matters too: a checkpointed parent whose queue row is `done` because a
     continuation took over is still `waiting`; the continuation reports the outcome.
     """
+    if once_terminal and run_id in _interactive:
+        return _interactive[run_id]
     row = _REQUIRED_FACTS.first(run_id=run_id)
     if row is None:
         return False
     mode, origin, run_status, queue_status = row
+    note_run_kind(run_id, mode, origin)
     return (
         mode == "interactive"
         and origin is not None
