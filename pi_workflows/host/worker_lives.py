@@ -116,8 +116,13 @@ class WorkerLives:
         """Before a claim's worker row: the row of an earlier claim of this host whose
         commit's outcome it never learnt (the connection dropped at COMMIT) and whose
         worker therefore never launched. Only for a run the host runs no worker for; a run
-        this transaction created has none to drop."""
-        if created_unchanged(run_id) is None and run_workers.drop_unlaunched(run_id, self.epoch):
+        this transaction created has none to drop, and nor has any run while the host's
+        connection was never lost."""
+        if (
+            self.store.commits_may_have_gone_unheard
+            and created_unchanged(run_id) is None
+            and run_workers.drop_unlaunched(run_id, self.epoch)
+        ):
             log.warning(
                 "run %s: an earlier claim committed although its commit seemed to fail; "
                 "its worker never started, so the run is claimed again",

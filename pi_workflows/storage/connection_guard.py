@@ -45,6 +45,9 @@ class ConnectionGuard:
         #: when the connection was found lost (epoch ms), None while it works.
         self.unavailable_since: int | None = None
         self.cause = ""
+        #: whether the connection was ever lost: a COMMIT sent then may have committed
+        #: without the host hearing of it.
+        self.ever_lost = False
         self._retry_s = FIRST_RETRY_S
         self._next_try = 0.0  # monotonic time of the next reconnect attempt
         self._last_used = time.monotonic()
@@ -100,6 +103,7 @@ class ConnectionGuard:
         return connection is not None and bool(getattr(connection, "closed", 0))
 
     def mark_lost(self, error: BaseException) -> None:
+        self.ever_lost = True
         if self.unavailable_since is None:
             self.unavailable_since = now_ms()
             self.cause = _first_line(error)

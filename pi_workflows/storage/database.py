@@ -143,6 +143,13 @@ class StateStore:
         return self.connection_guard.describe() if self.connection_guard is not None else ""
 
     @property
+    def commits_may_have_gone_unheard(self) -> bool:
+        """Whether a COMMIT of this store may have committed unheard: its server
+        connection was lost at least once (PostgreSQL). Never on SQLite, whose commit
+        succeeds or fails in this process."""
+        return self.connection_guard is not None and self.connection_guard.ever_lost
+
+    @property
     def location(self) -> str:
         """Where the data lives, without credentials."""
         return self._location

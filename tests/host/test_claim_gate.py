@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from pi_workflows.client.start_request import start_payload
-from pi_workflows.storage import run_claims
+from pi_workflows.storage import run_claims, run_workers
 
 from .conftest import HostHarness, wait_until
 from .workflows import BLOCKER
@@ -195,3 +195,40 @@ def test_a_pass_asks_for_every_free_slot_in_one_read(harness: HostHarness, monke
     # Nothing more read in the same transaction.
     assert [read for read in reads[claiming[0] + 1 :] if read[0] == commits] == []
     (harness.project / "release").touch()
+
+
+def test_a_claim_looks_for_no_never_launched_worker_until_a_commit_may_have_gone_unheard(
+    harness: HostHarness, monkeypatch
+):
+    """A worker row that never launched is left only by a claim whose COMMIT the host never
+    heard of (its connection dropped there; `tests/faults/test_commit_outcome_unknown.py`).
+    Until the host's connection was lost once, a claim sends nothing to look for one."""
+    looked: list[str] = []
+    drop_unlaunched = run_workers.drop_unlaunched
+
+    def look(run_id: str, host_epoch: int) -> int:
+        looked.append(run_id)
+        return drop_unlaunched(run_id, host_epoch)
+
+    monkeypatch.setattr(run_workers, "drop_unlaunched", look)
+    harness.write_workflow("blocker", BLOCKER)
+    harness.start_host(PI_WORKFLOWS_MAX_WORKERS="1")
+    harness.start_run("blocker")
+    first = harness.wait_for_pid("blocker.pid")
+    # Queued behind the blocker: claimed by a later transaction than its own start's.
+    behind = harness.start_run("hello", {"name": "Bea"})
+    (harness.project / "release").touch()
+    assert harness.wait_for_status(behind, "completed")["status"] == "completed"
+    assert looked == []
+
+    store = harness.host.store
+    if store.connection_guard is None:
+        return  # SQLite: a commit fails or succeeds in this process
+    store.connection_guard.ever_lost = True  # (what losing the connection once sets)
+    (harness.project / "release").unlink()
+    harness.start_run("blocker")
+    harness.wait_for_pid("blocker.pid", previous=first)
+    again = harness.start_run("hello", {"name": "Cy"})
+    (harness.project / "release").touch()
+    assert harness.wait_for_status(again, "completed")["status"] == "completed"
+    assert looked == [again]
