@@ -24,10 +24,11 @@ from pi_workflows.storage import (
     run_claims,
     run_events,
     run_poison,
+    run_workers,
     statements,
 )
 from pi_workflows.storage.blobs import put_json, read_json
-from pi_workflows.storage.models import Blob, HostState, Lease, Run
+from pi_workflows.storage.models import Blob, HostState, Lease, Run, RunWorker
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
 
@@ -486,3 +487,25 @@ def test_a_run_claimed_by_the_transaction_that_created_it_needs_no_read(
     with store.transaction():
         assert run_claims.claim_run("pg-earlier", "host-1", run_claims.new_claim_token())
         assert sent.take()  # the claim's read
+
+
+def test_a_workers_ready_bookkeeping_is_one_round_trip(store, make_run, monkeypatch):
+    """worker.ready's bookkeeping (`WorkerGateway._record_ready`): the worker row's pid is
+    a held write, sent with the claim's check that holds the run; the queue's `running`
+    and its bump go with the COMMIT."""
+    with store.transaction():
+        make_run("pg-ready")
+    token = run_claims.new_claim_token()
+    with store.transaction():
+        claim = run_claims.claim_run("pg-ready", "host-1", token)
+        assert claim is not None
+        run_workers.record_worker("worker-ready", "pg-ready", claim.generation, 1, "0" * 64, 1)
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        run_workers.mark_running("worker-ready", 4242, "start-identity")
+        assert sent.take() == []
+        assert run_claims.mark_running("pg-ready", token, claim.generation, never_ran=True)
+        assert len(sent.take()) == 1  # the claim's check, the held write in front of it
+    worker = RunWorker.get_by_id("worker-ready")
+    assert (worker.status, worker.pid) == ("running", 4242)
+    assert run_record("pg-ready").queue_status == "running"

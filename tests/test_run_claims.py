@@ -167,8 +167,8 @@ def test_a_run_has_one_active_worker_per_generation(store, make_run):
         run_workers.record_worker("worker-2", "run-workers", 1, 1, "0" * 64, 1)
 
     with store.transaction():
-        assert run_workers.mark_running("worker-1", 4242, "start-identity")
-        assert not run_workers.mark_running("worker-1", 4242, "start-identity")
+        run_workers.mark_running("worker-1", 4242, "start-identity")
+        run_workers.mark_running("worker-1", 4343, "another")  # no longer `starting`: kept
         run_workers.finish_worker("worker-1", "exited", now_ms(), 0, None, None)
         # Once the first has exited, the next generation records its own worker.
         run_workers.record_worker("worker-2", "run-workers", 2, 1, "0" * 64, 2)

@@ -297,16 +297,15 @@ class WorkerGateway:
         return {"result": result, "revision": revision}
 
     def _record_ready(self) -> None:
+        # Deferred once per worker (`_ready`), and run again only after a rollback undid
+        # it; the worker's row is `starting` until then (its end is written after this).
         active = self.active
         pid = active.supervisor.pid if active.supervisor is not None else None
-        marked = run_workers.mark_running(
-            active.worker_epoch, pid, start_identity(pid) if pid else None
+        run_workers.mark_running(active.worker_epoch, pid, start_identity(pid) if pid else None)
+        never_ran = active.progress.run_status == "queued"
+        run_claims.mark_running(
+            active.run_id, active.claim_token, active.generation, never_ran=never_ran
         )
-        if marked:  # once per worker
-            never_ran = active.progress.run_status == "queued"
-            run_claims.mark_running(
-                active.run_id, active.claim_token, active.generation, never_ran=never_ran
-            )
         self.store.after_commit(lambda: setattr(active, "ready", "recorded"))
 
     def _exiting(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -75,12 +75,10 @@ def record_worker(
     )
 
 
-def mark_running(worker_epoch: str, pid: int | None, identity: str | None) -> bool:
-    """worker.ready: the worker's pid and start identity; False if it was not `starting`."""
-    marked = _MARK_RUNNING.changed(
-        worker_epoch=worker_epoch, now=now_ms(), pid=pid, identity=identity
-    )
-    return marked == 1
+def mark_running(worker_epoch: str, pid: int | None, identity: str | None) -> None:
+    """worker.ready: the worker's pid and start identity, if it is still `starting` (a
+    write nobody reads the outcome of: it travels with the transaction's next statement)."""
+    _MARK_RUNNING.execute_later(worker_epoch=worker_epoch, now=now_ms(), pid=pid, identity=identity)
 
 
 def drop_worker(worker_epoch: str) -> None:
