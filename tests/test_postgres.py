@@ -431,18 +431,24 @@ def test_a_new_runs_rows_travel_with_the_transactions_next_statement(store, make
     assert carried.startswith("BEGIN; ") and carried.split("; ")[-1].startswith("SELECT COUNT")
 
 
+def _a_claimed_run(store, make_run, run_id: str) -> tuple[str, run_claims.Claim]:
+    """A run made and claimed by host-1, each in a transaction of its own."""
+    with store.transaction():
+        make_run(run_id)
+    token = run_claims.new_claim_token()
+    with store.transaction():
+        claim = run_claims.claim_run(run_id, "host-1", token)
+    assert claim is not None
+    return token, claim
+
+
 def test_a_worker_write_holds_its_run_and_sends_its_bumps_with_the_next_statement(
     store, make_run, monkeypatch, postgres_url
 ):
     """`claimed_run` reads the run `FOR UPDATE`: until the transaction ends nobody else
     changes the row, so the transaction's bumps of it are held writes, and the revision
     each reaches is known without a round trip."""
-    with store.transaction():
-        make_run("pg-worker-run")
-    token = run_claims.new_claim_token()
-    with store.transaction():
-        claim = run_claims.claim_run("pg-worker-run", "host-1", token)
-    assert claim is not None
+    token, claim = _a_claimed_run(store, make_run, "pg-worker-run")
     sent = SentStatements(store, monkeypatch)
     other = psycopg2.connect(postgres_url)
     try:
@@ -493,12 +499,8 @@ def test_a_workers_ready_bookkeeping_is_one_round_trip(store, make_run, monkeypa
     """worker.ready's bookkeeping (`WorkerGateway._record_ready`): the worker row's pid is
     a held write, sent with the claim's check that holds the run; the queue's `running`
     and its bump go with the COMMIT."""
+    token, claim = _a_claimed_run(store, make_run, "pg-ready")
     with store.transaction():
-        make_run("pg-ready")
-    token = run_claims.new_claim_token()
-    with store.transaction():
-        claim = run_claims.claim_run("pg-ready", "host-1", token)
-        assert claim is not None
         run_workers.record_worker("worker-ready", "pg-ready", claim.generation, 1, "0" * 64, 1)
     sent = SentStatements(store, monkeypatch)
     with store.transaction():
