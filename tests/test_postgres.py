@@ -511,3 +511,34 @@ def test_a_workers_ready_bookkeeping_is_one_round_trip(store, make_run, monkeypa
     worker = RunWorker.get_by_id("worker-ready")
     assert (worker.status, worker.pid) == ("running", 4242)
     assert run_record("pg-ready").queue_status == "running"
+
+
+def test_a_claim_is_one_round_trip_that_holds_the_claim_and_the_run(
+    store, make_run, monkeypatch, postgres_url
+):
+    """`claim_run`'s read locks the claim's row and the run's (`FOR UPDATE`): nobody
+    changes either until the transaction ends, so the compare-and-set on the lease's
+    generation and the claim's bump travel with the transaction's next statement."""
+    with store.transaction():
+        make_run("pg-claimed")
+    sent = SentStatements(store, monkeypatch)
+    other = psycopg2.connect(postgres_url)
+    try:
+        with store.transaction():
+            claim = run_claims.claim_run("pg-claimed", "host-1", run_claims.new_claim_token())
+            assert claim is not None and claim.generation == 1
+            assert len(sent.take()) == 1  # the read; the writes are held
+            for update in ("leases SET heartbeat_at = 0", "runs SET paused = true"):
+                with other.cursor() as cursor, pytest.raises(psycopg2.errors.LockNotAvailable):
+                    cursor.execute("SET lock_timeout = '50ms'")
+                    cursor.execute(f"UPDATE {update} WHERE run_id = 'pg-claimed'")
+                other.rollback()
+    finally:
+        other.close()
+    lease = Lease.get_by_id("pg-claimed")
+    assert (lease.generation, lease.owner_id) == (1, "host-1")
+    assert run_record("pg-claimed").queue_status == "starting"
+    assert [(e.revision, e.event_type) for e in run_events("pg-claimed")] == [
+        (1, "run.created"),
+        (2, "lease.claimed"),
+    ]

@@ -80,22 +80,31 @@ def _pending_interaction(p: Parameters) -> peewee.Function:
     )
 
 
-# What a claim decides on, in one read: the queue's status, the lease, and whether the
-# run waits for its session.
-_QUEUE_AND_LEASE = PreparedQuery(
-    lambda p: (
+def _queue_and_lease(p: Parameters) -> peewee.SelectQuery:
+    """What a claim decides on, in one read: the queue's status, the lease, whether the
+    run waits for its session, and the run's revision."""
+    query = (
         RunQueue.select(
             RunQueue.status,
             Lease.generation,
             Lease.owner_id,
             Lease.expires_at,
             _pending_interaction(p),
+            Run.revision,
         )
         .join(Lease, on=(Lease.run == RunQueue.run))
+        .switch(RunQueue)
+        .join(Run, on=(Run.run_id == RunQueue.run))
         .where(RunQueue.run == p.run_id)
-    ),
-    planned=True,
-)
+    )
+    # The claim's row (a candidate's is held already, `claim_candidates`) and the run's
+    # held until the transaction ends (SQLite's write lock holds them anyway): the
+    # compare-and-set on the lease's generation cannot then miss, and the claim's bump
+    # need not read the revision back. Locked in the order a claim always took them.
+    return query.for_update(of=(Lease, Run)) if database_proxy.obj.for_update else query
+
+
+_QUEUE_AND_LEASE = PreparedQuery(_queue_and_lease, planned=True)
 _TAKE_CLAIM = PreparedQuery(
     lambda p: Lease.update(
         generation=p.generation,
@@ -125,15 +134,21 @@ def claim_run(
 ) -> Claim | None:
     """Take the run's claim by compare-and-set on the generation, or return None.
 
-    A run this transaction created and left alone since (a start that claims its run at
+    Inside a transaction the read that decides holds the claim's and the run's rows, so
+    the compare-and-set and the claim's bump are held writes: one round trip a claim. A
+    run this transaction created and left alone since (a start that claims its run at
     once) is queued at generation 0 with nobody's claim: known without a read, and its
     lease, a row no other transaction can see yet, is taken by a held write."""
     now = now_ms()
     new = created_unchanged(run_id)
-    found = _QUEUE_AND_LEASE.first(run_id=run_id) if new is None else ("queued", 0, None, 0, False)
+    found = (
+        _QUEUE_AND_LEASE.first(run_id=run_id)
+        if new is None
+        else ("queued", 0, None, 0, False, None)
+    )
     if found is None:
         return None
-    queue_status, current_generation, current_owner, expires_at, waits_for_session = found
+    queue_status, current_generation, current_owner, expires_at, waits_for_session, revision = found
     if queue_status in TERMINAL_QUEUE_STATUSES:
         return None
     if waits_for_session and not allow_pending_interaction:
@@ -152,6 +167,9 @@ def claim_run(
         "expires_at": now + lease_ms,
     }
     if new is not None:
+        _TAKE_CLAIM.execute_later(**take)
+    elif database_proxy.obj.in_transaction():  # the read holds both rows (see above)
+        note_held(run_id, revision)
         _TAKE_CLAIM.execute_later(**take)
     elif _TAKE_CLAIM.changed(**take) != 1:
         return None
