@@ -513,12 +513,13 @@ def test_a_workers_ready_bookkeeping_is_one_round_trip(store, make_run, monkeypa
     assert run_record("pg-ready").queue_status == "running"
 
 
-def test_a_claim_is_one_round_trip_that_holds_the_claim_and_the_run(
+def test_a_claim_and_its_launch_are_one_round_trip_that_holds_the_claim_and_the_run(
     store, make_run, monkeypatch, postgres_url
 ):
     """`claim_run`'s read locks the claim's row and the run's (`FOR UPDATE`): nobody
     changes either until the transaction ends, so the compare-and-set on the lease's
-    generation and the claim's bump travel with the transaction's next statement."""
+    generation and the claim's bump travel with the transaction's next statement; the
+    same read brings what the worker's launch needs."""
     with store.transaction():
         make_run("pg-claimed")
     sent = SentStatements(store, monkeypatch)
@@ -528,6 +529,9 @@ def test_a_claim_is_one_round_trip_that_holds_the_claim_and_the_run(
             claim = run_claims.claim_run("pg-claimed", "host-1", run_claims.new_claim_token())
             assert claim is not None and claim.generation == 1
             assert len(sent.take()) == 1  # the read; the writes are held
+            # Its worker's launch is what that read found (`run_poison.launch_read`).
+            launch = run_poison.launch_read("pg-claimed")
+            assert sent.take() == []
             for update in ("leases SET heartbeat_at = 0", "runs SET paused = true"):
                 with other.cursor() as cursor, pytest.raises(psycopg2.errors.LockNotAvailable):
                     cursor.execute("SET lock_timeout = '50ms'")
@@ -535,6 +539,8 @@ def test_a_claim_is_one_round_trip_that_holds_the_claim_and_the_run(
                 other.rollback()
     finally:
         other.close()
+    assert launch == run_poison.launch_read("pg-claimed")  # (read, now)
+    assert launch[0][4] == 2 and launch[1] == run_poison.ProgressMark(0, "queued")
     lease = Lease.get_by_id("pg-claimed")
     assert (lease.generation, lease.owner_id) == (1, "host-1")
     assert run_record("pg-claimed").queue_status == "starting"

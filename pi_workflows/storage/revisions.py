@@ -31,6 +31,10 @@ class _Bumped(threading.local):
         # Runs this transaction created, as created, and the revision until which no
         # other change touched them (`created_unchanged`).
         self.created: dict[str, tuple[int, NewRun]] = {}
+        # Runs this transaction claimed, as the claim's read found them: their launch
+        # fields and progress (finished attempts, status), and the revision until which
+        # no other change touched them (`claimed_unchanged`).
+        self.claimed: dict[str, tuple[int, NewRun, tuple[int, str]]] = {}
 
 
 @dataclass(frozen=True)
@@ -48,17 +52,18 @@ _bumped = _Bumped()
 
 
 def transaction_began() -> None:
-    _bumped.revisions, _bumped.created = {}, {}
+    _bumped.revisions, _bumped.created, _bumped.claimed = {}, {}, {}
 
 
 def rolled_back() -> None:
     if _bumped.revisions is not None:
         _bumped.revisions.clear()
         _bumped.created.clear()
+        _bumped.claimed.clear()
 
 
 def transaction_ended() -> None:
-    _bumped.revisions, _bumped.created = None, {}
+    _bumped.revisions, _bumped.created, _bumped.claimed = None, {}, {}
 
 
 def created_unchanged(run_id: str) -> NewRun | None:
@@ -77,6 +82,24 @@ def note_unchanged(run_id: str, run: NewRun) -> None:
     revision = written_revision(run_id)
     if revision is not None:
         _bumped.created[run_id] = (revision, run)
+
+
+def note_claimed(run_id: str, run: NewRun, progress: tuple[int, str]) -> None:
+    """The claim this transaction just took of a run it read (`run_claims.claim_run`):
+    what the read found of the run's launch fields and progress stands until another
+    change of the run."""
+    revision = written_revision(run_id)
+    if revision is not None:
+        _bumped.claimed[run_id] = (revision, run, progress)
+
+
+def claimed_unchanged(run_id: str) -> tuple[NewRun, tuple[int, str], int] | None:
+    """The launch fields, progress (finished attempts, status) and revision of a run
+    this transaction claimed and changed no further since (`note_claimed`)."""
+    entry = _bumped.claimed.get(run_id)
+    if entry is None or entry[0] != written_revision(run_id):
+        return None
+    return entry[1], entry[2], entry[0]
 
 
 def written_revision(run_id: str) -> int | None:

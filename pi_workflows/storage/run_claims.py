@@ -38,11 +38,14 @@ from .models import (
 )
 from .prepared import Parameters, PreparedQuery
 from .revisions import (
+    NewRun,
     created_unchanged,
+    note_claimed,
     note_held,
     note_unchanged,
     record_run_change,
 )
+from .run_poison import LAUNCH_FIELDS, finished_attempts
 from .run_state import ACTIVE_ATTEMPT_STATUSES
 
 RUN_CLAIM_LEASE_MS = 30_000
@@ -82,7 +85,8 @@ def _pending_interaction(p: Parameters) -> peewee.Function:
 
 def _queue_and_lease(p: Parameters) -> peewee.SelectQuery:
     """What a claim decides on, in one read: the queue's status, the lease, whether the
-    run waits for its session, and the run's revision."""
+    run waits for its session, and the run's revision; then what its worker's launch
+    needs of it (`run_poison.launch_read`)."""
     query = (
         RunQueue.select(
             RunQueue.status,
@@ -91,6 +95,9 @@ def _queue_and_lease(p: Parameters) -> peewee.SelectQuery:
             Lease.expires_at,
             _pending_interaction(p),
             Run.revision,
+            *(getattr(Run, name) for name in LAUNCH_FIELDS),
+            Run.status,
+            finished_attempts(p),
         )
         .join(Lease, on=(Lease.run == RunQueue.run))
         .switch(RunQueue)
@@ -141,14 +148,12 @@ def claim_run(
     lease, a row no other transaction can see yet, is taken by a held write."""
     now = now_ms()
     new = created_unchanged(run_id)
-    found = (
-        _QUEUE_AND_LEASE.first(run_id=run_id)
-        if new is None
-        else ("queued", 0, None, 0, False, None)
-    )
-    if found is None:
+    found = _QUEUE_AND_LEASE.first(run_id=run_id) if new is None else None
+    if new is None and found is None:
         return None
-    queue_status, current_generation, current_owner, expires_at, waits_for_session, revision = found
+    queue_status, current_generation, current_owner, expires_at, waits_for_session, revision = (
+        ("queued", 0, None, 0, False, None) if found is None else found[:6]
+    )
     if queue_status in TERMINAL_QUEUE_STATUSES:
         return None
     if waits_for_session and not allow_pending_interaction:
@@ -183,6 +188,9 @@ def claim_run(
     )
     if new is not None:
         note_unchanged(run_id, new)  # claimed by this transaction: still no worker
+    elif found is not None:
+        *launch, status, finished = found[6:]
+        note_claimed(run_id, NewRun(*launch), (finished, status))
     return Claim(run_id=run_id, owner_id=owner_id, generation=generation, expires_at=now + lease_ms)
 
 

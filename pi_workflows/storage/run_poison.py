@@ -8,7 +8,7 @@ that kills its worker would then be relaunched forever.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import peewee
 from peewee import SQL, fn
@@ -16,7 +16,7 @@ from peewee import SQL, fn
 from ..errors import NotFoundError
 from .models import NodeAttempt, Run, RunWorker
 from .prepared import Parameters, PreparedQuery
-from .revisions import created_unchanged, written_revision
+from .revisions import claimed_unchanged, created_unchanged, written_revision
 
 FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
@@ -27,20 +27,25 @@ class ProgressMark:
     run_status: str
 
 
-def _finished_attempts(p: Parameters) -> peewee.SelectQuery:
+def finished_attempts(p: Parameters) -> peewee.SelectQuery:
+    """How many of the run's node attempts finished (a subquery by `p.run_id`)."""
     return NodeAttempt.select(fn.COUNT(SQL("*"))).where(
         (NodeAttempt.run == p.run_id) & NodeAttempt.status.in_(FINISHED_ATTEMPT_STATUSES)
     )
 
 
 _PROGRESS = PreparedQuery(
-    lambda p: Run.select(Run.status, _finished_attempts(p)).where(Run.run_id == p.run_id)
+    lambda p: Run.select(Run.status, finished_attempts(p)).where(Run.run_id == p.run_id)
 )
-# A new worker's run, in one read: its launch envelope's fields, then its progress.
-_LAUNCH_FIELDS = ("project_path", "workflow_source", "definition_digest", "input_hash", "revision")
+# A new worker's run, in one read: its launch envelope's fields (in `NewRun`'s order),
+# its revision, then its progress.
+LAUNCH_FIELDS = ("project_path", "workflow_source", "definition_digest", "input_hash")
 _LAUNCH_READ = PreparedQuery(
     lambda p: Run.select(
-        *(getattr(Run, name) for name in _LAUNCH_FIELDS), Run.status, _finished_attempts(p)
+        *(getattr(Run, name) for name in LAUNCH_FIELDS),
+        Run.revision,
+        Run.status,
+        finished_attempts(p),
     ).where(Run.run_id == p.run_id),
     planned=True,
 )
@@ -57,11 +62,15 @@ def launch_read(run_id: str) -> tuple[tuple[str, str, str, str, int], ProgressMa
     """What a new worker of the run is launched with: the run's project path, workflow
     source (as stored), definition digest, input hash and revision; and its progress
     mark (`progress_mark`), which the worker's exit is measured against. Of a run this
-    transaction created and claimed (`created_unchanged`), without a read."""
+    transaction created and claimed (`created_unchanged`), or claimed after reading it
+    (`claimed_unchanged`), without a read."""
     new, known = created_unchanged(run_id), written_revision(run_id)
     if new is not None and known is not None:
-        launch = (new.project_path, new.workflow_source, new.definition_digest, new.input_hash)
-        return (*launch, known), ProgressMark(0, "queued")
+        return (*astuple(new), known), ProgressMark(0, "queued")
+    claimed = claimed_unchanged(run_id)
+    if claimed is not None:
+        run, (finished, status), revision = claimed
+        return (*astuple(run), revision), ProgressMark(finished, status)
     row = _LAUNCH_READ.first(run_id=run_id)
     if row is None:
         raise NotFoundError(f"Workflow run {run_id} does not exist; see 'pi-workflows run list'.")
