@@ -14,6 +14,7 @@ from pi_workflows.errors import NotFoundError
 from pi_workflows.storage import run_claims, run_state, run_workers, statements
 from pi_workflows.storage.decision_records import create_request
 from pi_workflows.storage.models import Event, Lease, NodeAttempt, Run, RunQueue, RunWorker
+from pi_workflows.storage.runs import run_record
 from tests.polling import wait_until
 
 
@@ -232,3 +233,36 @@ def _started(run_id: str, attempt_id: str) -> dict:
         "currentNodeType": "compute",
         "currentNodeStartedAt": 1,
     }
+
+
+def test_a_claim_that_read_its_run_holds_the_record_as_the_claim_left_it(store, make_run):
+    """The claim's read brings the run's record (`claimed_record`): with the queue
+    `starting`, its error cleared and the claim's revision, it is what a read after
+    the commit returns, so the launch reads nothing."""
+    with store.transaction():
+        make_run(
+            "claimed-record",
+            input={"name": "Ada"},
+            launch_options={"humanDecision": {"choice": "go"}},
+            presentation_prompt="Say what changed.",
+            execution_mode="interactive",
+            origin_session_id="session-1",
+            priority=3,
+        )
+    with store.transaction():
+        RunQueue.update(status="parked", error_code="workerCrashed").where(
+            RunQueue.run == "claimed-record"
+        ).execute()
+    with store.transaction():
+        assert run_claims.claim_run("claimed-record", "host-1", run_claims.new_claim_token())
+        held = run_claims.claimed_record("claimed-record")
+    assert held is not None
+    assert held == run_record("claimed-record")
+    assert (held.queue_status, held.error_code, held.revision) == ("starting", None, 2)
+    assert held.launch_options == {"humanDecision": {"choice": "go"}}
+    assert held.presentation_prompt == "Say what changed."
+    # Nothing held once another change touched the run, or for a run it created.
+    with store.transaction():
+        make_run("claimed-fresh")
+        assert run_claims.claim_run("claimed-fresh", "host-1", run_claims.new_claim_token())
+        assert run_claims.claimed_record("claimed-fresh") is None

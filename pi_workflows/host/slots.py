@@ -485,6 +485,10 @@ class WorkerSlots:
             if run_id not in self.active_runs and run_id not in self.pending_claims:
                 launcher.drop_unlaunched(run_id)
             worker = launcher.record_worker(run_id, claim)
+            if record is None:  # the run as its claim left it, when the claim read it
+                record = run_claims.claimed_record(run_id)
+                if record is not None:
+                    worker = dataclasses.replace(worker, claimed=record)
             store.after_commit(
                 functools.partial(self._launch, run_id, token, claim, worker, record)
             )
@@ -501,7 +505,7 @@ class WorkerSlots:
         """After the claim committed: announce it, and the worker starts."""
         assert self._launcher is not None
         self.pending_claims[run_id] = token
-        if record is None:  # (a claim pass's candidate is the run as it was before its claim)
+        if record is None:  # (a plugin pass's candidate is the run as it was before its claim)
             record = run_record(run_id)
             worker = dataclasses.replace(worker, claimed=record)
         plugins.run_claimed(record, claim)

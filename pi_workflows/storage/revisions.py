@@ -9,6 +9,7 @@ from typing import Any
 from ..clock import now_ms
 from ..errors import NotFoundError, RevisionConflictError
 from ..event_types import EventType
+from ..records import RunRecord
 from . import run_transitions, statements
 from .blobs import put_json, put_json_in_parts
 from .models import Run
@@ -32,9 +33,9 @@ class _Bumped(threading.local):
         # other change touched them (`created_unchanged`).
         self.created: dict[str, tuple[int, NewRun]] = {}
         # Runs this transaction claimed, as the claim's read found them: their launch
-        # fields and progress (finished attempts, status), and the revision until which
-        # no other change touched them (`claimed_unchanged`).
-        self.claimed: dict[str, tuple[int, NewRun, tuple[int, str]]] = {}
+        # fields, progress (finished attempts, status) and record as the claim left it,
+        # and the revision until which no other change touched them (`claimed_unchanged`).
+        self.claimed: dict[str, tuple[int, NewRun, tuple[int, str], RunRecord]] = {}
 
 
 @dataclass(frozen=True)
@@ -84,22 +85,23 @@ def note_unchanged(run_id: str, run: NewRun) -> None:
         _bumped.created[run_id] = (revision, run)
 
 
-def note_claimed(run_id: str, run: NewRun, progress: tuple[int, str]) -> None:
+def note_claimed(run_id: str, run: NewRun, progress: tuple[int, str], record: RunRecord) -> None:
     """The claim this transaction just took of a run it read (`run_claims.claim_run`):
-    what the read found of the run's launch fields and progress stands until another
-    change of the run."""
+    what the read found of the run's launch fields and progress, and its record as the
+    claim left it, stand until another change of the run."""
     revision = written_revision(run_id)
     if revision is not None:
-        _bumped.claimed[run_id] = (revision, run, progress)
+        _bumped.claimed[run_id] = (revision, run, progress, record)
 
 
-def claimed_unchanged(run_id: str) -> tuple[NewRun, tuple[int, str], int] | None:
-    """The launch fields, progress (finished attempts, status) and revision of a run
-    this transaction claimed and changed no further since (`note_claimed`)."""
+def claimed_unchanged(run_id: str) -> tuple[NewRun, tuple[int, str], int, RunRecord] | None:
+    """The launch fields, progress (finished attempts, status), revision and record of a
+    run this transaction claimed and changed no further since (`note_claimed`)."""
     entry = _bumped.claimed.get(run_id)
     if entry is None or entry[0] != written_revision(run_id):
         return None
-    return entry[1], entry[2], entry[0]
+    revision, run, progress, record = entry
+    return run, progress, revision, record
 
 
 def written_revision(run_id: str) -> int | None:

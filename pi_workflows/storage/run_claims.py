@@ -17,7 +17,7 @@ from peewee import SQL, PostgresqlDatabase, fn
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..event_types import EventType
-from ..records import Claim
+from ..records import Claim, RunRecord
 from . import effects, known_attempts, run_state, server_plans
 from .blobs import put_text
 from .driver import run_sql
@@ -39,6 +39,7 @@ from .models import (
 from .prepared import Parameters, PreparedQuery
 from .revisions import (
     NewRun,
+    claimed_unchanged,
     created_unchanged,
     note_claimed,
     note_held,
@@ -47,6 +48,7 @@ from .revisions import (
 )
 from .run_poison import LAUNCH_FIELDS, finished_attempts
 from .run_state import ACTIVE_ATTEMPT_STATUSES
+from .runs import RECORD_COLUMNS, join_record_blobs, record_from_row
 
 RUN_CLAIM_LEASE_MS = 30_000
 TERMINAL_QUEUE_STATUSES = ("done", "failed", "cancelled")
@@ -86,7 +88,7 @@ def _pending_interaction(p: Parameters) -> peewee.Function:
 def _queue_and_lease(p: Parameters) -> peewee.SelectQuery:
     """What a claim decides on, in one read: the queue's status, the lease, whether the
     run waits for its session, and the run's revision; then what its worker's launch
-    needs of it (`run_poison.launch_read`)."""
+    needs of it (`run_poison.launch_read`) and its record (`claimed_record`)."""
     query = (
         RunQueue.select(
             RunQueue.status,
@@ -98,12 +100,13 @@ def _queue_and_lease(p: Parameters) -> peewee.SelectQuery:
             *(getattr(Run, name) for name in LAUNCH_FIELDS),
             Run.status,
             finished_attempts(p),
+            *RECORD_COLUMNS,
         )
         .join(Lease, on=(Lease.run == RunQueue.run))
         .switch(RunQueue)
         .join(Run, on=(Run.run_id == RunQueue.run))
-        .where(RunQueue.run == p.run_id)
     )
+    query = join_record_blobs(query).where(RunQueue.run == p.run_id)
     # The claim's row (a candidate's is held already, `claim_candidates`) and the run's
     # held until the transaction ends (SQLite's write lock holds them anyway): the
     # compare-and-set on the lease's generation cannot then miss, and the claim's bump
@@ -179,7 +182,7 @@ def claim_run(
     elif _TAKE_CLAIM.changed(**take) != 1:
         return None
     _QUEUE_STARTING.execute_later(run_id=run_id, now=now)
-    record_run_change(
+    claimed_revision = record_run_change(
         run_id,
         event_type=EventType.LEASE_CLAIMED,
         actor=f"host:{owner_id}",
@@ -189,9 +192,20 @@ def claim_run(
     if new is not None:
         note_unchanged(run_id, new)  # claimed by this transaction: still no worker
     elif found is not None:
-        *launch, status, finished = found[6:]
-        note_claimed(run_id, NewRun(*launch), (finished, status))
+        launch, (status, finished), row = found[6:10], found[10:12], found[12:]
+        # The record as the claim left it (`_QUEUE_STARTING`, the bump).
+        record = record_from_row(
+            row, queue_status="starting", error_code=None, revision=claimed_revision
+        )
+        note_claimed(run_id, NewRun(*launch), (finished, status), record)
     return Claim(run_id=run_id, owner_id=owner_id, generation=generation, expires_at=now + lease_ms)
+
+
+def claimed_record(run_id: str) -> RunRecord | None:
+    """The record of a run this transaction claimed after reading it (`claim_run`), as
+    the claim left it, while nothing else changed the run; else None."""
+    claimed = claimed_unchanged(run_id)
+    return None if claimed is None else claimed[3]
 
 
 _LIVE_CLAIM = PreparedQuery(

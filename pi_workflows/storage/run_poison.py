@@ -69,7 +69,7 @@ def launch_read(run_id: str) -> tuple[tuple[str, str, str, str, int], ProgressMa
         return (*astuple(new), known), ProgressMark(0, "queued")
     claimed = claimed_unchanged(run_id)
     if claimed is not None:
-        run, (finished, status), revision = claimed
+        run, (finished, status), revision, _ = claimed
         return (*astuple(run), revision), ProgressMark(finished, status)
     row = _LAUNCH_READ.first(run_id=run_id)
     if row is None:

@@ -7,7 +7,7 @@ import functools
 import json
 import re
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
 import peewee
 
@@ -19,7 +19,7 @@ from ..records import RunRecord, stored_run_record
 from . import server_plans, statements
 from .blobs import put_json, put_text, read_json, read_text
 from .driver import run_sql
-from .models import Event, Lease, Run, RunQueue, database_proxy
+from .models import Blob, Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
 from .revisions import create_run_row, written_revision
 from .terminal_facts import note_run_kind
@@ -302,10 +302,48 @@ def _text(content: Any) -> str | None:
 _FIELD_COUNT = len(_RECORD_FIELDS)
 
 
-def _record(row: tuple[Any, ...]) -> RunRecord:
+# `_RECORD_COLUMNS` for a peewee query of runs joined with their queue rows: the record's
+# fields, then its three blobs (`join_record_blobs`); `record_from_row` builds it.
+_QUEUE_FIELDS = {"queue_status": "status", "available_at": "available_at"}
+_QUEUE_FIELDS |= {"error_code": "error_code", "priority": "priority"}
+_RECORD_BLOBS = tuple(Blob.alias(f"record_{name}_blob") for name in ("input", "options", "prompt"))
+RECORD_COLUMNS: tuple[Any, ...] = (
+    *(
+        getattr(RunQueue, _QUEUE_FIELDS[name]) if name in _QUEUE_FIELDS else getattr(Run, name)
+        for name in _RECORD_FIELDS
+    ),
+    *(blob.content for blob in _RECORD_BLOBS),
+)
+
+
+_Select = TypeVar("_Select", bound="peewee.ModelSelect[Any]")
+
+
+def join_record_blobs(query: _Select) -> _Select:
+    """The blob joins `RECORD_COLUMNS` reads (left outer, of the query's `Run`)."""
+    input_blob, options_blob, prompt_blob = _RECORD_BLOBS
+    outer = peewee.JOIN.LEFT_OUTER
+    return (
+        query.join(input_blob, outer, on=(input_blob.blob_hash == Run.input_hash))
+        .switch(Run)
+        .join(options_blob, outer, on=(options_blob.blob_hash == Run.launch_options_hash))
+        .switch(Run)
+        .join(prompt_blob, outer, on=(prompt_blob.blob_hash == Run.presentation_prompt_hash))
+    )
+
+
+def record_from_row(row: tuple[Any, ...], **changes: Any) -> RunRecord:
+    """The record of `RECORD_COLUMNS`' values, with `changes` to its fields (what the
+    reading transaction wrote since)."""
+    return _record(row, changes)
+
+
+def _record(row: tuple[Any, ...], changes: dict[str, Any] | None = None) -> RunRecord:
     # A claim pass builds one per candidate it asks about (thousands behind a veto):
     # one dict, handed over whole. `zip` stops at the last field; the blobs follow.
     fields = dict(zip(_RECORD_FIELDS, row, strict=False))
+    if changes:
+        fields.update(changes)
     fields["paused"] = bool(fields["paused"])
     note_run_kind(fields["run_id"], fields["execution_mode"], fields["origin_session_id"])
     input_content, options_content, prompt_content = row[_FIELD_COUNT:]
