@@ -11,7 +11,7 @@ import pytest
 
 from pi_workflows.clock import now_ms
 from pi_workflows.errors import NotFoundError
-from pi_workflows.storage import run_claims, run_state, run_workers, statements
+from pi_workflows.storage import record_run_change, run_claims, run_state, run_workers, statements
 from pi_workflows.storage.decision_records import create_request
 from pi_workflows.storage.models import Event, Lease, NodeAttempt, Run, RunQueue, RunWorker
 from pi_workflows.storage.runs import run_record
@@ -235,10 +235,11 @@ def _started(run_id: str, attempt_id: str) -> dict:
     }
 
 
-def test_a_claim_that_read_its_run_holds_the_record_as_the_claim_left_it(store, make_run):
-    """The claim's read brings the run's record (`claimed_record`): with the queue
-    `starting`, its error cleared and the claim's revision, it is what a read after
-    the commit returns, so the launch reads nothing."""
+def test_a_claim_holds_the_runs_record_as_the_claim_left_it(store, make_run):
+    """The claim's read brings the run's record (`claimed_record`), or the transaction
+    that created the run knows it: with the queue `starting`, its error cleared and the
+    claim's revision, it is what a read after the commit returns, so the launch reads
+    nothing."""
     with store.transaction():
         make_run(
             "claimed-record",
@@ -261,8 +262,16 @@ def test_a_claim_that_read_its_run_holds_the_record_as_the_claim_left_it(store, 
     assert (held.queue_status, held.error_code, held.revision) == ("starting", None, 2)
     assert held.launch_options == {"humanDecision": {"choice": "go"}}
     assert held.presentation_prompt == "Say what changed."
-    # Nothing held once another change touched the run, or for a run it created.
+    # A run the transaction created and claimed: the record its creation wrote.
     with store.transaction():
-        make_run("claimed-fresh")
+        make_run("claimed-fresh", input={"items": [1, 2]}, presentation_prompt="Tell.")
         assert run_claims.claim_run("claimed-fresh", "host-1", run_claims.new_claim_token())
-        assert run_claims.claimed_record("claimed-fresh") is None
+        fresh = run_claims.claimed_record("claimed-fresh")
+    assert fresh is not None and fresh == run_record("claimed-fresh")
+    assert (fresh.queue_status, fresh.revision, fresh.input) == ("starting", 2, {"items": [1, 2]})
+    # Nothing held once another change touched the run since its claim.
+    with store.transaction():
+        make_run("claimed-changed")
+        assert run_claims.claim_run("claimed-changed", "host-1", run_claims.new_claim_token())
+        record_run_change("claimed-changed", event_type="run.started", actor="test")
+        assert run_claims.claimed_record("claimed-changed") is None

@@ -32,6 +32,8 @@ class _Bumped(threading.local):
         # Runs this transaction created, as created, and the revision until which no
         # other change touched them (`created_unchanged`).
         self.created: dict[str, tuple[int, NewRun]] = {}
+        # Their rows as `runs.RECORD_COLUMNS` would read them (`created_row`).
+        self.created_rows: dict[str, tuple[Any, ...]] = {}
         # Runs this transaction claimed, as the claim's read found them: their launch
         # fields, progress (finished attempts, status) and record as the claim left it,
         # and the revision until which no other change touched them (`claimed_unchanged`).
@@ -53,18 +55,21 @@ _bumped = _Bumped()
 
 
 def transaction_began() -> None:
-    _bumped.revisions, _bumped.created, _bumped.claimed = {}, {}, {}
+    _bumped.revisions = {}
+    _bumped.created, _bumped.created_rows, _bumped.claimed = {}, {}, {}
 
 
 def rolled_back() -> None:
     if _bumped.revisions is not None:
         _bumped.revisions.clear()
         _bumped.created.clear()
+        _bumped.created_rows.clear()
         _bumped.claimed.clear()
 
 
 def transaction_ended() -> None:
-    _bumped.revisions, _bumped.created, _bumped.claimed = None, {}, {}
+    _bumped.revisions = None
+    _bumped.created, _bumped.created_rows, _bumped.claimed = {}, {}, {}
 
 
 def created_unchanged(run_id: str) -> NewRun | None:
@@ -75,6 +80,17 @@ def created_unchanged(run_id: str) -> NewRun | None:
     if entry is None or entry[0] != written_revision(run_id):
         return None
     return entry[1]
+
+
+def note_created_row(run_id: str, row: tuple[Any, ...]) -> None:
+    """A run this transaction just created, as a read of its record would find it."""
+    if _bumped.revisions is not None:
+        _bumped.created_rows[run_id] = row
+
+
+def created_row(run_id: str) -> tuple[Any, ...] | None:
+    """`note_created_row`'s row of a run this transaction created (it may have changed)."""
+    return _bumped.created_rows.get(run_id)
 
 
 def note_unchanged(run_id: str, run: NewRun) -> None:

@@ -40,6 +40,7 @@ from .prepared import Parameters, PreparedQuery
 from .revisions import (
     NewRun,
     claimed_unchanged,
+    created_row,
     created_unchanged,
     note_claimed,
     note_held,
@@ -191,6 +192,10 @@ def claim_run(
     )
     if new is not None:
         note_unchanged(run_id, new)  # claimed by this transaction: still no worker
+        row = created_row(run_id)
+        if row is not None:
+            record = record_from_row(row, queue_status="starting", revision=claimed_revision)
+            note_claimed(run_id, new, (0, "queued"), record)
     elif found is not None:
         launch, (status, finished), row = found[6:10], found[10:12], found[12:]
         # The record as the claim left it (`_QUEUE_STARTING`, the bump).

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import peewee
 
-from ..canonical import canonical_json
+from ..canonical import canonical_bytes, canonical_json
 from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
 from ..event_types import EventType
@@ -21,7 +21,7 @@ from .blobs import put_json, put_text, read_json, read_text
 from .driver import run_sql
 from .models import Blob, Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
-from .revisions import create_run_row, written_revision
+from .revisions import create_run_row, note_created_row, written_revision
 from .terminal_facts import note_run_kind
 
 
@@ -91,6 +91,13 @@ def create_run(
         later=True,
     )
     statements.insert_row(Lease, {"run": run_id, "generation": 0}, later=True)
+    # As `RECORD_COLUMNS` would read it: a claim of this transaction launches without a read.
+    options = canonical_bytes(launch_options or {})
+    prompt = presentation_prompt.encode("utf-8") if presentation_prompt else None
+    row: tuple[Any, ...] = (run_id, workflow_name, "queued", "queued", execution_mode)
+    row += (origin_session_id, parent_run_id, lineage_kind, restart_number, stamp, stamp)
+    row += (1, False, None, priority, canonical_bytes(input), options, prompt)
+    note_created_row(run_id, row)
     return run
 
 
