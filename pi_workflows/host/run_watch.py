@@ -60,6 +60,9 @@ class RunWatch:
     last_sent: Any = None
     revisions: dict[str, int] = field(default_factory=dict)
     status_only: bool = False
+    # A status watch's run status as its request read it, and the host's commit count
+    # then: its first push while no commit came after (`_publish_status`).
+    first: tuple[dict[str, Any], int] | None = None
 
 
 class RunWatches:
@@ -114,7 +117,6 @@ class RunWatches:
         run_id = request.run_id or payload.get("runId")
         if not valid_id(run_id):
             raise InvalidInputError("view.run.watch needs a runId.")
-        get_run(run_id)  # notFound for an unknown run
         after = payload.get("afterRevision", 0)
         if type(after) is not int or after < 0:
             raise InvalidInputError("afterRevision must be a non-negative integer.")
@@ -122,6 +124,10 @@ class RunWatches:
         if type(status_only) is not bool:
             raise InvalidInputError("statusOnly must be true or false.")
         watch = RunWatch(connection, "", run_id, revision=after, status_only=status_only)
+        if status_only:  # one read refuses an unknown run and is the first push
+            watch.first = (run_status(run_id), self.services.store.commits)
+        else:
+            get_run(run_id)  # notFound for an unknown run
         self._add(request, connection, watch)
         return response(request.request_id, "accepted", receipt={"subscribed": True})
 
@@ -238,6 +244,9 @@ class RunWatches:
 
     def _publish_status(self, watch: RunWatch, fresh: dict[str, Any] | None = None) -> None:
         assert watch.run_id is not None
+        first, watch.first = watch.first, None
+        if fresh is None and first is not None and first[1] == self.services.store.commits:
+            fresh = first[0]
         status = fresh if fresh is not None else run_status(watch.run_id)
         if status != watch.last_sent:
             watch.last_sent = status

@@ -298,6 +298,43 @@ def test_a_status_watch_pushes_the_run_status_object_each_time_it_changes(harnes
         connection.close()
 
 
+def test_a_status_watch_reads_its_run_once_for_its_request_and_its_first_push(
+    harness: HostHarness, monkeypatch: pytest.MonkeyPatch
+):
+    """The read that refuses an unknown run is also a status watch's first push, unless
+    a commit came in between."""
+    assert isinstance(harness, InProcessHarness)  # the host's functions can be counted
+    reads: list[str] = []
+    for name in ("get_run", "run_status"):
+        read = getattr(run_watch, name)
+        monkeypatch.setattr(run_watch, name, functools.partial(_counted, reads, read))
+    run_id = _watched_run(harness)
+    wait_until(lambda: harness.query("SELECT 1 FROM workflow_updates"), what="the run at b")
+    commits = harness.host.store.commits
+    connection = SessionConnection(harness.home.socket_path)
+    try:
+        unknown = connection.request(
+            "view.run.watch", {"subscriptionId": "u", "statusOnly": True}, run_id="run-none"
+        )
+        assert unknown.outcome == "notFound"
+        reads.clear()
+        watched = {"subscriptionId": "s", "statusOnly": True}
+        assert connection.request("view.run.watch", watched, run_id=run_id).ok
+        event = wait_until(lambda: connection.next_event(0.1), what="the first push")
+        assert event["payload"]["status"] == "running"
+        # (A timer's commit in between, a heartbeat say, makes the push read again.)
+        assert reads == [run_id] * (1 if harness.host.store.commits == commits else 2)
+    finally:
+        connection.close()
+        (harness.project / "release-b").touch()
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+
+
+def _counted(reads: list[str], read, run_id: str):
+    reads.append(run_id)
+    return read(run_id)
+
+
 def _watched_run(harness: HostHarness) -> str:
     """A run of WATCHED on a started host; its node b runs until release-b exists."""
     harness.write_workflow("watched", WATCHED)
