@@ -322,8 +322,9 @@ def test_a_status_watch_reads_its_run_once_for_its_request_and_its_first_push(
         assert connection.request("view.run.watch", watched, run_id=run_id).ok
         event = wait_until(lambda: connection.next_event(0.1), what="the first push")
         assert event["payload"]["status"] == "running"
-        # (A timer's commit in between, a heartbeat say, makes the push read again.)
-        assert reads == [run_id] * (1 if harness.host.store.commits == commits else 2)
+        # One read; a commit before the push (a heartbeat's, say) makes it read again.
+        assert set(reads) == {run_id}
+        assert len(reads) <= 1 + (harness.host.store.commits - commits)
     finally:
         connection.close()
         (harness.project / "release-b").touch()
