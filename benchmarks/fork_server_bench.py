@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from dataclasses import dataclass, fields
 
 import compare_dbos
 import psutil
+
+from pi_workflows.testing import wait_until
 
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
@@ -53,9 +54,7 @@ def one_round(runs: int) -> Cost:
             host.wait(host.client.start_run(host.payloads["three"])["runId"])
         # A worker's counters join its fork server's once it is reaped: wait until only
         # the spare is left.
-        deadline = time.monotonic() + 10
-        while len(fork_server.children()) > 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(fork_server.children()) <= 1, timeout=10, what="the workers reaped")
         after = _counters(fork_server.pid)
         _, faults, user, system, child_user, child_system = (
             (b - a) / runs for a, b in zip(before, after, strict=True)

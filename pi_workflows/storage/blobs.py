@@ -279,7 +279,13 @@ def _json_content(value: Any) -> bytes:
 def put_json(value: Any, names: Collection[str] = ()) -> str:
     """Store a JSON value by the sha256 of its canonical bytes; returns the hash. A value
     that names other blobs by their address (`names`) keeps them while it is kept."""
-    return _put(_json_content(value), JSON, names)
+    return put_json_stored(value, names)[0]
+
+
+def put_json_stored(value: Any, names: Collection[str] = ()) -> tuple[str, bytes]:
+    """`put_json`, with the bytes it stored (what a read of the blob's row finds)."""
+    content = _json_content(value)
+    return _put(content, JSON, names), content
 
 
 def _in_parts_content(value: Any) -> bytes:

@@ -192,17 +192,16 @@ def claim_run(
     )
     if new is not None:
         note_unchanged(run_id, new)  # claimed by this transaction: still no worker
-        row = created_row(run_id)
-        if row is not None:
-            record = record_from_row(row, queue_status="starting", revision=claimed_revision)
-            note_claimed(run_id, new, (0, "queued"), record)
-    elif found is not None:
-        launch, (status, finished), row = found[6:10], found[10:12], found[12:]
+        run, progress, row = new, (0, "queued"), created_row(run_id)
+    else:
+        assert found is not None  # (None only for a run this transaction created)
+        run, progress, row = NewRun(*found[6:10]), (found[11], found[10]), found[12:]
+    if row is not None:
         # The record as the claim left it (`_QUEUE_STARTING`, the bump).
         record = record_from_row(
             row, queue_status="starting", error_code=None, revision=claimed_revision
         )
-        note_claimed(run_id, NewRun(*launch), (finished, status), record)
+        note_claimed(run_id, run, progress, record)
     return Claim(run_id=run_id, owner_id=owner_id, generation=generation, expires_at=now + lease_ms)
 
 

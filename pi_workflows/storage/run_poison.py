@@ -16,7 +16,7 @@ from peewee import SQL, fn
 from ..errors import NotFoundError
 from .models import NodeAttempt, Run, RunWorker
 from .prepared import Parameters, PreparedQuery
-from .revisions import claimed_unchanged, created_unchanged, written_revision
+from .revisions import claimed_unchanged
 
 FINISHED_ATTEMPT_STATUSES = ("completed", "failed", "timed_out", "cancelled")
 
@@ -62,11 +62,7 @@ def launch_read(run_id: str) -> tuple[tuple[str, str, str, str, int], ProgressMa
     """What a new worker of the run is launched with: the run's project path, workflow
     source (as stored), definition digest, input hash and revision; and its progress
     mark (`progress_mark`), which the worker's exit is measured against. Of a run this
-    transaction created and claimed (`created_unchanged`), or claimed after reading it
-    (`claimed_unchanged`), without a read."""
-    new, known = created_unchanged(run_id), written_revision(run_id)
-    if new is not None and known is not None:
-        return (*astuple(new), known), ProgressMark(0, "queued")
+    transaction claimed (`claimed_unchanged`), without a read."""
     claimed = claimed_unchanged(run_id)
     if claimed is not None:
         run, (finished, status), revision, _ = claimed

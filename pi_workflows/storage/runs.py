@@ -11,13 +11,13 @@ from typing import Any, TypeVar
 
 import peewee
 
-from ..canonical import canonical_bytes, canonical_json
+from ..canonical import canonical_json
 from ..clock import now_ms
 from ..errors import ConflictError, NotFoundError
 from ..event_types import EventType
 from ..records import RunRecord, stored_run_record
 from . import server_plans, statements
-from .blobs import put_json, put_text, read_json, read_text
+from .blobs import put_json_stored, put_text, read_json, read_text
 from .driver import run_sql
 from .models import Blob, Event, Lease, Run, RunQueue, database_proxy
 from .prepared import PreparedQuery, model_instance
@@ -55,6 +55,9 @@ def create_run(
 ) -> Run:
     """Insert a queued run with its queue row and an unowned lease (inside a transaction)."""
     stamp = now_ms()
+    input_hash, input_content = put_json_stored(input)
+    options_hash, options_content = put_json_stored(launch_options or {})
+    prompt_content = presentation_prompt.encode("utf-8") if presentation_prompt else None
     run = create_run_row(
         actor=actor,
         run_id=run_id,
@@ -68,11 +71,11 @@ def create_run(
         lineage_kind=lineage_kind,
         restart_number=restart_number,
         parent_terminal_fingerprint=parent_terminal_fingerprint,
-        launch_options_hash=put_json(launch_options or {}),
+        launch_options_hash=options_hash,
         execution_mode=execution_mode,
         origin_session_id=origin_session_id,
         status="queued",
-        input_hash=put_json(input),
+        input_hash=input_hash,
         presentation_prompt_hash=put_text(presentation_prompt) if presentation_prompt else None,
         created_at=stamp,
     )
@@ -92,11 +95,9 @@ def create_run(
     )
     statements.insert_row(Lease, {"run": run_id, "generation": 0}, later=True)
     # As `RECORD_COLUMNS` would read it: a claim of this transaction launches without a read.
-    options = canonical_bytes(launch_options or {})
-    prompt = presentation_prompt.encode("utf-8") if presentation_prompt else None
     row: tuple[Any, ...] = (run_id, workflow_name, "queued", "queued", execution_mode)
     row += (origin_session_id, parent_run_id, lineage_kind, restart_number, stamp, stamp)
-    row += (1, False, None, priority, canonical_bytes(input), options, prompt)
+    row += (1, False, None, priority, input_content, options_content, prompt_content)
     note_created_row(run_id, row)
     return run
 
