@@ -38,6 +38,9 @@ STARTING_WAIT_S = 5.0
 # While a launch waits for the fork server's reply, it looks this often whether the
 # fork server was stopped (SIGSTOP): one that is cannot answer and is replaced at once.
 STALL_CHECK_S = 0.1
+# How long a closing host waits for its fork server to end its spare and exit (it takes
+# milliseconds) before it kills it.
+CLOSE_WAIT_S = 2.0
 
 log = logging.getLogger(__name__)
 
@@ -405,11 +408,20 @@ class ForkServer:
         for pid, future in list(self._exits.items()):
             asyncio.get_running_loop().create_task(_watch_orphan(pid, future))
         self._exits.clear()
-        if self._process is not None and self._process.returncode is None:
+        process = self._process
+        if process is None or process.returncode is not None:
+            return
+        # Its socket closed, the fork server ends its spare and exits: wait for that, so
+        # that the host leaves no process behind (each holds the host log open). One
+        # that is stopped or does not end in time is killed with its process group.
+        if not self._is_stopped():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(process.wait()), CLOSE_WAIT_S)
+        if process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, signal.SIGKILL)
+                os.killpg(process.pid, signal.SIGKILL)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._process.wait(), 5)
+                await asyncio.wait_for(process.wait(), 5)
 
 
 def _built(first_frame: Callable[[], bytes] | None) -> bytes:

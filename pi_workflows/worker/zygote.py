@@ -28,9 +28,12 @@ title the standby takes too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import select
+import signal
 import socket
 import sys
 import threading
@@ -47,6 +50,8 @@ CONTROL_FD_ENV = "PI_WORKFLOWS_ZYGOTE_FD"
 MAX_CONTROL_BYTES = 1024 * 1024 + 4096
 # The host's first launch sends this to its standby, which then serves.
 SERVE = b"serve"
+# How long a fork server whose host went away waits for its unused spare to exit.
+SPARE_EXIT_S = 1.0
 
 
 def _preload() -> None:
@@ -215,7 +220,12 @@ def serve(control: socket.socket | None = None, *, preloaded: bool = False) -> i
                 continue
             data, fds, _flags, _addr = socket.recv_fds(control, MAX_CONTROL_BYTES, 3)
             if not data:
-                return 0  # the host went away; its workers (and the spare) are its business
+                # The host went away or stops: its workers are its business, the spare
+                # is ours. It ends before we do, so that a host that waits for its fork
+                # server leaves no process of its own behind.
+                if spare is not None:
+                    _end_spare(spare)
+                return 0
             launch = json.loads(data)
             if spare is not None and spare.hand_over(data, fds):
                 pid = spare.pid
@@ -230,6 +240,20 @@ def serve(control: socket.socket | None = None, *, preloaded: bool = False) -> i
             _precompile_workflow(launch["envelope"])
             spare = _fork_spare(loop)
             unannounced.add(spare.pid)
+
+
+def _end_spare(spare: Spare) -> None:
+    """Close the spare's socket (it reads end-of-file and exits) and reap it; one that
+    does not exit within `SPARE_EXIT_S` (stopped, say) is killed."""
+    spare.channel.close()
+    with contextlib.suppress(ChildProcessError, ProcessLookupError):
+        exited = os.pidfd_open(spare.pid)
+        try:
+            if not select.select([exited], [], [], SPARE_EXIT_S)[0]:
+                os.kill(spare.pid, signal.SIGKILL)
+        finally:
+            os.close(exited)
+        os.waitpid(spare.pid, 0)
 
 
 def _precompile_workflow(envelope: str) -> None:

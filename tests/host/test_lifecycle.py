@@ -322,6 +322,25 @@ def test_an_unused_fork_server_ends_with_its_host(harness: HostHarness, ending: 
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("spare_state", ["waiting", "stopped"])
+def test_host_stop_returns_once_its_fork_server_and_spare_are_gone(
+    harness: HostHarness, spare_state: str
+):
+    host = harness.start_host()
+    run_id = harness.start_run("hello", {"name": "x"})
+    assert harness.wait_for_status(run_id, "completed")["status"] == "completed"
+    (zygote,) = _fork_servers(host)
+    spare = wait_until(lambda: _the_spare(zygote), what="the fork server's spare")
+    if spare_state == "stopped":
+        spare.suspend()  # it cannot read the end of its socket: it must be killed
+    assert harness.cli("host", "stop").returncode == 0
+    # Nothing of the host is left to hold its log open (a home on a filesystem that is
+    # remounted or unmounted right after the stop): not the fork server, not its spare.
+    assert process_gone(zygote.pid)
+    assert process_gone(spare.pid)
+
+
+@pytest.mark.integration
 def test_a_fork_server_killed_before_the_first_launch_is_replaced(harness: HostHarness):
     host = harness.start_host()
     wait_until(lambda: "ready at epoch" in harness.host_log(), what="the host's start to end")
