@@ -237,6 +237,45 @@ def test_a_new_small_blob_travels_with_the_next_statement_and_is_read_back_befor
     assert read_json(large_hash) == large
 
 
+def test_a_commit_reads_the_blobs_it_took_up_with_what_it_announces_and_holds_them(
+    store, make_run, monkeypatch, postgres_url
+):
+    """The end of a transaction reads the rows of the blobs it took up (to compare and
+    hold them) in the statement that reads what it announces: one round trip, not two,
+    and a prune still cannot delete them before the COMMIT."""
+    with store.transaction():
+        make_run("pg-announced")
+        stored = put_json({"taken": "up"})
+    sent = SentStatements(store, monkeypatch)
+    other = psycopg2.connect(postgres_url)
+    deletes: list[type[Exception]] = []
+    check_read = blobs.check_read
+
+    def delete_then_check(taken_up, found):
+        # Between that read and the COMMIT: a prune's delete of the row must wait.
+        with other.cursor() as cursor, pytest.raises(psycopg2.errors.LockNotAvailable) as e:
+            cursor.execute("SET lock_timeout = '50ms'")
+            cursor.execute("DELETE FROM blobs WHERE blob_hash = %s", (stored,))
+        deletes.append(e.type)
+        other.rollback()
+        check_read(taken_up, found)
+
+    monkeypatch.setattr(blobs, "check_read", delete_then_check)
+    try:
+        with store.transaction():
+            record_run_change("pg-announced", event_type="run.started", actor="t", status="running")
+            assert put_json({"taken": "up"}) == stored  # taken up: nothing read yet
+            sent.take()
+    finally:
+        other.close()
+    reads = [text for text in sent.take() if "FROM blobs" in text]
+    assert len(reads) == 1, reads
+    assert "FOR KEY SHARE" in reads[0] and "JOIN run_queue" in reads[0]  # one read of both
+    assert deletes == [psycopg2.errors.LockNotAvailable]
+    assert read_json(stored) == {"taken": "up"}
+    assert run_status("pg-announced")["status"] == "running"
+
+
 def test_a_held_blob_insert_that_finds_a_corrupted_row_fails_before_commit(store, make_run):
     value = {"stored": "by another writer, corrupted since"}
     blob_hash = sha256_hex(canonical_bytes(value))

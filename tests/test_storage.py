@@ -944,13 +944,13 @@ def test_a_commit_reads_its_node_attempts_back_only_when_a_plugin_listens(
     plugins.reload()
     assert not plugins.node_attempts_heard()
     reads: list[list[str]] = []
-    read_announced = statements.announcement_rows
+    read_announced = statements.commit_rows
 
-    def announcement_rows(run_ids, attempt_ids):
+    def commit_rows(run_ids, attempt_ids, blob_hashes):
         reads.append(attempt_ids)
-        return read_announced(run_ids, attempt_ids)
+        return read_announced(run_ids, attempt_ids, blob_hashes)
 
-    monkeypatch.setattr(statements, "announcement_rows", announcement_rows)
+    monkeypatch.setattr(statements, "commit_rows", commit_rows)
     with store.transaction():
         make_run("r-1")
     _write(store, "r-1", _snapshot("r-1", "a-1"))

@@ -179,11 +179,26 @@ def check_taken_up() -> None:
     the blobs the open block took up, in one statement; a row a prune deleted since it
     was seen is inserted again (`_reuse`). Raises `BlobConflictError` for a row that
     differs: the block then fails before anything of it commits."""
-    unchecked, _written.unchecked = _written.unchecked, {}
-    if not unchecked:
-        return
-    stored = statements.select_blobs(list(unchecked), reuse=True)
-    for blob_hash, (content, media_type, names) in unchecked.items():
+    taken_up = take_unchecked()
+    if taken_up:
+        check_read(taken_up, statements.select_blobs(list(taken_up), reuse=True))
+
+
+def take_unchecked() -> dict[str, tuple[bytes, str, tuple[str, ...]]]:
+    """The blobs the open block took up and nobody checked yet, for a caller that reads
+    their rows with a read of its own (the end of a transaction: `statements.commit_rows`)
+    and then hands them to `check_read`."""
+    taken_up, _written.unchecked = _written.unchecked, {}
+    return taken_up
+
+
+def check_read(
+    taken_up: dict[str, tuple[bytes, str, tuple[str, ...]]],
+    stored: dict[str, tuple[str, int, bytes]],
+) -> None:
+    """`check_taken_up` of the blobs `take_unchecked` gave, whose rows (read holding them)
+    are `stored`."""
+    for blob_hash, (content, media_type, names) in taken_up.items():
         found = stored.get(blob_hash)
         if found is None:
             _reuse(blob_hash, content, media_type, names)

@@ -205,14 +205,18 @@ class StateStore:
                         "An inner step of this change failed, so nothing was written; "
                         "see the earlier error."
                     )
-                blobs.check_taken_up()
+                taken_up = blobs.take_unchecked()
                 if self.kill_point is not None:
                     self.kill_point.committing(*run_transitions.noted())
+                # The blobs the transaction took up are read (and held) with what it
+                # announces: one round trip, not two.
+                transitions, attempt_changes, stored = run_transitions.collect(
+                    now_ms(), heard=plugins.node_attempts_heard, blob_hashes=list(taken_up)
+                )
+                blobs.check_read(taken_up, stored)
                 # Announced before the callbacks the transaction registered (a claim pass,
                 # say), so a plugin hears of a change before what follows from it.
-                tx.after_commit[:0] = _announcements(
-                    *run_transitions.collect(now_ms(), heard=plugins.node_attempts_heard)
-                )
+                tx.after_commit[:0] = _announcements(transitions, attempt_changes)
             committed = True
             self.commits += 1
             if tx.read is not None:

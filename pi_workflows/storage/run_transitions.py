@@ -89,18 +89,25 @@ def forget() -> None:
     _noted.runs, _noted.events, _noted.attempts = {}, 0, {}
 
 
-def collect(now: int, heard: Callable[[], bool]) -> tuple[list[RunTransition], list[AttemptChange]]:
+def collect(
+    now: int, heard: Callable[[], bool], blob_hashes: list[str]
+) -> tuple[list[RunTransition], list[AttemptChange], dict[str, tuple[str, int, bytes]]]:
     """Inside the committing transaction, in one read: record and return the noted runs'
-    changes; and the noted attempt changes their rows still show, in the order they were
-    noted, with their workflow name and attempt number. When `heard()` says no plugin
-    listens to attempts, none is read and none returned."""
+    changes; the noted attempt changes their rows still show, in the order they were
+    noted, with their workflow name and attempt number; and the rows of `blob_hashes`
+    (the blobs the transaction took up, to check: `blobs.check_read`). When `heard()`
+    says no plugin listens to attempts, none is read and none returned."""
     noted, _noted.runs, _noted.events = _noted.runs, {}, 0
     noted_attempts, _noted.attempts = _noted.attempts, {}
     attempt_ids = sorted({attempt_id for attempt_id, _ in noted_attempts})
     if noted_attempts and not heard():
         attempt_ids = []
-    run_rows, attempt_rows = statements.announcement_rows(list(noted), attempt_ids)
-    return _transitions(noted, run_rows, now), _attempt_changes(noted_attempts, attempt_rows)
+    found = statements.commit_rows(list(noted), attempt_ids, blob_hashes)
+    return (
+        _transitions(noted, found.runs, now),
+        _attempt_changes(noted_attempts, found.attempts),
+        found.blobs,
+    )
 
 
 def _transitions(

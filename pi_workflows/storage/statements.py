@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import peewee
 
@@ -393,44 +393,71 @@ def worker_message(worker_epoch: str, message_id: str) -> tuple[Any, ...] | None
 
 # A lifecycle row: (run_id, status, paused, status_detail, announced_status, queue_status,
 # workflow_name). An attempt row has the same columns: (attempt_id, status, NULL, NULL,
-# NULL, NULL, workflow_name) and its attempt number last, where a run row has NULL.
+# NULL, NULL, workflow_name) and its attempt number where a run row has NULL. A blob row
+# (blob_hash, media_type, NULL x 5, byte_length) alone has content, in the last column.
 _LIFECYCLE_ROWS = (
     "SELECT r.run_id, r.status, r.paused, r.status_detail, r.announced_status, q.status, "
-    "r.workflow_name, NULL FROM runs r JOIN run_queue q ON q.run_id = r.run_id "
+    "r.workflow_name, NULL, NULL FROM runs r JOIN run_queue q ON q.run_id = r.run_id "
     "WHERE r.run_id IN ({})"
 )
 _ATTEMPT_ROWS = (
-    "SELECT a.attempt_id, a.status, NULL, NULL, NULL, NULL, r.workflow_name, a.attempt_number "
-    "FROM node_attempts a JOIN runs r ON r.run_id = a.run_id WHERE a.attempt_id IN ({})"
+    "SELECT a.attempt_id, a.status, NULL, NULL, NULL, NULL, r.workflow_name, a.attempt_number, "
+    "NULL FROM node_attempts a JOIN runs r ON r.run_id = a.run_id WHERE a.attempt_id IN ({})"
+)
+_TAKEN_UP_ROWS = (
+    "SELECT blob_hash, media_type, NULL, NULL, NULL, NULL, NULL, byte_length, content FROM taken_up"
 )
 
 
 @functools.lru_cache(maxsize=64)
-def _announcement_sql(run_count: int, attempt_count: int) -> str:
+def _announcement_sql(run_count: int, attempt_count: int, blob_count: int, locking: bool) -> str:
     selects = []
     if run_count:
         selects.append(_LIFECYCLE_ROWS.format(_marks(run_count)))
     if attempt_count:
         selects.append(_ATTEMPT_ROWS.format(_marks(attempt_count)))
-    return " UNION ALL ".join(selects)
+    if not blob_count:
+        return " UNION ALL ".join(selects)
+    # The blobs' read holds their rows (`select_blobs`); a locking read must be a query of
+    # its own, so it is a common table expression, evaluated once whatever reads it. Its
+    # rows come first: a NULL column takes its type from the first branch that has one,
+    # and only they have content (bytea).
+    materialized = "MATERIALIZED " if locking else ""
+    taken_up = f"WITH taken_up AS {materialized}({_select_blobs_sql(blob_count, locking)}) "
+    return taken_up + " UNION ALL ".join([_TAKEN_UP_ROWS, *selects])
 
 
-def announcement_rows(
-    run_ids: list[str], attempt_ids: list[str]
-) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """What a commit announces, in one read: ``(run_id, status, paused, status_detail,
-    announced_status, queue_status, workflow_name)`` per run, and ``(attempt_id, status,
-    attempt_number, workflow_name)`` per node attempt."""
-    if not (run_ids or attempt_ids):
-        return [], []
-    runs, attempts = [], []
-    sql = _announcement_sql(len(run_ids), len(attempt_ids))
-    for row in rows(sql, [*run_ids, *attempt_ids]):
-        if row[7] is None:
-            runs.append(row[:7])
+class CommitRows(NamedTuple):
+    """What the end of a transaction reads in one statement (`commit_rows`)."""
+
+    runs: list[tuple[Any, ...]]
+    attempts: list[tuple[Any, ...]]
+    blobs: dict[str, tuple[str, int, bytes]]
+
+
+def commit_rows(run_ids: list[str], attempt_ids: list[str], blob_hashes: list[str]) -> CommitRows:
+    """What a commit announces and the blobs it took up, in one read: ``(run_id, status,
+    paused, status_detail, announced_status, queue_status, workflow_name)`` per run,
+    ``(attempt_id, status, attempt_number, workflow_name)`` per node attempt, and the
+    blobs as `select_blobs` with `reuse` reads (and holds) them. More blobs than one
+    statement reads take a read of their own."""
+    found = CommitRows([], [], {})
+    if len(blob_hashes) > BLOBS_PER_SELECT:
+        found.blobs.update(select_blobs(blob_hashes, reuse=True))
+        blob_hashes = []
+    if not (run_ids or attempt_ids or blob_hashes):
+        return found
+    locking = database_proxy.obj.for_update
+    sql = _announcement_sql(len(run_ids), len(attempt_ids), len(blob_hashes), locking)
+    # The taken-up rows' parameters come first: their query leads the statement.
+    for row in rows(sql, [*blob_hashes, *run_ids, *attempt_ids]):
+        if row[8] is not None:
+            found.blobs[row[0]] = (row[1], row[7], bytes(row[8]))
+        elif row[7] is None:
+            found.runs.append(row[:7])
         else:
-            attempts.append((row[0], row[1], row[7], row[6]))
-    return runs, attempts
+            found.attempts.append((row[0], row[1], row[7], row[6]))
+    return found
 
 
 @functools.lru_cache(maxsize=64)
