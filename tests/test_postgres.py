@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
@@ -505,6 +506,66 @@ def test_a_worker_write_holds_its_run_and_sends_its_bumps_with_the_next_statemen
         other.close()
     assert run_record("pg-worker-run").revision == revision == 4
     assert [e.revision for e in run_events("pg-worker-run")] == [1, 2, 3, 4]
+
+
+class _RunElsewhere(Exception):
+    """What the held claim check of the test below raises."""
+
+
+def test_a_worker_writes_claim_check_travels_with_its_next_statement_and_holds_the_run(
+    store, make_run, monkeypatch, postgres_url
+):
+    """`hold_claimed_run_check`: where the host knows the revision and status a worker's
+    write should find, the claim's check goes with the write's next statement, holds the
+    run's row as the read does, and the bumps after it know their revision."""
+    token, claim = _a_claimed_run(store, make_run, "pg-checked")
+    (revision, status) = run_claims.claimed_run("pg-checked", token, claim.generation) or ()
+    sent = SentStatements(store, monkeypatch)
+    other = psycopg2.connect(postgres_url)
+    try:
+        with store.transaction():
+            assert run_claims.hold_claimed_run_check(
+                "pg-checked", token, claim.generation, (revision, status), _RunElsewhere
+            )
+            bumped = record_run_change("pg-checked", event_type="run.started", actor="t")
+            assert sent.take() == []  # no round trip so far
+            assert run_status("pg-checked")["revision"] == bumped == revision + 1
+            (carried,) = sent.take()
+            assert carried.index("FOR UPDATE OF r") < carried.index("UPDATE runs SET revision")
+            with other.cursor() as cursor, pytest.raises(psycopg2.errors.LockNotAvailable):
+                cursor.execute("SET lock_timeout = '50ms'")
+                cursor.execute("UPDATE runs SET paused = true WHERE run_id = 'pg-checked'")
+            other.rollback()
+    finally:
+        other.close()
+    assert run_record("pg-checked").revision == revision + 1
+
+    # Found elsewhere (another revision, another status, a claim moved on): the next
+    # statement raises the check's error, and nothing of the transaction commits.
+    for expected, generation in (
+        ((revision, status), claim.generation + 1),
+        ((revision, status), claim.generation),  # the revision moved on above
+        ((revision + 1, "completed"), claim.generation),
+    ):
+        with pytest.raises(_RunElsewhere), store.transaction():
+            # A check of another kind travels with it (the host's fence does): the error
+            # raised is the one of the check that failed.
+            assert statements.hold_check("SELECT 1 / 1", (), HostLeaseLostError)
+            assert run_claims.hold_claimed_run_check(
+                "pg-checked", token, generation, expected, _RunElsewhere
+            )
+            # Two of one kind could not be told apart: the second is refused (the caller reads).
+            assert not run_claims.hold_claimed_run_check(
+                "pg-checked", token, generation, expected, _RunElsewhere
+            )
+            record_run_change("pg-checked", event_type="run.started", actor="t")
+            with contextlib.suppress(_RunElsewhere):  # whoever swallows it, nothing commits
+                run_status("pg-checked")
+        assert run_record("pg-checked").revision == revision + 1
+    # Outside a transaction it cannot travel: the caller reads.
+    assert not run_claims.hold_claimed_run_check(
+        "pg-checked", token, claim.generation, (revision + 1, status), _RunElsewhere
+    )
 
 
 def test_a_run_claimed_by_the_transaction_that_created_it_needs_no_read(

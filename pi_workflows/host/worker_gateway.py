@@ -65,6 +65,11 @@ READ_ONLY_OPERATIONS = frozenset(
 )
 
 
+class _RunMoved(Exception):
+    """A check held with a worker's write found the run other than that worker's last
+    write left it (`WorkerGateway._claimed`): nothing of the write was written."""
+
+
 class WorkerGateway:
     def __init__(
         self,
@@ -172,7 +177,11 @@ class WorkerGateway:
 
         try:
             # Writes of other workers read in the same loop pass share this commit.
-            reply = await self.commits.submit(apply)
+            try:
+                reply = await self.commits.submit(apply)
+            except _RunMoved:
+                self._status = None  # then `_claimed` reads
+                reply = await self.commits.submit(apply)
         except HostLeaseLostError:
             return self._claim_lost(message_id)  # this host's lease is gone: no write at all
         except DatabaseUnavailableError:
@@ -238,6 +247,7 @@ class WorkerGateway:
         except PiWorkflowsError:
             return None  # worker.ready asks the hook again and refuses the launch
         self._prepared = answer
+        self._status = record.status  # what the worker's first write checks it finds
         return worker_response(PREPARED_MESSAGE_ID, PREPARED_OUTCOME, **answer)
 
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +366,7 @@ class WorkerGateway:
         operation, payload = WorkerOperation(message["operation"]), message["payload"]
         self._releases_claim = False
         # The claim first: a lost claim also leaves worker.ready's revision bump unmade.
-        claimed = run_claims.claimed_run(active.run_id, active.claim_token, active.generation)
+        claimed = self._claimed(message["expectedRevision"])
         if claimed is None:
             return self._claim_lost(message_id)
         revision, self._status = claimed
@@ -384,6 +394,30 @@ class WorkerGateway:
         return worker_response(
             message_id, "accepted", result=result, revision=current_revision(active.run_id)
         )
+
+    def _claimed(self, expected_revision: int) -> tuple[int, str] | None:
+        """The run's revision and status while this worker's claim is live, its row held
+        to the end of the transaction; None when the claim is lost.
+
+        Where the host knows the status this worker's writes left (`_status`) and the
+        write commits alone, a check that the run is still there, at the revision the
+        worker expects, travels with the write's next statement instead of a read of its
+        own (PostgreSQL). When the check fails nothing is written, and `_handle` applies
+        the write again with the read, which says what changed."""
+        active = self.active
+        if (
+            self._status is not None
+            and self.commits.applying_alone
+            and run_claims.hold_claimed_run_check(
+                active.run_id,
+                active.claim_token,
+                active.generation,
+                (expected_revision, self._status),
+                _RunMoved,
+            )
+        ):
+            return expected_revision, self._status
+        return run_claims.claimed_run(active.run_id, active.claim_token, active.generation)
 
     def _apply_write(self, operation: WorkerOperation, payload: dict[str, Any]) -> Any:
         active = self.active

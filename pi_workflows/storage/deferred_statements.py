@@ -22,11 +22,13 @@ The server's transaction and each savepoint start before their first statement e
 way, so nothing the server sees or locks changes, only how many round trips carry it.
 
 A check may travel the same way (`hold_check`): a read whose only outcome anyone needs
-is that it fails when what it checks does not hold (the host's lease, `host_leases`).
-It fails with ``division_by_zero``, raised as the check's own error from the statement
-it went with; from then on every statement of that transaction, its savepoints' ends
-and its ``COMMIT`` raise that error too, so the transaction cannot commit whoever
-catches the first one.
+is that it fails when what it checks does not hold (the host's lease, `host_leases`; a
+worker's claim, `run_claims`). It fails with an error of its own kind (a SQLSTATE:
+``division_by_zero`` by default), raised as the check's own error from the statement it
+went with; from then on every statement of that transaction, its savepoints' ends and
+its ``COMMIT`` raise that error too, so the transaction cannot commit whoever catches
+the first one. Checks that travel together fail with different SQLSTATEs, so that the
+error raised is the one of the check that failed.
 
 One read may also travel behind the ``COMMIT``, in its text (`read_with_commit`): the
 server runs it once the commit is done, and its rows are those the cursor holds. It is
@@ -51,7 +53,7 @@ from .driver import sqlstate
 
 BEGIN = "BEGIN"
 ROLLBACK_TO_SAVEPOINT = "ROLLBACK TO SAVEPOINT"
-# How a held check says that what it checks does not hold (`hold_check`).
+# How a held check says by default that what it checks does not hold (`hold_check`).
 CHECK_FAILED = "22012"  # division_by_zero
 
 _installed: weakref.WeakKeyDictionary[peewee.Database, DeferredStatements] = (
@@ -64,6 +66,7 @@ class _Held:
     text: str  # with any ``%`` doubled: it is sent in front of a statement's parameters
     is_write: bool
     failure: Callable[[], Exception] | None = None  # a check's error (`hold_check`)
+    state: str = CHECK_FAILED  # the SQLSTATE of a check that fails
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,12 @@ class _Pending(threading.local):
         self.read: CommitRead | None = None  # behind this transaction's COMMIT
         self.failed: Callable[[], Exception] | None = None  # a check of it failed
 
-    def take_check(self) -> Callable[[], Exception] | None:
-        """The error of the check among the held texts, if one is (before `take`)."""
-        return next((item.failure for item in self.held if item.failure is not None), None)
+    def take_checks(self) -> dict[str, Callable[[], Exception]]:
+        """The errors of the checks among the held texts by SQLSTATE (before `take`)."""
+        return {item.state: item.failure for item in self.held if item.failure is not None}
+
+    def holds_check(self, state: str) -> bool:
+        return any(item.failure is not None and item.state == state for item in self.held)
 
     def take(self) -> str:
         held, self.held = self.held, []
@@ -160,14 +166,21 @@ class DeferredStatements:
 
     # --- checks ------------------------------------------------------------------------
 
-    def hold_check(self, sql: str, params: Sequence[Any], failure: Callable[[], Exception]) -> bool:
-        """Hold `sql` with `params`, a statement that fails with ``division_by_zero``
-        when what it checks does not hold, for the transaction's next statement; that
-        statement then raises `failure()`. False outside a transaction (the caller
-        checks at once)."""
-        if not self.db.in_transaction():
+    def hold_check(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        failure: Callable[[], Exception],
+        state: str = CHECK_FAILED,
+    ) -> bool:
+        """Hold `sql` with `params`, a statement that fails with SQLSTATE `state` when
+        what it checks does not hold, for the transaction's next statement; that
+        statement then raises `failure()`. False outside a transaction, or while a check
+        of the same `state` waits to be sent (its failure could not be told apart): the
+        caller checks at once."""
+        if not self.db.in_transaction() or self._pending.holds_check(state):
             return False
-        self._pending.held.append(_Held(self._text(sql, params), False, failure))
+        self._pending.held.append(_Held(self._text(sql, params), False, failure, state))
         return True
 
     def _refuse_if_failed(self) -> None:
@@ -243,27 +256,28 @@ class DeferredStatements:
 
     def _execute_sql_after_held(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         pending = self._pending
-        check = None
+        checks: dict[str, Callable[[], Exception]] = {}
         if pending.held:
             if sql.startswith(ROLLBACK_TO_SAVEPOINT):  # peewee's own savepoints: undone anyway
                 pending.held = []
             else:
                 self._refuse_if_failed()
-                check = pending.take_check()
+                checks = pending.take_checks()
                 sql = pending.take() + sql
         elif self.db.in_transaction():
             self._refuse_if_failed()
-        return self._sent(check, sql, *args, **kwargs)
+        return self._sent(checks, sql, *args, **kwargs)
 
     def _sent(
-        self, check: Callable[[], Exception] | None, sql: str, *args: Any, **kwargs: Any
+        self, checks: dict[str, Callable[[], Exception]], sql: str, *args: Any, **kwargs: Any
     ) -> Any:
-        """Run `sql`; when it carries a held check that fails, raise the check's error
+        """Run `sql`; when it carries a held check that fails, raise that check's error
         (and from then on for the rest of the transaction)."""
         try:
             return self._execute_sql(sql, *args, **kwargs)
         except peewee.DatabaseError as error:
-            if check is None or sqlstate(error) != CHECK_FAILED:
+            check = checks.get(sqlstate(error) or "")
+            if check is None:
                 raise
             self._pending.failed = check
             raise check() from error
@@ -276,11 +290,11 @@ class DeferredStatements:
             # No statement ran: the server has no transaction to end.
             pending.held = []
             return None
-        check = pending.take_check()  # a check held with writes alone goes with the COMMIT
+        checks = pending.take_checks()  # a check held with writes alone goes with the COMMIT
         text = pending.take() + "COMMIT"
         if read is not None:
             text += "; " + self._text(*read.build(read.keys))
-        cursor = self._sent(check, text)
+        cursor = self._sent(checks, text)
         if read is not None:
             read.rows = cursor.fetchall()
         return cursor

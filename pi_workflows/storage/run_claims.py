@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import secrets
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import peewee
@@ -18,7 +19,7 @@ from ..canonical import sha256_hex
 from ..clock import now_ms
 from ..event_types import EventType
 from ..records import Claim, RunRecord
-from . import effects, known_attempts, run_state, server_plans
+from . import effects, known_attempts, run_state, server_plans, statements
 from .blobs import put_text
 from .driver import run_sql
 from .models import (
@@ -269,6 +270,38 @@ def claimed_run(run_id: str, token: str, generation: int) -> tuple[int, str] | N
     if found is not None:
         note_held(run_id, found[0])
     return found
+
+
+# `claimed_run` as a check that the run is at an expected revision and status: the count
+# of such rows is 1 (its logarithm 0), or 0, whose logarithm fails with a SQLSTATE of its
+# own (the host's fence, which travels with it, fails with another). It holds the run's
+# row as that read does.
+_CHECK_CLAIMED_RUN = (
+    "SELECT ln((SELECT count(*) FROM (SELECT 1 FROM runs r JOIN leases l"
+    " ON l.run_id = r.run_id WHERE r.run_id = ? AND l.token_hash = ? AND l.expires_at > ?"
+    " AND l.generation = ? AND r.revision = ? AND r.status = ? FOR UPDATE OF r) AS held))"
+)
+_CLAIMED_RUN_CHECK_FAILED = "2201E"  # invalid_argument_for_logarithm
+
+
+def hold_claimed_run_check(
+    run_id: str,
+    token: str,
+    generation: int,
+    expected: tuple[int, str],
+    failure: Callable[[], Exception],
+) -> bool:
+    """PostgreSQL, inside a transaction: `claimed_run` as a check that it would find the
+    run at `expected` (revision, status), travelling with the transaction's next
+    statement, which raises `failure()` when it does not hold (the claim is not live, or
+    the run is elsewhere); from then on the transaction cannot commit. The run's row is
+    held as `claimed_run` holds it. False where it cannot travel: the caller reads."""
+    revision, status = expected
+    params = (run_id, token_hash(token), now_ms(), generation, revision, status)
+    if not statements.hold_check(_CHECK_CLAIMED_RUN, params, failure, _CLAIMED_RUN_CHECK_FAILED):
+        return False
+    note_held(run_id, revision)
+    return True
 
 
 def verify_claim(run_id: str, token: str, generation: int | None = None) -> bool:

@@ -17,7 +17,7 @@ import peewee
 
 from ..event_types import EventType
 from . import server_plans
-from .deferred_statements import DeferredStatements
+from .deferred_statements import CHECK_FAILED, DeferredStatements
 from .driver import run_sql
 from .models import Run, database_proxy
 
@@ -55,25 +55,29 @@ def _hold(
     *,
     planned: bool,
     failure: Callable[[], Exception] | None = None,
+    state: str = CHECK_FAILED,
 ) -> bool:
     """Hold `sql` for the transaction's next statement, a write or, with `failure`, a
-    check (`DeferredStatements.hold_check`); False where it cannot be held (SQLite, or
-    outside a transaction)."""
+    check that fails with SQLSTATE `state` (`DeferredStatements.hold_check`); False
+    where it cannot be held (SQLite, or outside a transaction)."""
     deferred = DeferredStatements.on(db)
     if deferred is None or not db.in_transaction():
         return False
     sent = server_plans.to_send(db, sql) if planned else sql
     if failure is not None:
-        return deferred.hold_check(sent, params, failure)
+        return deferred.hold_check(sent, params, failure, state)
     return deferred.hold_write(sent, params)
 
 
-def hold_check(sql: str, params: Sequence[Any], failure: Callable[[], Exception]) -> bool:
+def hold_check(
+    sql: str, params: Sequence[Any], failure: Callable[[], Exception], state: str = CHECK_FAILED
+) -> bool:
     """A check by key (``?`` placeholders) that travels with the transaction's next
-    statement and makes it raise `failure()` when it fails (``division_by_zero``);
-    False where it cannot travel: the caller checks at once."""
+    statement and makes it raise `failure()` when it fails with SQLSTATE `state`
+    (``division_by_zero`` by default); False where it cannot travel: the caller checks
+    at once."""
     db = database_proxy.obj
-    return _hold(db, _in_style(db.param, sql), params, planned=True, failure=failure)
+    return _hold(db, _in_style(db.param, sql), params, planned=True, failure=failure, state=state)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

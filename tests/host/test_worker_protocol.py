@@ -138,6 +138,50 @@ def test_a_start_answered_at_launch_runs_no_node_once_its_claim_is_lost(
     assert [c["kind"] for c in _ready_commands(tmp_path, run_id)] == ["start"]
 
 
+@pytest.mark.integration  # a host process of its own: the test's write is another process's
+@pytest.mark.scenario("2.2")
+@pytest.mark.parametrize("moved", ["claim", "revision"])
+def test_a_run_moved_on_between_two_writes_refuses_the_second_as_a_read_would(
+    harness: HostHarness, moved: str
+):
+    # The worker's writes after its first check the claim and the revision with their
+    # next statement (PostgreSQL: the host knows what they should find). A failed check
+    # is answered as the read answers it (the claim lost, or a revision conflict, not
+    # the host's lease, whose check travels with it), and nothing of the write is written.
+    harness.write_workflow("steps", STEPS)
+    host = harness.start_host()
+    run_id = harness.start_run("steps")
+    harness.wait_for_pid("b.pid")  # node a finished and b started: two writes
+    revision = harness.query("SELECT revision FROM runs WHERE run_id = ?", run_id)[0][0]
+    store = harness.open_store()
+    try:
+        with store.transaction():
+            if moved == "claim":
+                Lease.update(generation=Lease.generation + 1).where(Lease.run == run_id).execute()
+            else:  # another writer's change
+                Run.update(revision=Run.revision + 1).where(Run.run_id == run_id).execute()
+    finally:
+        store.close()
+    (harness.project / "release-b").touch()
+
+    if moved == "claim":
+        wait_until(lambda: "Run claim expired" in _diagnostics(harness, run_id), what="claimLost")
+        wait_until(lambda: harness.workers(run_id)[0][1] == "claimLost", what="the worker to stop")
+    else:
+        conflict = f"revision conflict: expected {revision}, got {revision + 1}"
+        wait_until(lambda: conflict in _diagnostics(harness, run_id), what="the conflict")
+        wait_until(lambda: harness.workers(run_id)[0][1] == "crashed", what="the worker to stop")
+    # Node b's end was not written by that worker.
+    events = harness.query(
+        "SELECT event_type FROM events WHERE run_id = ? AND revision = ?", run_id, revision + 1
+    )
+    assert events in ([], [("run.queue_parked",)]), events
+    # The loss was the run's alone: the same host goes on serving.
+    again = harness.start_run("hello", {"name": "after"})
+    assert harness.wait_for_status(again, "completed")["status"] == "completed"
+    assert host.poll() is None
+
+
 def test_an_answer_at_launch_larger_than_the_pipe_reaches_the_worker_whole(
     harness: HostHarness,
 ):
