@@ -13,7 +13,7 @@ import psycopg2
 import pytest
 
 from pi_workflows.canonical import canonical_bytes, sha256_hex
-from pi_workflows.errors import BlobConflictError, HostLeaseLostError
+from pi_workflows.errors import BlobConflictError, HostLeaseLostError, PiWorkflowsError
 from pi_workflows.host import epoch_lease
 from pi_workflows.host.commit_group import CommitGroup
 from pi_workflows.storage import (
@@ -566,6 +566,71 @@ def test_a_worker_writes_claim_check_travels_with_its_next_statement_and_holds_t
     assert not run_claims.hold_claimed_run_check(
         "pg-checked", token, claim.generation, (revision + 1, status), _RunElsewhere
     )
+
+
+class _Moved(PiWorkflowsError):
+    """What the claim checks of the group below raise (a refusal of ours)."""
+
+
+def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
+    store, make_run, monkeypatch
+):
+    """Held in a group entry's savepoint, a claim check that fails undoes that entry and
+    no other: the group commits the rest, and the host's fence still travels first."""
+    with store.transaction():
+        lease = epoch_lease.acquire_epoch(
+            "host-grouped",
+            os.getpid(),
+            "",
+            key="grouped",
+            socket_address="vm:/s",
+            single_host=False,
+        )
+    claims = {run_id: _a_claimed_run(store, make_run, run_id) for run_id in ("g-1", "g-2", "g-3")}
+    found = {r: run_claims.claimed_run(r, t, c.generation) for r, (t, c) in claims.items()}
+    store.fence = lambda later: epoch_lease.fence(lease, later=later)
+    sent = SentStatements(store, monkeypatch)
+
+    def write(run_id: str) -> int:
+        token, claim = claims[run_id]
+        revision, status = found[run_id] or (0, "")
+        expected = (revision + 1, status) if run_id == "g-2" else (revision, status)
+        assert run_claims.hold_claimed_run_check(run_id, token, claim.generation, expected, _Moved)
+        return record_run_change(run_id, event_type="run.started", actor="t")
+
+    async def together() -> list:
+        group = CommitGroup(store, lambda freed: None)
+        futures = [group.submit(functools.partial(write, r)) for r in claims]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    outcomes = asyncio.run(together())
+    texts = sent.take()
+    assert [type(o) for o in outcomes] == [int, _Moved, int]
+    assert [run_record(r).revision for r in claims] == [3, 2, 3]
+    assert texts[0].startswith("BEGIN; SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_")
+    assert sum(t.count("SELECT ln((SELECT count(*) FROM") for t in texts) == 3
+    assert not [t for t in texts if '"t1"."revision", "t1"."status"' in t]  # no claim read
+
+
+def test_a_held_claim_check_never_crosses_a_savepoint_edge(store, make_run):
+    """A check held in a block goes before a savepoint opened inside it, and with the
+    block's release: its failure is that block's, never another's."""
+    token, claim = _a_claimed_run(store, make_run, "pg-edges")
+    revision, status = run_claims.claimed_run("pg-edges", token, claim.generation) or (0, "")
+    moved = (revision + 1, status)
+    with store.transaction():
+        with pytest.raises(_Moved), store.savepoint():
+            assert run_claims.hold_claimed_run_check(
+                "pg-edges", token, claim.generation, moved, _Moved
+            )
+            with store.savepoint():  # the outer check goes now, and fails the outer block
+                pytest.fail("the inner block never runs")
+        with pytest.raises(_Moved), store.savepoint():
+            assert run_claims.hold_claimed_run_check(
+                "pg-edges", token, claim.generation, moved, _Moved
+            )  # nothing else in the block: it goes with the release
+        record_run_change("pg-edges", event_type="run.started", actor="t")  # goes on
+    assert run_record("pg-edges").revision == revision + 1
 
 
 def test_a_run_claimed_by_the_transaction_that_created_it_needs_no_read(

@@ -59,7 +59,6 @@ class CommitGroup:
         self.claim_pass = claim_pass
         self._pending: list[_Entry] = []
         self._applying: _Entry | None = None
-        self._alone = False
         self._workers_may_go = asyncio.Event()
         self._workers_may_go.set()
         self._held_since: float | None = None
@@ -107,13 +106,6 @@ class CommitGroup:
         assert self._applying is not None, "claim_at_end() belongs inside an entry's apply"
         self._applying.claims.append(freed)
 
-    @property
-    def applying_alone(self) -> bool:
-        """From an entry's `apply`: whether it commits alone, so that a failure of its
-        transaction fails no other entry (a check that dooms the transaction may be
-        held for its next statement)."""
-        return self._applying is not None and self._alone
-
     def commit_now(self) -> None:
         """Apply and commit the pending group (a start's does not wait for the loop)."""
         group, self._pending = self._pending, []
@@ -153,7 +145,7 @@ class CommitGroup:
                 entry.future.set_result(results[index])
 
     def _apply(self, entry: _Entry, *, alone: bool) -> Any:
-        self._applying, self._alone = entry, alone
+        self._applying = entry
         try:
             if alone:
                 # Alone: its refusal rolls the transaction back, no savepoint needed.

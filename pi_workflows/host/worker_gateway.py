@@ -65,9 +65,10 @@ READ_ONLY_OPERATIONS = frozenset(
 )
 
 
-class _RunMoved(Exception):
+class _RunMoved(PiWorkflowsError):
     """A check held with a worker's write found the run other than that worker's last
-    write left it (`WorkerGateway._claimed`): nothing of the write was written."""
+    write left it (`WorkerGateway._claimed`): nothing of the write was written (in a
+    group commit, its entry alone is undone, as for any refusal of ours)."""
 
 
 class WorkerGateway:
@@ -399,24 +400,21 @@ class WorkerGateway:
         """The run's revision and status while this worker's claim is live, its row held
         to the end of the transaction; None when the claim is lost.
 
-        Where the host knows the status this worker's writes left (`_status`) and the
-        write commits alone, a check that the run is still there, at the revision the
-        worker expects, travels with the write's next statement instead of a read of its
-        own (PostgreSQL). When the check fails nothing is written, and `_handle` applies
-        the write again with the read, which says what changed."""
+        Where the host knows the status this worker's writes left (`_status`), a check
+        that the run is still there, at the revision the worker expects, travels with the
+        write's next statement instead of a read of its own (PostgreSQL). When the check
+        fails nothing of the write is written, and `_handle` applies it again with the
+        read, which says what changed."""
         active = self.active
-        if (
-            self._status is not None
-            and self.commits.applying_alone
-            and run_claims.hold_claimed_run_check(
-                active.run_id,
-                active.claim_token,
-                active.generation,
-                (expected_revision, self._status),
-                _RunMoved,
-            )
+        status = self._status
+        if status is not None and run_claims.hold_claimed_run_check(
+            active.run_id,
+            active.claim_token,
+            active.generation,
+            (expected_revision, status),
+            _RunMoved,
         ):
-            return expected_revision, self._status
+            return expected_revision, status
         return run_claims.claimed_run(active.run_id, active.claim_token, active.generation)
 
     def _apply_write(self, operation: WorkerOperation, payload: dict[str, Any]) -> Any:

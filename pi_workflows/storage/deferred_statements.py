@@ -27,8 +27,11 @@ worker's claim, `run_claims`). It fails with an error of its own kind (a SQLSTAT
 ``division_by_zero`` by default), raised as the check's own error from the statement it
 went with; from then on every statement of that transaction, its savepoints' ends and
 its ``COMMIT`` raise that error too, so the transaction cannot commit whoever catches
-the first one. Checks that travel together fail with different SQLSTATEs, so that the
-error raised is the one of the check that failed.
+the first one. A check held `in_block` fails only the savepoint block it was held in:
+rolling that block back clears it (a worker's write in a group commit fails alone).
+Like a held write, a held check never crosses a savepoint's edge unsent. Checks that
+travel together fail with different SQLSTATEs, so that the error raised is the one of
+the check that failed.
 
 One read may also travel behind the ``COMMIT``, in its text (`read_with_commit`): the
 server runs it once the commit is done, and its rows are those the cursor holds. It is
@@ -67,6 +70,7 @@ class _Held:
     is_write: bool
     failure: Callable[[], Exception] | None = None  # a check's error (`hold_check`)
     state: str = CHECK_FAILED  # the SQLSTATE of a check that fails
+    in_block: bool = False  # a check whose failure undoes its savepoint block alone
 
 
 @dataclass(frozen=True)
@@ -102,10 +106,11 @@ class _Pending(threading.local):
         self.sends = 0  # query texts sent in this thread, to tell whether a hold went out
         self.read: CommitRead | None = None  # behind this transaction's COMMIT
         self.failed: Callable[[], Exception] | None = None  # a check of it failed
+        self.failed_in_block = False  # ... one held `in_block`
 
-    def take_checks(self) -> dict[str, Callable[[], Exception]]:
-        """The errors of the checks among the held texts by SQLSTATE (before `take`)."""
-        return {item.state: item.failure for item in self.held if item.failure is not None}
+    def take_checks(self) -> dict[str, _Held]:
+        """The checks among the held texts by SQLSTATE (before `take`)."""
+        return {item.state: item for item in self.held if item.failure is not None}
 
     def holds_check(self, state: str) -> bool:
         return any(item.failure is not None and item.state == state for item in self.held)
@@ -118,6 +123,12 @@ class _Pending(threading.local):
     @property
     def has_writes(self) -> bool:
         return any(item.is_write for item in self.held)
+
+    @property
+    def must_go_before_an_edge(self) -> bool:
+        """Held writes or checks: they belong to the open block, so a savepoint's edge
+        sends them (a held BEGIN or SAVEPOINT alone may wait)."""
+        return any(item.is_write or item.failure is not None for item in self.held)
 
 
 class DeferredStatements:
@@ -172,15 +183,20 @@ class DeferredStatements:
         params: Sequence[Any],
         failure: Callable[[], Exception],
         state: str = CHECK_FAILED,
+        *,
+        in_block: bool = False,
     ) -> bool:
         """Hold `sql` with `params`, a statement that fails with SQLSTATE `state` when
         what it checks does not hold, for the transaction's next statement; that
-        statement then raises `failure()`. False outside a transaction, or while a check
-        of the same `state` waits to be sent (its failure could not be told apart): the
-        caller checks at once."""
+        statement then raises `failure()`, and so does the rest of the transaction, or
+        with `in_block` the rest of the savepoint block it is held in (until that block
+        rolls back). False outside a transaction, or while a check of the same `state`
+        waits to be sent (its failure could not be told apart): the caller checks at
+        once."""
         if not self.db.in_transaction() or self._pending.holds_check(state):
             return False
-        self._pending.held.append(_Held(self._text(sql, params), False, failure, state))
+        held = _Held(self._text(sql, params), False, failure, state, in_block)
+        self._pending.held.append(held)
         return True
 
     def _refuse_if_failed(self) -> None:
@@ -213,7 +229,7 @@ class DeferredStatements:
         self._refuse_if_failed()
         pending = self._pending
         statement = f"SAVEPOINT {name}"
-        if pending.has_writes:  # they belong outside the block: sent now, in front of it
+        if pending.must_go_before_an_edge:  # outside the block: sent now, in front of it
             self.db.execute_sql(statement)
             return SavepointMark(pending.sends, len(pending.held), held=False)
         mark = SavepointMark(pending.sends, len(pending.held), held=True)
@@ -225,7 +241,7 @@ class DeferredStatements:
         fails here rolls back the block alone."""
         pending = self._pending
         statement = f"RELEASE SAVEPOINT {name}"
-        if pending.has_writes:
+        if pending.must_go_before_an_edge:
             self.db.execute_sql(statement)
         elif mark.held and pending.sends == mark.sends:  # the block sent nothing
             del pending.held[mark.index :]
@@ -234,6 +250,12 @@ class DeferredStatements:
 
     def roll_back_savepoint(self, name: str, mark: SavepointMark) -> None:
         pending = self._pending
+        if pending.failed is not None and pending.failed_in_block:
+            # A check of this block failed (they never cross its edges): the block is
+            # undone and the transaction goes on.
+            pending.held, pending.failed, pending.failed_in_block = [], None, False
+            self.db.execute_sql(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+            return
         if pending.failed is not None:  # the server's transaction failed: nothing to undo
             pending.held = []
             return
@@ -248,7 +270,7 @@ class DeferredStatements:
     # --- peewee's transaction calls ------------------------------------------------------
 
     def _hold_begin(self, *args: Any, **kwargs: Any) -> None:
-        self._pending.failed = None
+        self._pending.failed, self._pending.failed_in_block = None, False
         if args or kwargs or self._isolation_level:  # a BEGIN with options goes on its own
             self._begin(*args, **kwargs)
             return
@@ -256,7 +278,7 @@ class DeferredStatements:
 
     def _execute_sql_after_held(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         pending = self._pending
-        checks: dict[str, Callable[[], Exception]] = {}
+        checks: dict[str, _Held] = {}
         if pending.held:
             if sql.startswith(ROLLBACK_TO_SAVEPOINT):  # peewee's own savepoints: undone anyway
                 pending.held = []
@@ -268,19 +290,18 @@ class DeferredStatements:
             self._refuse_if_failed()
         return self._sent(checks, sql, *args, **kwargs)
 
-    def _sent(
-        self, checks: dict[str, Callable[[], Exception]], sql: str, *args: Any, **kwargs: Any
-    ) -> Any:
+    def _sent(self, checks: dict[str, _Held], sql: str, *args: Any, **kwargs: Any) -> Any:
         """Run `sql`; when it carries a held check that fails, raise that check's error
-        (and from then on for the rest of the transaction)."""
+        (and from then on for the rest of the transaction, or of the check's block)."""
         try:
             return self._execute_sql(sql, *args, **kwargs)
         except peewee.DatabaseError as error:
             check = checks.get(sqlstate(error) or "")
-            if check is None:
+            if check is None or check.failure is None:
                 raise
-            self._pending.failed = check
-            raise check() from error
+            pending = self._pending
+            pending.failed, pending.failed_in_block = check.failure, check.in_block
+            raise check.failure() from error
 
     def _commit_held(self) -> Any:
         pending = self._pending
@@ -303,7 +324,7 @@ class DeferredStatements:
         pending = self._pending
         never_begun = bool(pending.held) and pending.held[0].text == BEGIN
         pending.held = []
-        pending.read, pending.failed = None, None
+        pending.read, pending.failed, pending.failed_in_block = None, None, False
         if never_begun:
             return None
         return self._rollback()

@@ -294,11 +294,14 @@ def hold_claimed_run_check(
     """PostgreSQL, inside a transaction: `claimed_run` as a check that it would find the
     run at `expected` (revision, status), travelling with the transaction's next
     statement, which raises `failure()` when it does not hold (the claim is not live, or
-    the run is elsewhere); from then on the transaction cannot commit. The run's row is
-    held as `claimed_run` holds it. False where it cannot travel: the caller reads."""
+    the run is elsewhere); from then on the savepoint block it was held in (a write of a
+    group commit), or else the transaction, cannot commit. The run's row is held as
+    `claimed_run` holds it. False where it cannot travel: the caller reads."""
     revision, status = expected
     params = (run_id, token_hash(token), now_ms(), generation, revision, status)
-    if not statements.hold_check(_CHECK_CLAIMED_RUN, params, failure, _CLAIMED_RUN_CHECK_FAILED):
+    if not statements.hold_check(
+        _CHECK_CLAIMED_RUN, params, failure, _CLAIMED_RUN_CHECK_FAILED, in_block=True
+    ):
         return False
     note_held(run_id, revision)
     return True

@@ -56,6 +56,7 @@ def _hold(
     planned: bool,
     failure: Callable[[], Exception] | None = None,
     state: str = CHECK_FAILED,
+    in_block: bool = False,
 ) -> bool:
     """Hold `sql` for the transaction's next statement, a write or, with `failure`, a
     check that fails with SQLSTATE `state` (`DeferredStatements.hold_check`); False
@@ -65,19 +66,26 @@ def _hold(
         return False
     sent = server_plans.to_send(db, sql) if planned else sql
     if failure is not None:
-        return deferred.hold_check(sent, params, failure, state)
+        return deferred.hold_check(sent, params, failure, state, in_block=in_block)
     return deferred.hold_write(sent, params)
 
 
 def hold_check(
-    sql: str, params: Sequence[Any], failure: Callable[[], Exception], state: str = CHECK_FAILED
+    sql: str,
+    params: Sequence[Any],
+    failure: Callable[[], Exception],
+    state: str = CHECK_FAILED,
+    *,
+    in_block: bool = False,
 ) -> bool:
     """A check by key (``?`` placeholders) that travels with the transaction's next
     statement and makes it raise `failure()` when it fails with SQLSTATE `state`
-    (``division_by_zero`` by default); False where it cannot travel: the caller checks
-    at once."""
+    (``division_by_zero`` by default), failing the transaction, or with `in_block` the
+    savepoint block it is held in; False where it cannot travel: the caller checks at
+    once."""
     db = database_proxy.obj
-    return _hold(db, _in_style(db.param, sql), params, planned=True, failure=failure, state=state)
+    sent = _in_style(db.param, sql)
+    return _hold(db, sent, params, planned=True, failure=failure, state=state, in_block=in_block)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
