@@ -29,6 +29,7 @@ from pi_workflows.storage import (
     statements,
 )
 from pi_workflows.storage.blobs import put_json, read_json
+from pi_workflows.storage.deferred_statements import HeldCheck
 from pi_workflows.storage.models import Blob, HostState, Lease, Run, RunWorker
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
@@ -306,7 +307,7 @@ def test_a_held_check_that_fails_refuses_the_rest_of_its_transaction(store, make
     check = "SELECT 1 / (SELECT count(*)::int FROM runs WHERE run_id = %s)"
     sent = SentStatements(store, monkeypatch)
     with store.transaction():
-        assert held.hold_check(check, ["pg-checked"], _CheckFailed)
+        assert held.hold_check(check, ["pg-checked"], HeldCheck(_CheckFailed))
         assert sent.take() == []
         make_run("pg-after-a-check")
     first = sent.take()[0]
@@ -314,7 +315,7 @@ def test_a_held_check_that_fails_refuses_the_rest_of_its_transaction(store, make
     assert "INSERT" in first  # the transaction's first statement, in the same round trip
 
     with pytest.raises(_CheckFailed), store.transaction():
-        assert held.hold_check(check, ["no-such-run"], _CheckFailed)
+        assert held.hold_check(check, ["no-such-run"], HeldCheck(_CheckFailed))
         with pytest.raises(_CheckFailed):
             make_run("pg-never-written")  # its inserts are held too
             Run.select().count()  # the first statement sent: the check goes with it
@@ -323,29 +324,32 @@ def test_a_held_check_that_fails_refuses_the_rest_of_its_transaction(store, make
     # The COMMIT at the block's end raised too: nothing was written.
     assert Run.get_or_none(Run.run_id == "pg-never-written") is None
     with pytest.raises(_CheckFailed), store.transaction():
-        assert held.hold_check(check, ["no-such-run"], _CheckFailed)
+        assert held.hold_check(check, ["no-such-run"], HeldCheck(_CheckFailed))
         statements.set_announced_statuses({"pg-checked": "held"})  # goes with the COMMIT
     assert _announced("pg-checked") != "held"
     assert Run.get_or_none(Run.run_id == "pg-after-a-check") is not None
-    assert held.hold_check(check, ["pg-checked"], _CheckFailed) is False  # outside one
+    assert held.hold_check(check, ["pg-checked"], HeldCheck(_CheckFailed)) is False  # outside one
+
+
+def _fenced_on_a_shared_database(store, key: str) -> epoch_lease.EpochLease:
+    """The store's transactions fenced as a host's on a shared database are: the host
+    lease is taken here, and its fence travels with each transaction's first statement."""
+    with store.transaction():
+        lease = epoch_lease.acquire_epoch(
+            f"host-{key}", os.getpid(), "", key=key, socket_address="vm:/s", single_host=False
+        )
+    store.fence = lambda later: epoch_lease.fence(lease, later=later)
+    return lease
 
 
 def test_a_group_commit_takes_the_host_fence_with_its_first_statement(store, make_run, monkeypatch):
     """A host's fence on a shared database (`epoch_lease.fence`) travels with a group
     commit's first statement; a lease lost since refuses every entry, and nothing of
     them is written. Any other transaction checks the lease before its block runs."""
+    lease = _fenced_on_a_shared_database(store, "fenced")
     with store.transaction():
-        lease = epoch_lease.acquire_epoch(
-            "host-fenced",
-            os.getpid(),
-            "",
-            key="fenced",
-            socket_address="vm:/s",
-            single_host=False,
-        )
         make_run("pg-fenced-a")
         make_run("pg-fenced-b")
-    store.fence = lambda later: epoch_lease.fence(lease, later=later)
     sent = SentStatements(store, monkeypatch)
 
     def group_of(*run_ids: str) -> list:
@@ -550,7 +554,7 @@ def test_a_worker_writes_claim_check_travels_with_its_next_statement_and_holds_t
         with pytest.raises(_RunElsewhere), store.transaction():
             # A check of another kind travels with it (the host's fence does): the error
             # raised is the one of the check that failed.
-            assert statements.hold_check("SELECT 1 / 1", (), HostLeaseLostError)
+            assert statements.hold_check("SELECT 1 / 1", (), HeldCheck(HostLeaseLostError))
             assert run_claims.hold_claimed_run_check(
                 "pg-checked", token, generation, expected, _RunElsewhere
             )
@@ -577,18 +581,9 @@ def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
 ):
     """Held in a group entry's savepoint, a claim check that fails undoes that entry and
     no other: the group commits the rest, and the host's fence still travels first."""
-    with store.transaction():
-        lease = epoch_lease.acquire_epoch(
-            "host-grouped",
-            os.getpid(),
-            "",
-            key="grouped",
-            socket_address="vm:/s",
-            single_host=False,
-        )
     claims = {run_id: _a_claimed_run(store, make_run, run_id) for run_id in ("g-1", "g-2", "g-3")}
     found = {r: run_claims.claimed_run(r, t, c.generation) for r, (t, c) in claims.items()}
-    store.fence = lambda later: epoch_lease.fence(lease, later=later)
+    _fenced_on_a_shared_database(store, "grouped")
     sent = SentStatements(store, monkeypatch)
 
     def write(run_id: str) -> int:

@@ -65,12 +65,21 @@ _installed: weakref.WeakKeyDictionary[peewee.Database, DeferredStatements] = (
 
 
 @dataclass(frozen=True)
+class HeldCheck:
+    """How a held check fails (`hold_check`): the SQLSTATE its statement fails with when
+    what it checks does not hold, the error raised then, and whether that fails the
+    transaction or only the savepoint block it was held in (`in_block`)."""
+
+    failure: Callable[[], Exception]
+    state: str = CHECK_FAILED
+    in_block: bool = False
+
+
+@dataclass(frozen=True)
 class _Held:
     text: str  # with any ``%`` doubled: it is sent in front of a statement's parameters
     is_write: bool
-    failure: Callable[[], Exception] | None = None  # a check's error (`hold_check`)
-    state: str = CHECK_FAILED  # the SQLSTATE of a check that fails
-    in_block: bool = False  # a check whose failure undoes its savepoint block alone
+    check: HeldCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -105,15 +114,11 @@ class _Pending(threading.local):
         self.held: list[_Held] = []
         self.sends = 0  # query texts sent in this thread, to tell whether a hold went out
         self.read: CommitRead | None = None  # behind this transaction's COMMIT
-        self.failed: Callable[[], Exception] | None = None  # a check of it failed
-        self.failed_in_block = False  # ... one held `in_block`
+        self.failed: HeldCheck | None = None  # a check of it failed
 
-    def take_checks(self) -> dict[str, _Held]:
+    def take_checks(self) -> dict[str, HeldCheck]:
         """The checks among the held texts by SQLSTATE (before `take`)."""
-        return {item.state: item for item in self.held if item.failure is not None}
-
-    def holds_check(self, state: str) -> bool:
-        return any(item.failure is not None and item.state == state for item in self.held)
+        return {item.check.state: item.check for item in self.held if item.check is not None}
 
     def take(self) -> str:
         held, self.held = self.held, []
@@ -128,7 +133,7 @@ class _Pending(threading.local):
     def must_go_before_an_edge(self) -> bool:
         """Held writes or checks: they belong to the open block, so a savepoint's edge
         sends them (a held BEGIN or SAVEPOINT alone may wait)."""
-        return any(item.is_write or item.failure is not None for item in self.held)
+        return any(item.is_write or item.check is not None for item in self.held)
 
 
 class DeferredStatements:
@@ -177,32 +182,23 @@ class DeferredStatements:
 
     # --- checks ------------------------------------------------------------------------
 
-    def hold_check(
-        self,
-        sql: str,
-        params: Sequence[Any],
-        failure: Callable[[], Exception],
-        state: str = CHECK_FAILED,
-        *,
-        in_block: bool = False,
-    ) -> bool:
-        """Hold `sql` with `params`, a statement that fails with SQLSTATE `state` when
-        what it checks does not hold, for the transaction's next statement; that
-        statement then raises `failure()`, and so does the rest of the transaction, or
-        with `in_block` the rest of the savepoint block it is held in (until that block
-        rolls back). False outside a transaction, or while a check of the same `state`
-        waits to be sent (its failure could not be told apart): the caller checks at
-        once."""
-        if not self.db.in_transaction() or self._pending.holds_check(state):
+    def hold_check(self, sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
+        """Hold `sql` with `params`, a statement that fails with SQLSTATE `check.state`
+        when what it checks does not hold, for the transaction's next statement; that
+        statement then raises `check.failure()`, and so does the rest of the
+        transaction, or with `check.in_block` the rest of the savepoint block it is held
+        in (until that block rolls back). False outside a transaction, or while a check
+        of the same state waits to be sent (its failure could not be told apart): the
+        caller checks at once."""
+        if not self.db.in_transaction() or check.state in self._pending.take_checks():
             return False
-        held = _Held(self._text(sql, params), False, failure, state, in_block)
-        self._pending.held.append(held)
+        self._pending.held.append(_Held(self._text(sql, params), False, check))
         return True
 
     def _refuse_if_failed(self) -> None:
         failed = self._pending.failed
         if failed is not None:
-            raise failed()
+            raise failed.failure()
 
     # --- a read behind the COMMIT ---------------------------------------------------------
 
@@ -250,10 +246,10 @@ class DeferredStatements:
 
     def roll_back_savepoint(self, name: str, mark: SavepointMark) -> None:
         pending = self._pending
-        if pending.failed is not None and pending.failed_in_block:
+        if pending.failed is not None and pending.failed.in_block:
             # A check of this block failed (they never cross its edges): the block is
             # undone and the transaction goes on.
-            pending.held, pending.failed, pending.failed_in_block = [], None, False
+            pending.held, pending.failed = [], None
             self.db.execute_sql(f"ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
             return
         if pending.failed is not None:  # the server's transaction failed: nothing to undo
@@ -270,7 +266,7 @@ class DeferredStatements:
     # --- peewee's transaction calls ------------------------------------------------------
 
     def _hold_begin(self, *args: Any, **kwargs: Any) -> None:
-        self._pending.failed, self._pending.failed_in_block = None, False
+        self._pending.failed = None
         if args or kwargs or self._isolation_level:  # a BEGIN with options goes on its own
             self._begin(*args, **kwargs)
             return
@@ -278,7 +274,7 @@ class DeferredStatements:
 
     def _execute_sql_after_held(self, sql: str, *args: Any, **kwargs: Any) -> Any:
         pending = self._pending
-        checks: dict[str, _Held] = {}
+        checks: dict[str, HeldCheck] = {}
         if pending.held:
             if sql.startswith(ROLLBACK_TO_SAVEPOINT):  # peewee's own savepoints: undone anyway
                 pending.held = []
@@ -290,17 +286,16 @@ class DeferredStatements:
             self._refuse_if_failed()
         return self._sent(checks, sql, *args, **kwargs)
 
-    def _sent(self, checks: dict[str, _Held], sql: str, *args: Any, **kwargs: Any) -> Any:
+    def _sent(self, checks: dict[str, HeldCheck], sql: str, *args: Any, **kwargs: Any) -> Any:
         """Run `sql`; when it carries a held check that fails, raise that check's error
         (and from then on for the rest of the transaction, or of the check's block)."""
         try:
             return self._execute_sql(sql, *args, **kwargs)
         except peewee.DatabaseError as error:
             check = checks.get(sqlstate(error) or "")
-            if check is None or check.failure is None:
+            if check is None:
                 raise
-            pending = self._pending
-            pending.failed, pending.failed_in_block = check.failure, check.in_block
+            self._pending.failed = check
             raise check.failure() from error
 
     def _commit_held(self) -> Any:
@@ -324,7 +319,7 @@ class DeferredStatements:
         pending = self._pending
         never_begun = bool(pending.held) and pending.held[0].text == BEGIN
         pending.held = []
-        pending.read, pending.failed, pending.failed_in_block = None, None, False
+        pending.read, pending.failed = None, None
         if never_begun:
             return None
         return self._rollback()

@@ -14,6 +14,7 @@ import peewee
 from ..canonical import sha256_hex
 from ..clock import now_ms
 from . import statements
+from .deferred_statements import HeldCheck
 from .driver import run_sql, sqlstate
 from .models import ACTIVE_WORKER_STATUSES, HostState, Lease, RunWorker, database_proxy
 from .prepared import Parameters, PreparedQuery
@@ -190,7 +191,7 @@ def hold_live_lease_check(lease: EpochLease, now: int, failure: Callable[[], Exc
     caller checks with `share_live_lease`."""
     own = _own_arguments(lease)
     params = (own["row_id"], own["epoch"], own["host_id"], own["token_hash"], now)
-    return statements.hold_check(_CHECK_LIVE_LEASE, params, failure)
+    return statements.hold_check(_CHECK_LIVE_LEASE, params, HeldCheck(failure))
 
 
 _RELEASE_EPOCH = PreparedQuery(

@@ -21,6 +21,7 @@ from ..event_types import EventType
 from ..records import Claim, RunRecord
 from . import effects, known_attempts, run_state, server_plans, statements
 from .blobs import put_text
+from .deferred_statements import HeldCheck
 from .driver import run_sql
 from .models import (
     TERMINAL_RUN_STATUSES,
@@ -299,9 +300,8 @@ def hold_claimed_run_check(
     `claimed_run` holds it. False where it cannot travel: the caller reads."""
     revision, status = expected
     params = (run_id, token_hash(token), now_ms(), generation, revision, status)
-    if not statements.hold_check(
-        _CHECK_CLAIMED_RUN, params, failure, _CLAIMED_RUN_CHECK_FAILED, in_block=True
-    ):
+    check = HeldCheck(failure, _CLAIMED_RUN_CHECK_FAILED, in_block=True)
+    if not statements.hold_check(_CHECK_CLAIMED_RUN, params, check):
         return False
     note_held(run_id, revision)
     return True

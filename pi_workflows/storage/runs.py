@@ -268,11 +268,14 @@ _RECORD_FIELDS = (
     "error_code",
     "priority",
 )
+# The fields read from the queue row (field -> its column); the others are the run's.
+_QUEUE_FIELDS = {"queue_status": "status", "available_at": "available_at"}
+_QUEUE_FIELDS |= {"error_code": "error_code", "priority": "priority"}
+_FIELD_COLUMNS = ", ".join(
+    f"q.{_QUEUE_FIELDS[name]}" if name in _QUEUE_FIELDS else f"r.{name}" for name in _RECORD_FIELDS
+)
 _RECORD_COLUMNS = f"""
-    r.run_id, r.workflow_name, r.status, q.status, r.execution_mode, r.origin_session_id,
-    r.parent_run_id, r.lineage_kind, r.restart_number, q.available_at, r.created_at,
-    r.revision, r.paused, q.error_code, q.priority,
-    input_blob.content, options_blob.content, prompt_blob.content
+    {_FIELD_COLUMNS}, input_blob.content, options_blob.content, prompt_blob.content
     {_RUN_AND_QUEUE}
     LEFT JOIN blobs input_blob ON input_blob.blob_hash = r.input_hash
     LEFT JOIN blobs options_blob ON options_blob.blob_hash = r.launch_options_hash
@@ -312,8 +315,6 @@ _FIELD_COUNT = len(_RECORD_FIELDS)
 
 # `_RECORD_COLUMNS` for a peewee query of runs joined with their queue rows: the record's
 # fields, then its three blobs (`join_record_blobs`); `record_from_row` builds it.
-_QUEUE_FIELDS = {"queue_status": "status", "available_at": "available_at"}
-_QUEUE_FIELDS |= {"error_code": "error_code", "priority": "priority"}
 _RECORD_BLOBS = tuple(Blob.alias(f"record_{name}_blob") for name in ("input", "options", "prompt"))
 RECORD_COLUMNS: tuple[Any, ...] = (
     *(

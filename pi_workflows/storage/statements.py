@@ -17,7 +17,7 @@ import peewee
 
 from ..event_types import EventType
 from . import server_plans
-from .deferred_statements import CHECK_FAILED, DeferredStatements
+from .deferred_statements import DeferredStatements, HeldCheck
 from .driver import run_sql
 from .models import Run, database_proxy
 
@@ -54,38 +54,26 @@ def _hold(
     params: Sequence[Any],
     *,
     planned: bool,
-    failure: Callable[[], Exception] | None = None,
-    state: str = CHECK_FAILED,
-    in_block: bool = False,
+    check: HeldCheck | None = None,
 ) -> bool:
-    """Hold `sql` for the transaction's next statement, a write or, with `failure`, a
-    check that fails with SQLSTATE `state` (`DeferredStatements.hold_check`); False
-    where it cannot be held (SQLite, or outside a transaction)."""
+    """Hold `sql` for the transaction's next statement, a write or, with `check`, a
+    check (`DeferredStatements.hold_check`); False where it cannot be held (SQLite, or
+    outside a transaction)."""
     deferred = DeferredStatements.on(db)
     if deferred is None or not db.in_transaction():
         return False
     sent = server_plans.to_send(db, sql) if planned else sql
-    if failure is not None:
-        return deferred.hold_check(sent, params, failure, state, in_block=in_block)
+    if check is not None:
+        return deferred.hold_check(sent, params, check)
     return deferred.hold_write(sent, params)
 
 
-def hold_check(
-    sql: str,
-    params: Sequence[Any],
-    failure: Callable[[], Exception],
-    state: str = CHECK_FAILED,
-    *,
-    in_block: bool = False,
-) -> bool:
+def hold_check(sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
     """A check by key (``?`` placeholders) that travels with the transaction's next
-    statement and makes it raise `failure()` when it fails with SQLSTATE `state`
-    (``division_by_zero`` by default), failing the transaction, or with `in_block` the
-    savepoint block it is held in; False where it cannot travel: the caller checks at
-    once."""
+    statement and makes it raise `check.failure()` when it fails (`HeldCheck`); False
+    where it cannot travel: the caller checks at once."""
     db = database_proxy.obj
-    sent = _in_style(db.param, sql)
-    return _hold(db, sent, params, planned=True, failure=failure, state=state, in_block=in_block)
+    return _hold(db, _in_style(db.param, sql), params, planned=True, check=check)
 
 
 def rows(sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
