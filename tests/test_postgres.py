@@ -372,7 +372,8 @@ def test_a_group_commit_takes_the_host_fence_with_its_first_statement(store, mak
     assert first.startswith(
         "BEGIN; SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_state"
     )
-    assert "SAVEPOINT" in first  # and the first entry's block, in one round trip
+    # and the first entry's block, its first statement included, in one round trip
+    assert "SAVEPOINT" in first and first.endswith("RETURNING revision")
 
     HostState.update(expires_at=0).where(HostState.id == lease.row_id).execute()
     refused = group_of("pg-fenced-a", "pg-fenced-b")

@@ -28,10 +28,10 @@ worker's claim, `run_claims`). It fails with an error of its own kind (a SQLSTAT
 went with; from then on every statement of that transaction, its savepoints' ends and
 its ``COMMIT`` raise that error too, so the transaction cannot commit whoever catches
 the first one. A check held `in_block` fails only the savepoint block it was held in:
-rolling that block back clears it (a worker's write in a group commit fails alone).
-Like a held write, a held check never crosses a savepoint's edge unsent. Checks that
-travel together fail with different SQLSTATEs, so that the error raised is the one of
-the check that failed.
+rolling that block back clears it (a worker's write in a group commit fails alone), and
+like a held write it never crosses a savepoint's edge unsent (the host's fence, which
+fails the transaction wherever it fails, may). Checks that travel together fail with
+different SQLSTATEs, so that the error raised is the one of the check that failed.
 
 One read may also travel behind the ``COMMIT``, in its text (`read_with_commit`): the
 server runs it once the commit is done, and its rows are those the cursor holds. It is
@@ -131,9 +131,13 @@ class _Pending(threading.local):
 
     @property
     def must_go_before_an_edge(self) -> bool:
-        """Held writes or checks: they belong to the open block, so a savepoint's edge
-        sends them (a held BEGIN or SAVEPOINT alone may wait)."""
-        return any(item.is_write or item.check is not None for item in self.held)
+        """Held writes, or checks whose failure undoes their block alone: they belong to
+        the open block, so a savepoint's edge sends them. A held BEGIN or SAVEPOINT may
+        wait, and so may a check that fails the whole transaction wherever it fails (the
+        host's fence)."""
+        return any(
+            item.is_write or (item.check is not None and item.check.in_block) for item in self.held
+        )
 
 
 class DeferredStatements:
