@@ -251,11 +251,15 @@ def test_cancelling_a_run_finishes_its_running_attempt_as_cancelled(
     )
     harness.cli("run", "cancel", run_id)
     harness.wait_for_status(run_id, "cancelled")
-    wait_until(
-        lambda: ("finished", "b") in observer.attempts(run_id),
-        what="the plugin to see node b end",
+    # Plugins hear on a thread of their own, after the commit: wait for both notices.
+    entries = wait_until(
+        lambda: (
+            ("finished", "b") in observer.attempts(run_id)
+            and any(e.get("new") == "cancelled" for e in observer.entries())
+            and observer.entries()
+        ),
+        what="the plugin to see node b end and the run cancelled",
     )
-    entries = observer.entries()
     assert observer.attempts(run_id) == [
         ("started", "a"),
         ("finished", "a"),
