@@ -95,10 +95,25 @@ def create_run(
     )
     statements.insert_row(Lease, {"run": run_id, "generation": 0}, later=True)
     # As `RECORD_COLUMNS` would read it: a claim of this transaction launches without a read.
-    row: tuple[Any, ...] = (run_id, workflow_name, "queued", "queued", execution_mode)
-    row += (origin_session_id, parent_run_id, lineage_kind, restart_number, stamp, stamp)
-    row += (1, False, None, priority, input_content, options_content, prompt_content)
-    note_created_row(run_id, row)
+    fields = {
+        "run_id": run_id,
+        "workflow_name": workflow_name,
+        "status": "queued",
+        "queue_status": "queued",
+        "execution_mode": execution_mode,
+        "origin_session_id": origin_session_id,
+        "parent_run_id": parent_run_id,
+        "lineage_kind": lineage_kind,
+        "restart_number": restart_number,
+        "available_at": stamp,
+        "created_at": stamp,
+        "revision": 1,
+        "paused": False,
+        "error_code": None,
+        "priority": priority,
+    }
+    row = (*(fields[name] for name in _RECORD_FIELDS), input_content, options_content)
+    note_created_row(run_id, (*row, prompt_content))
     return run
 
 
@@ -342,17 +357,12 @@ def join_record_blobs(query: _Select) -> _Select:
 
 
 def record_from_row(row: tuple[Any, ...], **changes: Any) -> RunRecord:
-    """The record of `RECORD_COLUMNS`' values, with `changes` to its fields (what the
-    reading transaction wrote since)."""
-    return _record(row, changes)
-
-
-def _record(row: tuple[Any, ...], changes: dict[str, Any] | None = None) -> RunRecord:
+    """The record of `RECORD_COLUMNS`' (or `_RECORD_COLUMNS`') values, with `changes` to
+    its fields (what the reading transaction wrote since)."""
     # A claim pass builds one per candidate it asks about (thousands behind a veto):
     # one dict, handed over whole. `zip` stops at the last field; the blobs follow.
     fields = dict(zip(_RECORD_FIELDS, row, strict=False))
-    if changes:
-        fields.update(changes)
+    fields.update(changes)
     fields["paused"] = bool(fields["paused"])
     note_run_kind(fields["run_id"], fields["execution_mode"], fields["origin_session_id"])
     input_content, options_content, prompt_content = row[_FIELD_COUNT:]
@@ -368,7 +378,7 @@ def run_records(run_ids: list[str]) -> list[RunRecord]:
         return []
     marks = ", ".join("?" for _ in run_ids)
     rows = _run_rows(_RECORD_COLUMNS, f"r.run_id IN ({marks})", run_ids, by_key=True)
-    by_id = {row[0]: _record(row) for row in rows}
+    by_id = {row[0]: record_from_row(row) for row in rows}
     return [by_id[run_id] for run_id in run_ids if run_id in by_id]
 
 
@@ -383,7 +393,7 @@ def running_run_records(workflow_name: str | None, owner_id: str | None) -> list
         where.append("EXISTS (SELECT 1 FROM leases l WHERE l.run_id = r.run_id AND l.owner_id = ?)")
         params.append(owner_id)
     rows = _run_rows(_RECORD_COLUMNS, " AND ".join(where), params, "ORDER BY q.started_at")
-    return [_record(row) for row in rows]
+    return [record_from_row(row) for row in rows]
 
 
 def queued_run_count(workflow_name: str | None) -> int:

@@ -410,7 +410,7 @@ _TAKEN_UP_ROWS = (
 
 
 @functools.lru_cache(maxsize=64)
-def _announcement_sql(run_count: int, attempt_count: int, blob_count: int, locking: bool) -> str:
+def _commit_rows_sql(run_count: int, attempt_count: int, blob_count: int, locking: bool) -> str:
     selects = []
     if run_count:
         selects.append(_LIFECYCLE_ROWS.format(_marks(run_count)))
@@ -448,7 +448,7 @@ def commit_rows(run_ids: list[str], attempt_ids: list[str], blob_hashes: list[st
     if not (run_ids or attempt_ids or blob_hashes):
         return found
     locking = database_proxy.obj.for_update
-    sql = _announcement_sql(len(run_ids), len(attempt_ids), len(blob_hashes), locking)
+    sql = _commit_rows_sql(len(run_ids), len(attempt_ids), len(blob_hashes), locking)
     # The taken-up rows' parameters come first: their query leads the statement.
     for row in rows(sql, [*blob_hashes, *run_ids, *attempt_ids]):
         if row[8] is not None:
