@@ -372,8 +372,9 @@ def test_a_group_commit_takes_the_host_fence_with_its_first_statement(store, mak
     assert first.startswith(
         "BEGIN; SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_state"
     )
-    # and the first entry's block, its first statement included, in one round trip
-    assert "SAVEPOINT" in first and first.endswith("RETURNING revision")
+    # and the first entry's first statement, in one round trip: the group is one block
+    assert first.endswith("RETURNING revision")
+    assert not [text for text in [first, *sent.take()] if "SAVEPOINT" in text]
 
     HostState.update(expires_at=0).where(HostState.id == lease.row_id).execute()
     refused = group_of("pg-fenced-a", "pg-fenced-b")
@@ -559,9 +560,13 @@ def test_a_worker_writes_claim_check_travels_with_its_next_statement_and_holds_t
             assert run_claims.hold_claimed_run_check(
                 "pg-checked", token, generation, expected, _RunElsewhere
             )
-            # Two of one kind could not be told apart: the second is refused (the caller reads).
+            # Two of one kind that fail differently could not be told apart: the second is
+            # refused (the caller reads); one that fails alike goes with the first.
             assert not run_claims.hold_claimed_run_check(
-                "pg-checked", token, generation, expected, _RunElsewhere
+                "pg-checked", token, generation, expected, _Moved
+            )
+            assert run_claims.hold_claimed_run_check(
+                "pg-checked", token, claim.generation, (revision + 1, status), _RunElsewhere
             )
             record_run_change("pg-checked", event_type="run.started", actor="t")
             with contextlib.suppress(_RunElsewhere):  # whoever swallows it, nothing commits
@@ -577,12 +582,14 @@ class _Moved(PiWorkflowsError):
     """What the claim checks of the group below raise (a refusal of ours)."""
 
 
-def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
-    store, make_run, monkeypatch
-):
-    """Held in a group entry's savepoint, a claim check that fails undoes that entry and
-    no other: the group commits the rest, and the host's fence still travels first."""
-    claims = {run_id: _a_claimed_run(store, make_run, run_id) for run_id in ("g-1", "g-2", "g-3")}
+def _claim_checked_group(
+    store, make_run, monkeypatch, run_ids: tuple[str, ...], moved: str = ""
+) -> tuple[list, list[str]]:
+    """One group commit of a write to each of `run_ids` (claimed runs), each checking its
+    claim as a worker's write does (`hold_claimed_run_check`), the check of `moved`
+    expecting a revision its run is not at; a host's fence on a shared database. What
+    each entry came to, and the texts the group sent."""
+    claims = {run_id: _a_claimed_run(store, make_run, run_id) for run_id in run_ids}
     found = {r: run_claims.claimed_run(r, t, c.generation) for r, (t, c) in claims.items()}
     _fenced_on_a_shared_database(store, "grouped")
     sent = SentStatements(store, monkeypatch)
@@ -590,7 +597,7 @@ def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
     def write(run_id: str) -> int:
         token, claim = claims[run_id]
         revision, status = found[run_id] or (0, "")
-        expected = (revision + 1, status) if run_id == "g-2" else (revision, status)
+        expected = (revision + 1, status) if run_id == moved else (revision, status)
         assert run_claims.hold_claimed_run_check(run_id, token, claim.generation, expected, _Moved)
         return record_run_change(run_id, event_type="run.started", actor="t")
 
@@ -600,11 +607,40 @@ def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
         return await asyncio.gather(*futures, return_exceptions=True)
 
     outcomes = asyncio.run(together())
-    texts = sent.take()
-    assert [type(o) for o in outcomes] == [int, _Moved, int]
-    assert [run_record(r).revision for r in claims] == [3, 2, 3]
+    return outcomes, sent.take()
+
+
+def test_a_group_of_worker_writes_is_two_round_trips_and_no_savepoint(store, make_run, monkeypatch):
+    """A group is applied as one block first: its entries' checks and writes travel
+    together, with the fence and the read of what the commit announces, and its
+    ``COMMIT`` is the only other round trip."""
+    runs = ("one-1", "one-2", "one-3")
+    outcomes, texts = _claim_checked_group(store, make_run, monkeypatch, runs)
+    assert outcomes == [3, 3, 3]
+    assert [run_record(r).revision for r in runs] == [3, 3, 3]
+    assert len(texts) == 2, texts
     assert texts[0].startswith("BEGIN; SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_")
-    assert sum(t.count("SELECT ln((SELECT count(*) FROM") for t in texts) == 3
+    assert texts[0].count("SELECT ln((SELECT count(*) FROM") == 3
+    assert texts[1].endswith("COMMIT")
+    assert not [t for t in texts if "SAVEPOINT" in t]
+
+
+def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
+    store, make_run, monkeypatch
+):
+    """A claim check that fails undoes its entry and no other: the group, applied as one
+    block, fails, and is applied again with each entry in a savepoint of its own, where
+    the check fails its entry alone; the rest commits, and the host's fence still
+    travels first."""
+    runs = ("g-1", "g-2", "g-3")
+    outcomes, texts = _claim_checked_group(store, make_run, monkeypatch, runs, moved="g-2")
+    assert [type(o) for o in outcomes] == [int, _Moved, int]
+    assert [run_record(r).revision for r in runs] == [3, 2, 3]
+    assert texts[0].startswith("BEGIN; SELECT 1 / (SELECT count(*)::int FROM (SELECT 1 FROM host_")
+    # The three in the group's one text (the second fails it), then each in its entry's
+    # block: the group is applied again, and refuses the second alone.
+    checks = [t.count("SELECT ln((SELECT count(*) FROM") for t in texts if "ln(" in t]
+    assert checks == [3, 1, 1, 1]
     assert not [t for t in texts if '"t1"."revision", "t1"."status"' in t]  # no claim read
 
 

@@ -5,11 +5,20 @@ Each worker waits for its write's answer, and each client for its start's; each 
 waits for its commit (one fsync). Writes whose frames the event loop reads in the same
 pass are applied in one transaction and answered after its one commit; a start joins
 the group of the pass it was read in and commits it at once (it does not wait a loop
-turn), so it shares the commit of the worker writes read with it. Each entry runs in a
-savepoint of its own: one refused with an error of ours (`PiWorkflowsError`) undoes
-only itself; so does any failure of a `contained` entry (a start: one failed request
-never fails the others). Any other failure (the disk, the database) fails the whole
-group, as it would each write alone. A lone write waits one loop pass, nothing more.
+turn), so it shares the commit of the worker writes read with it. An entry refused with
+an error of ours (`PiWorkflowsError`) undoes only itself; so does any failure of a
+`contained` entry (a start: one failed request never fails the others). Any other
+failure (the disk, the database) fails the whole group, as it would each write alone. A
+lone write waits one loop pass, nothing more.
+
+A group is first applied as one block: no savepoint between its entries, so what each
+entry writes without reading travels with the group's next statement, and the blobs
+they take up are checked once, at the commit (PostgreSQL: a group of worker writes is
+two round trips, its statements and its ``COMMIT``, not two more per entry). When
+anything in it fails, nothing of it is written and it is applied again, each entry in
+a savepoint of its own, which refuses the failing one alone (a held write's or check's
+failure may surface at a later entry's statement: only the savepoints tell whose it
+was). An entry's `apply` therefore runs twice in that case, the first time rolled back.
 
 The claim pass runs once, at the end of a group that made a run claimable or freed a
 worker slot (`claim_at_end`), inside its transaction: the runs it claims commit with
@@ -31,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import HostLeaseLostError, PiWorkflowsError
+from ..errors import DatabaseUnavailableError, HostLeaseLostError, PiWorkflowsError
 from ..storage import StateStore
 
 if TYPE_CHECKING:
@@ -111,26 +120,16 @@ class CommitGroup:
         group, self._pending = self._pending, []
         if not group:
             return
-        refusals: dict[int, Exception] = {}
-        results: dict[int, Any] = {}
         try:
-            # The fence goes with the group's first statement (PostgreSQL): what an entry
-            # does before it is kept in the host (a worker's goodbye noted, say), and a
-            # host whose lease is lost stops.
-            with self.store.transaction(fence_later=True):
-                alone = len(group) == 1
-                for index, entry in enumerate(group):
-                    try:
-                        results[index] = self._apply(entry, alone=alone)
-                    except HostLeaseLostError:
-                        raise  # the whole transaction is refused, whichever entry heard it
-                    except Exception as failure:
-                        if alone or not (entry.contained or isinstance(failure, PiWorkflowsError)):
-                            raise
-                        refusals[index] = failure
-                claims = [c for i, e in enumerate(group) if i in results for c in e.claims]
-                if claims:
-                    self.claim_pass([freed for freed in claims if freed is not None])
+            try:
+                results, refusals = self._commit(group, in_blocks=False)
+            except (HostLeaseLostError, DatabaseUnavailableError):
+                raise  # the next try would find the same
+            except Exception:
+                if len(group) == 1:
+                    raise  # alone, its failure is its own
+                # Nothing was written; entry by entry, the failing one is refused alone.
+                results, refusals = self._commit(group, in_blocks=True)
         except Exception as error:  # nothing of the group was written
             for entry in group:
                 if not entry.future.done():
@@ -144,17 +143,48 @@ class CommitGroup:
             else:
                 entry.future.set_result(results[index])
 
-    def _apply(self, entry: _Entry, *, alone: bool) -> Any:
+    def _commit(
+        self, group: list[_Entry], *, in_blocks: bool
+    ) -> tuple[dict[int, Any], dict[int, Exception]]:
+        """One transaction of `group`: what each entry returned, and the entries refused
+        (only `in_blocks`, where each entry has a savepoint of its own; else any failure
+        fails the transaction)."""
+        refusals: dict[int, Exception] = {}
+        results: dict[int, Any] = {}
+        for entry in group:
+            entry.claims.clear()  # asked again if the entry is applied again
+        # The fence goes with the group's first statement (PostgreSQL): what an entry
+        # does before it is kept in the host (a worker's goodbye noted, say), and a
+        # host whose lease is lost stops.
+        with self.store.transaction(fence_later=True):
+            for index, entry in enumerate(group):
+                if not in_blocks:
+                    results[index] = self._apply(entry)
+                    continue
+                try:
+                    results[index] = self._apply_in_block(entry)
+                except HostLeaseLostError:
+                    raise  # the whole transaction is refused, whichever entry heard it
+                except Exception as failure:
+                    if not (entry.contained or isinstance(failure, PiWorkflowsError)):
+                        raise
+                    refusals[index] = failure
+            claims = [c for i, e in enumerate(group) if i in results for c in e.claims]
+            if claims:
+                self.claim_pass([freed for freed in claims if freed is not None])
+        return results, refusals
+
+    def _apply(self, entry: _Entry) -> Any:
         self._applying = entry
         try:
-            if alone:
-                # Alone: its refusal rolls the transaction back, no savepoint needed.
-                return entry.apply()
-            try:
-                with self.store.savepoint():
-                    return entry.apply()
-            except BaseException:
-                entry.claims.clear()
-                raise
+            return entry.apply()
         finally:
             self._applying = None
+
+    def _apply_in_block(self, entry: _Entry) -> Any:
+        try:
+            with self.store.savepoint():
+                return self._apply(entry)
+        except BaseException:
+            entry.claims.clear()
+            raise

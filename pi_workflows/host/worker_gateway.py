@@ -171,7 +171,10 @@ class WorkerGateway:
 
         # The operation and its stored response commit together (one fsync, and a
         # replay can never see an applied operation without its response).
+        status = self._status
+
         def apply() -> dict[str, Any]:
+            self._status = status  # applied again (its group went again): as at first
             reply = self._dispatch(message)
             self._record(message, fingerprint, reply)
             return reply
@@ -181,7 +184,7 @@ class WorkerGateway:
             try:
                 reply = await self.commits.submit(apply)
             except _RunMoved:
-                self._status = None  # then `_claimed` reads
+                status = None  # then `_claimed` reads
                 reply = await self.commits.submit(apply)
         except HostLeaseLostError:
             return self._claim_lost(message_id)  # this host's lease is gone: no write at all

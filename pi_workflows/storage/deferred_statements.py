@@ -31,7 +31,8 @@ the first one. A check held `in_block` fails only the savepoint block it was hel
 rolling that block back clears it (a worker's write in a group commit fails alone), and
 like a held write it never crosses a savepoint's edge unsent (the host's fence, which
 fails the transaction wherever it fails, may). Checks that travel together fail with
-different SQLSTATEs, so that the error raised is the one of the check that failed.
+different SQLSTATEs, so that the error raised is the one of the check that failed (or
+fail alike).
 
 One read may also travel behind the ``COMMIT``, in its text (`read_with_commit`): the
 server runs it once the commit is done, and its rows are those the cursor holds. It is
@@ -191,10 +192,15 @@ class DeferredStatements:
         when what it checks does not hold, for the transaction's next statement; that
         statement then raises `check.failure()`, and so does the rest of the
         transaction, or with `check.in_block` the rest of the savepoint block it is held
-        in (until that block rolls back). False outside a transaction, or while a check
-        of the same state waits to be sent (its failure could not be told apart): the
-        caller checks at once."""
-        if not self.db.in_transaction() or check.state in self._pending.take_checks():
+        in (until that block rolls back). False outside a transaction, or while another
+        check of the same state waits to be sent (which of them failed could not be told
+        apart): the caller checks at once. One that fails alike (an equal `HeldCheck`:
+        the claim checks of a group's worker writes) may wait beside it: whichever fails,
+        the same error is raised."""
+        if not self.db.in_transaction():
+            return False
+        waiting = self._pending.take_checks().get(check.state)
+        if waiting is not None and waiting != check:
             return False
         self._pending.held.append(_Held(self._text(sql, params), False, check))
         return True

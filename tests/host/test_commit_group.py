@@ -6,9 +6,11 @@ import asyncio
 
 import peewee
 
-from pi_workflows.errors import ConflictError
+from pi_workflows.errors import BlobConflictError, ConflictError
 from pi_workflows.host.commit_group import HOLD_S, MAX_HOLD_S, CommitGroup
 from pi_workflows.storage import record_run_change, statements
+from pi_workflows.storage.blobs import put_json, read_json
+from pi_workflows.storage.models import Blob
 from pi_workflows.storage.runs import current_revision
 
 
@@ -48,8 +50,10 @@ def test_writes_submitted_together_commit_once_and_a_refused_one_undoes_only_its
 
     assert (first, last) == (2, 2)
     assert isinstance(refused, ConflictError)
-    # One commit after all three writes; the refused write's callback went with it.
-    assert committed == [3, 3]
+    # Applied as one block until the refusal, rolled back, then each in a block of its
+    # own; one commit after that, and the refused write's callback went with it.
+    assert applied == ["group-a", "group-b", "group-a", "group-b", "group-c"]
+    assert committed == [5, 5]
     revisions = [current_revision(run_id) for run_id in ("group-a", "group-b", "group-c")]
     assert revisions == [2, 1, 2]
 
@@ -172,8 +176,9 @@ def test_a_start_is_answered_only_by_its_group_s_commit(store, make_run):
         return await asyncio.gather(*futures, return_exceptions=True)
 
     started, failed = asyncio.run(group_of_two())
-    # The start was applied, but its group never committed: no answer but the failure.
-    assert seen_in_transaction == [True]
+    # The start was applied (in the group's block, then in its own), but its group never
+    # committed: no answer but the failure.
+    assert seen_in_transaction == [True, True]
     assert isinstance(started, OSError) and isinstance(failed, OSError)
     assert current_revision("whole-a") == 1
 
@@ -207,3 +212,39 @@ def test_a_write_whose_failure_shows_only_at_a_later_statement_fails_its_entry_a
     assert isinstance(failed, peewee.IntegrityError)
     assert committed == 2
     assert [current_revision(run_id) for run_id in ("held-a", "held-b")] == [1, 2]
+
+
+def test_a_corrupted_blob_one_entry_takes_up_fails_that_entry_alone(store, make_run):
+    # Applied as one block, the group checks the blobs its entries took up at its commit,
+    # where a conflict cannot say whose it is: applied again, entry by entry, it is the
+    # entry's that took the blob up, and the other entries commit.
+    with store.transaction():
+        for run_id in ("blob-a", "blob-b", "blob-c"):
+            make_run(run_id)
+        corrupted = put_json({"answer": 42})
+    Blob.update(content=b'{"answer":43}').where(Blob.blob_hash == corrupted).execute()
+    applied: list[str] = []
+
+    def write(run_id: str, value: dict):
+        def apply() -> str:
+            applied.append(run_id)
+            record_run_change(run_id, event_type="run.started", actor="test")
+            return put_json(value)
+
+        return apply
+
+    async def together() -> list:
+        group = CommitGroup(store, _no_claim_pass)
+        futures = [
+            group.submit(write("blob-a", {"kept": "a"})),
+            group.submit(write("blob-b", {"answer": 42})),
+            group.submit(write("blob-c", {"kept": "c"})),
+        ]
+        return await asyncio.gather(*futures, return_exceptions=True)
+
+    kept_a, conflict, kept_c = asyncio.run(together())
+
+    assert isinstance(conflict, BlobConflictError) and corrupted[:12] in str(conflict)
+    assert (read_json(kept_a), read_json(kept_c)) == ({"kept": "a"}, {"kept": "c"})
+    assert [current_revision(r) for r in ("blob-a", "blob-b", "blob-c")] == [2, 1, 2]
+    assert applied == ["blob-a", "blob-b", "blob-c"] * 2  # the conflict showed at the commit
