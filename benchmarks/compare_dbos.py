@@ -241,7 +241,9 @@ def dbos_python() -> Path:
     tag = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()[:12]
     where = Path(user_cache_dir("pi-workflows")) / f"bench-dbos-{tag}"
     python = where / "bin" / "python"
-    if not python.exists():
+    # Written last: an install interrupted half-way is made again, not used.
+    installed = where / "installed"
+    if not installed.exists():
         print(f"installing DBOS into {where} ...", file=sys.stderr)
         shutil.rmtree(where, ignore_errors=True)
         venv.create(where, with_pip=True)
@@ -251,6 +253,7 @@ def dbos_python() -> Path:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        installed.touch()
     return python
 
 
