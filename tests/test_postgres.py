@@ -16,6 +16,8 @@ from pi_workflows.canonical import canonical_bytes, sha256_hex
 from pi_workflows.errors import BlobConflictError, HostLeaseLostError, PiWorkflowsError
 from pi_workflows.host import epoch_lease
 from pi_workflows.host.commit_group import CommitGroup
+from pi_workflows.host.receipts import OperationResult, StoredAlready, apply_durable
+from pi_workflows.protocol.client_messages import ClientRequest
 from pi_workflows.storage import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
@@ -30,7 +32,7 @@ from pi_workflows.storage import (
 )
 from pi_workflows.storage.blobs import put_json, read_json
 from pi_workflows.storage.deferred_statements import HeldCheck
-from pi_workflows.storage.models import Blob, HostState, Lease, Run, RunWorker
+from pi_workflows.storage.models import Blob, HostCommand, HostState, Lease, Run, RunWorker
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
 from tests.sent_statements import SentStatements
 
@@ -642,6 +644,46 @@ def test_a_failed_claim_check_in_a_group_commit_undoes_its_entry_alone(
     checks = [t.count("SELECT ln((SELECT count(*) FROM") for t in texts if "ln(" in t]
     assert checks == [3, 1, 1, 1]
     assert not [t for t in texts if '"t1"."revision", "t1"."status"' in t]  # no claim read
+
+
+def _start_request(request_id: str, key: str, name: str = "a") -> ClientRequest:
+    payload = {"name": name}
+    raw = {"requestId": request_id, "idempotencyKey": key, "payload": payload}
+    return ClientRequest(request_id, "client-1", "run.start", key, payload, None, None, raw)
+
+
+def test_a_requests_look_for_an_earlier_receipt_travels_with_its_writes(store, monkeypatch):
+    """`apply_durable(held=True)`: that no receipt is stored for the request is checked
+    with its next statement, not read first; a request stored already (by its id, or by
+    its client's idempotency key) then fails with `StoredAlready`, having written
+    nothing, and applied again without the check it is adopted, or is a conflict."""
+    applied: list[str] = []
+
+    def operation() -> OperationResult:
+        applied.append("applied")
+        return OperationResult("accepted", receipt={"runId": "r-1"})
+
+    def apply(request: ClientRequest, *, held: bool) -> dict:
+        with store.transaction():
+            return apply_durable(request, 1, operation, held=held)
+
+    sent = SentStatements(store, monkeypatch)
+    assert apply(_start_request("req-1", "key-1"), held=True)["outcome"] == "accepted"
+    texts = sent.take()
+    assert not [t for t in texts if "SELECT request_id = " in t]  # no read of its own
+    first = texts[0]
+    assert first.startswith("BEGIN") and first.index("sqrt(") < first.index("host_commands (")
+
+    for request, outcome in (
+        (_start_request("req-1", "key-1"), "adopted"),  # sent again
+        (_start_request("req-2", "key-1", "b"), "conflict"),  # its key, another payload
+    ):
+        with pytest.raises(StoredAlready):
+            apply(request, held=True)
+        assert apply(request, held=False)["outcome"] == outcome
+    # The two refused ran, and were rolled back: only the first's receipt is stored.
+    assert applied == ["applied", "applied", "applied"]
+    assert HostCommand.select().count() == 1
 
 
 def test_a_held_claim_check_never_crosses_a_savepoint_edge(store, make_run):

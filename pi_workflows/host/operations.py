@@ -7,6 +7,7 @@ worker) are registered with `store.after_commit`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,14 @@ from ..storage.runs import create_run, get_run, new_run_id, run_status, run_stat
 from ..storage.sessions import unfinished_session_run
 from ..storage.transcripts import attempt_transcripts
 from . import forwarded_commands
-from .receipts import OperationResult, apply_durable, execute_durable, outcome_for_error, refusal
+from .receipts import (
+    OperationResult,
+    StoredAlready,
+    apply_durable,
+    execute_durable,
+    outcome_for_error,
+    refusal,
+)
 
 # `run.startBatch`: at most this many runs per request (and one frame, at most 1 MiB).
 MAX_BATCH_RUNS = 1000
@@ -208,16 +216,20 @@ class Operations:
             ]
         handler = self.table.durable_handler("run.start")
         group = host.worker_commits
-        futures = [
-            group.submit(
-                functools.partial(
-                    apply_durable, request, epoch, functools.partial(handler, request)
-                ),
-                contained=True,
-            )
-            for request in requests
-        ]
+
+        def start(request: ClientRequest, *, held: bool) -> asyncio.Future[Any]:
+            operation = functools.partial(handler, request)
+            apply = functools.partial(apply_durable, request, epoch, operation, held=held)
+            return group.submit(apply, contained=True)
+
+        futures = [start(request, held=True) for request in requests]
         group.commit_now()  # resolves every future
+        # A start stored already (a client's retry) found so: applied again with the read.
+        again = [i for i, f in enumerate(futures) if isinstance(f.exception(), StoredAlready)]
+        if again:
+            for index in again:
+                futures[index] = start(requests[index], held=False)
+            group.commit_now()
         answers: list[dict[str, Any] | Exception] = []
         for request, future in zip(requests, futures, strict=True):
             error = future.exception()
