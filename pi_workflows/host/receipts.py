@@ -17,7 +17,7 @@ from ..errors import (
 from ..protocol.client_messages import ClientRequest, response
 from ..protocol.framing import one_line_error
 from ..storage import StateStore, read_json, read_text, statements
-from ..storage.receipts import hold_nothing_stored_check, record_receipt
+from ..storage.receipts import record_receipt
 
 
 class StoredAlready(PiWorkflowsError):
@@ -107,7 +107,10 @@ def apply_durable(
     request's next statement instead of read first (a round trip less for the request
     that has none, nearly every one); when one does, the request raises `StoredAlready`
     there, having written nothing, and the caller applies it again without `held`."""
-    if not (held and hold_nothing_stored_check(request, StoredAlready)):
+    checked = held and statements.hold_nothing_stored_check(
+        request.request_id, request.client_id, request.idempotency_key, StoredAlready
+    )
+    if not checked:
         adopted = adopt(request)
         if adopted is not None:
             return adopted

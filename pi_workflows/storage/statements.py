@@ -487,6 +487,15 @@ def set_announced_statuses(statuses: dict[str, str]) -> None:
 # --- durable command receipts ----------------------------------------------------------
 
 _COMMAND_COLUMNS = "request_fingerprint, outcome, accepted_revision, receipt_hash, error_hash"
+# The commands stored for a request: by its id, or by its client's idempotency key.
+_COMMANDS_OF_REQUEST = (
+    "FROM host_commands WHERE request_id = ? OR (client_id = ? AND idempotency_key = ?)"
+)
+# `stored_commands` as a check that it finds nothing: the negated count has a square root
+# only for 0, and fails for any other with a SQLSTATE of its own (the host's fence and a
+# worker's claim check, which may travel with it, fail with others).
+_CHECK_NOTHING_STORED = f"SELECT sqrt(-(SELECT count(*) {_COMMANDS_OF_REQUEST}))"
+_STORED_COMMAND_FOUND = "2201F"  # invalid_argument_for_power_function
 
 
 def stored_commands(
@@ -496,13 +505,24 @@ def stored_commands(
     idempotency key, each as ``(fingerprint, outcome, revision, receipt_hash,
     error_hash)`` or None; one read (a row that is both counts as the first)."""
     found = rows(
-        f"SELECT request_id = ?, {_COMMAND_COLUMNS} FROM host_commands"
-        " WHERE request_id = ? OR (client_id = ? AND idempotency_key = ?)",
+        f"SELECT request_id = ?, {_COMMAND_COLUMNS} {_COMMANDS_OF_REQUEST}",
         (request_id, request_id, client_id, idempotency_key),
     )
     by_id = next((tuple(row[1:]) for row in found if row[0]), None)
     by_key = next((tuple(row[1:]) for row in found if not row[0]), None)
     return by_id, by_key
+
+
+def hold_nothing_stored_check(
+    request_id: str, client_id: str, idempotency_key: str, failure: Callable[[], Exception]
+) -> bool:
+    """PostgreSQL, inside a transaction: that `stored_commands` would find nothing, as a
+    check travelling with the transaction's next statement, which raises `failure()`
+    when a command is stored; from then on the savepoint block it was held in (a start of
+    a group commit), or else the transaction, cannot commit. False where it cannot
+    travel: the caller reads."""
+    check = HeldCheck(failure, _STORED_COMMAND_FOUND, in_block=True)
+    return hold_check(_CHECK_NOTHING_STORED, (request_id, client_id, idempotency_key), check)
 
 
 # --- rows a request inserts ------------------------------------------------------------
