@@ -10,7 +10,8 @@ the user cache directory, reused while the requirements do not change) and runs 
 of each workload there (benchmarks/dbos_workloads.py; SQLite system database, queue and
 notification polling every 10 ms). pi-workflows runs as a user runs it: a private host
 process (default timers, WAL with synchronous=FULL) with one supervised worker process
-per run, driven over its socket by the client library and the CLI.
+per run, driven over its socket by the client library and the CLI; its modules and its
+plugins' are compiled first, as an install compiles them.
 
 With `--backend postgresql` both systems keep their state in one throwaway PostgreSQL 15
 server the benchmark starts (the test kit's PostgresCluster; fsync on, as in production;
@@ -58,6 +59,7 @@ lowest and highest round, and the machine's load average before and after.
 from __future__ import annotations
 
 import argparse
+import compileall
 import hashlib
 import json
 import os
@@ -71,6 +73,8 @@ import threading
 import time
 import venv
 from collections.abc import Callable
+from importlib.metadata import entry_points
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -705,8 +709,24 @@ def main() -> None:
         DATABASES.close()
 
 
+def compile_under_test() -> None:
+    """Compile pi-workflows' modules and its installed plugins', as DBOS's install
+    compiled its own: a copy under test run from its sources (PYTHONPATH, an editable
+    install) where PYTHONDONTWRITEBYTECODE is set would compile every module each time a
+    process starts, which a user's installed copy never does."""
+    packages = {"pi_workflows"} | {
+        entry.module.partition(".")[0] for entry in entry_points(group="pi_workflows")
+    }
+    for package in sorted(packages):
+        spec = find_spec(package)
+        if spec is not None:
+            for location in spec.submodule_search_locations or []:
+                compileall.compile_dir(location, quiet=1)
+
+
 def measure(args: argparse.Namespace, only: set[str]) -> None:
     print(f"before: {load()} ({args.backend})", flush=True)
+    compile_under_test()
     python = None if args.skip_dbos else dbos_python()
     rounds: dict[str, list[dict[str, Any]]] = {"dbos": [], "pi": []}
     steps: list[tuple[str, Callable[[], dict[str, Any]], Callable[[], dict[str, Any]]]] = []
