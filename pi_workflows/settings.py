@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
-
-import tomli_w
 
 from .canonical import sha256_hex
 from .durations import duration_ms
@@ -243,13 +239,19 @@ def read_file(path: Path | None = None, *, known_keys_only: bool = True) -> dict
     path = path or settings_path()
     try:
         with open(path, "rb") as file:
-            table = tomllib.load(file)
+            content = file.read()
     except FileNotFoundError:
         return {}
-    except tomllib.TOMLDecodeError as error:
-        raise SettingError(f"{path} is not valid TOML ({error}); fix or remove it.") from None
     except OSError as error:
         raise SettingError(f"{path} cannot be read: {error.strerror}.") from None
+    # Imported only now: every client command that talked to a live host reads the
+    # settings (`cli.context.warn_if_settings_differ`), and most find no file to parse.
+    import tomllib
+
+    try:
+        table = tomllib.loads(content.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise SettingError(f"{path} is not valid TOML ({error}); fix or remove it.") from None
     for key in table if known_keys_only else ():
         if key not in BY_KEY:
             raise SettingError(
@@ -261,6 +263,10 @@ def read_file(path: Path | None = None, *, known_keys_only: bool = True) -> dict
 
 def write_file(table: Mapping[str, Any], path: Path | None = None) -> Path:
     """Replace the settings file atomically (mode 0600, in a 0700 config directory)."""
+    import tempfile  # here, as tomllib in `read_file`: only `config set` and `unset` write
+
+    import tomli_w
+
     path = path or settings_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     ordered = {key: table[key] for key in (*BY_KEY, *sorted(table)) if key in table}

@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from pi_workflows import __version__
-from pi_workflows.testing import WorkflowHome
+from pi_workflows.testing import WorkflowHome, WorkflowHost
 
 PROGRAM = Path(sys.executable).parent / "pi-workflows"
 
@@ -71,3 +71,25 @@ def test_a_client_command_imports_only_what_it_uses(workflow_home: WorkflowHome)
     }
     assert "pi_workflows.client.autostart" in imported  # the command's own path was taken
     assert not imported & {"pi_workflows.settings", "tomllib", "tempfile", "pi_workflows.view.text"}
+
+
+def test_a_client_command_on_a_live_host_parses_no_settings_file_it_does_not_find(
+    workflow_host: WorkflowHost,
+):
+    """Against a live host a command compares the settings it asks for with the host's
+    (`cli.context.warn_if_settings_differ`): with no settings file there is no TOML to
+    parse and nothing to write, so neither parser nor temporary files load."""
+    workflow_host.start()
+    listed = _run(
+        workflow_host,
+        *(sys.executable, "-X", "importtime", "-m", "pi_workflows", "--no-autostart"),
+        *("run", "list"),
+    )
+    assert listed.returncode == 0, listed.stderr
+    imported = {
+        line.split("|")[-1].strip()
+        for line in listed.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "pi_workflows.settings" in imported  # the comparison ran
+    assert not imported & {"tomllib", "tempfile", "tomli_w"}

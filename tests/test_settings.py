@@ -122,6 +122,19 @@ def test_a_command_refuses_a_bad_lease_before_it_starts_a_host(workflow_home):
     assert not workflow_home.home.socket_path.exists()
 
 
+@pytest.mark.parametrize(
+    "content", [b"max_workers = \n", b"terminal_language = '\xff'\n"], ids=["toml", "utf8"]
+)
+def test_a_settings_file_that_is_not_toml_is_refused_with_one_line(workflow_home, content):
+    path = workflow_home.config_dir / "settings.toml"
+    path.write_bytes(content)
+    result = cli(workflow_home, "config", "list")
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {path} is not valid TOML (")
+    assert line.endswith("); fix or remove it.")
+
+
 @pytest.mark.scenario("2.15")
 def test_a_host_refuses_a_zero_lease_from_the_file_with_one_line(workflow_home):
     (workflow_home.config_dir / "settings.toml").write_text("host_lease_ms = 0\n")
