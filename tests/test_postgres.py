@@ -516,6 +516,45 @@ def test_a_worker_write_holds_its_run_and_sends_its_bumps_with_the_next_statemen
     assert [e.revision for e in run_events("pg-worker-run")] == [1, 2, 3, 4]
 
 
+def test_two_bumps_of_a_run_with_only_writes_between_go_as_one_update(store, make_run, monkeypatch):
+    """A worker's write bumps its run twice (the node's end, the new state): the second
+    bump takes the place of the first while it waits, one ``UPDATE`` to the second's
+    revision with both's columns, the later values winning; each keeps its event. A
+    check held between them (it reads what the first wrote) keeps them apart."""
+    token, claim = _a_claimed_run(store, make_run, "pg-bumped")
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        revision, _ = run_claims.claimed_run("pg-bumped", token, claim.generation) or (0, "")
+        sent.take()
+        record_run_change("pg-bumped", event_type="node.started", actor="t", status_detail="a")
+        put_json({"between": "a write of another row"})
+        record_run_change(
+            "pg-bumped", event_type="node.completed", actor="t", status_detail="b", paused=True
+        )
+        run_status("pg-bumped")
+        (carried,) = sent.take()
+    assert carried.count("UPDATE runs SET revision") == 1, carried
+    assert "'node.started'" in carried and "'node.completed'" in carried  # both events
+    record = run_record("pg-bumped")
+    assert (record.revision, record.paused) == (revision + 2, True)
+    assert run_status("pg-bumped")["statusDetail"] == "b"
+    assert [e.revision for e in run_events("pg-bumped")][-2:] == [revision + 1, revision + 2]
+
+    with store.transaction():
+        run_claims.claimed_run("pg-bumped", token, claim.generation)
+        sent.take()
+        record_run_change("pg-bumped", event_type="node.started", actor="t", status_detail="c")
+        assert statements.hold_check("SELECT 1 / 1", (), HeldCheck(HostLeaseLostError))
+        record_run_change("pg-bumped", event_type="node.completed", actor="t", paused=False)
+        run_status("pg-bumped")
+        (carried,) = sent.take()
+    assert carried.count("UPDATE runs SET revision") == 2, carried
+    assert carried.index("UPDATE runs SET revision") < carried.index("SELECT 1 / 1")
+    record = run_record("pg-bumped")
+    assert (record.revision, record.paused) == (revision + 4, False)
+    assert run_status("pg-bumped")["statusDetail"] == "c"
+
+
 class _RunElsewhere(Exception):
     """What the held claim check of the test below raises."""
 

@@ -12,7 +12,9 @@ run them one by one; the cursor holds the last one's result):
   (`StateStore.savepoint`): a block that sent nothing sends neither;
 - writes whose outcome the caller does not look at (`hold_write`: a worker's stored
   reply, a node attempt's row, an announced status), sent with the next statement or
-  with ``COMMIT``. Their failure surfaces there instead of at the write, so a held write
+  with ``COMMIT``. A write held with a key takes the place of the last one of its key
+  while only writes were held after it (`waiting_write`): two bumps of one run go as
+  one ``UPDATE``. Their failure surfaces there instead of at the write, so a held write
   never crosses a savepoint's edge unsent: the writes of a block go with its ``RELEASE``
   (inside the block's failure handling, so a failure undoes that block alone), and a
   ``SAVEPOINT`` opened while writes wait is sent with them, at once. A rolled-back
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +83,10 @@ class _Held:
     text: str  # with any ``%`` doubled: it is sent in front of a statement's parameters
     is_write: bool
     check: HeldCheck | None = None
+    # A write a later one of the same key may replace while both wait (`hold_write`),
+    # and what it wrote, for that one to build on.
+    key: Hashable | None = None
+    written: Any = None
 
 
 @dataclass(frozen=True)
@@ -171,13 +177,39 @@ class DeferredStatements:
 
     # --- writes ------------------------------------------------------------------------
 
-    def hold_write(self, sql: str, params: Sequence[Any]) -> bool:
+    def hold_write(
+        self, sql: str, params: Sequence[Any], *, key: Hashable = None, written: Any = None
+    ) -> bool:
         """Hold `sql` with `params` for the next statement; False outside a transaction
-        (the caller runs it at once)."""
+        (the caller runs it at once). With a `key`, it takes the place of the write of
+        that key `waiting_write` finds (the caller built it on what that one `written`)."""
         if not self.db.in_transaction():
             return False
-        self._pending.held.append(_Held(self._text(sql, params), is_write=True))
+        held = self._pending.held
+        item = _Held(self._text(sql, params), is_write=True, key=key, written=written)
+        waiting = None if key is None else self._waiting(key)
+        if waiting is None:
+            held.append(item)
+        else:
+            held[waiting] = item
         return True
+
+    def waiting_write(self, key: Hashable) -> Any:
+        """What the last write held with `key` wrote (its `written`), while it waits
+        and nothing but writes was held after it; else None. No check or savepoint edge
+        lies between them, so the two may go as one statement, in the first one's place:
+        the caller's business that none of the writes between touches what they write."""
+        waiting = self._waiting(key)
+        return None if waiting is None else self._pending.held[waiting].written
+
+    def _waiting(self, key: Hashable) -> int | None:
+        held = self._pending.held
+        for index in range(len(held) - 1, -1, -1):
+            if held[index].key == key:
+                return index
+            if not held[index].is_write:
+                return None
+        return None
 
     def _text(self, sql: str, params: Sequence[Any]) -> str:
         """`sql` with `params` in it (on the client, no round trip), to be sent in front

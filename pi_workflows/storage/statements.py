@@ -10,7 +10,7 @@ turned into the open database's own.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 
 import peewee
@@ -39,12 +39,19 @@ def execute_later(sql: str, params: Sequence[Any] = ()) -> None:
 
 
 def run_later(
-    db: peewee.Database, sql: str, params: Sequence[Any], *, planned: bool = True
+    db: peewee.Database,
+    sql: str,
+    params: Sequence[Any],
+    *,
+    planned: bool = True,
+    key: Hashable = None,
+    written: Any = None,
 ) -> None:
     """`run_sql` for a write whose cursor nobody reads (see `execute_later`). Held, a
     `planned` one (a write by key) travels as ``EXECUTE`` once the server planned it
-    (`server_plans`)."""
-    if not _hold(db, sql, params, planned=planned):
+    (`server_plans`); one with a `key` replaces the waiting write of that key
+    (`DeferredStatements.hold_write`)."""
+    if not _hold(db, sql, params, planned=planned, key=key, written=written):
         run_sql(db, sql, params)
 
 
@@ -55,6 +62,8 @@ def _hold(
     *,
     planned: bool,
     check: HeldCheck | None = None,
+    key: Hashable = None,
+    written: Any = None,
 ) -> bool:
     """Hold `sql` for the transaction's next statement, a write or, with `check`, a
     check (`DeferredStatements.hold_check`); False where it cannot be held (SQLite, or
@@ -65,7 +74,7 @@ def _hold(
     sent = server_plans.to_send(db, sql) if planned else sql
     if check is not None:
         return deferred.hold_check(sent, params, check)
-    return deferred.hold_write(sent, params)
+    return deferred.hold_write(sent, params, key=key, written=written)
 
 
 def hold_check(sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
@@ -312,10 +321,25 @@ def bump_revision_later(
     """`bump_revision_with_event` to `revision`, which the caller knows the bump reaches
     (its transaction holds the run's row, `revisions.note_held`): held writes, nothing
     read back. Were the run at another revision after all, the event's (run, revision)
-    would be taken and the transaction would fail rather than record a wrong history."""
+    would be taken and the transaction would fail rather than record a wrong history.
+
+    The run's previous bump, when it still waits with only writes after it (a worker's
+    write bumps its run twice: the node's end, the new state), becomes this one: one
+    ``UPDATE`` to this revision with both bumps' columns, the later values winning, in
+    the first one's place. The row ends as the two would leave it, and on PostgreSQL the
+    runs table's many indexes are written once instead of twice (an update that changes
+    an indexed column, as `updated_at` is, writes an entry in every index). Nothing held
+    between them writes a run's row: a new run's insert comes before its bumps, the
+    announced statuses after the commit's read."""
+    db = database_proxy.obj
+    key = ("runs", run_id)
+    deferred = DeferredStatements.on(db)
+    waiting = None if deferred is None else deferred.waiting_write(key)
+    if waiting is not None:  # both set the revision outright: the later one's stands
+        updates = {**waiting, **updates}
     sql, converters = _set_revision(tuple(updates))
     params = [revision, stamp, *map(_converted, converters, updates.values()), run_id]
-    execute_later(sql, params)
+    run_later(db, _in_style(db.param, sql), params, key=key, written=updates)
     execute_later(INSERT_EVENT, (run_id, revision, *event, stamp))
 
 
