@@ -242,6 +242,27 @@ def test_an_existing_database_gets_the_indexes_it_lacks_when_opened(store, home_
         reopened.close()
 
 
+def test_an_existing_database_loses_the_indexes_that_went_when_opened(
+    store, home_env, database_url
+):
+    """`runs (status, updated_at)` and `runs (created_at)` cost every write of a run and
+    served no query: a database made with them is rid of them when it is opened for
+    writing, and one made now never has them."""
+    from pi_workflows.storage import open_state
+    from pi_workflows.storage.database import index_names
+    from pi_workflows.storage.models import DROPPED_INDEXES
+
+    assert not set(DROPPED_INDEXES) & index_names(store.db)
+    store.db.execute_sql("CREATE INDEX runs_status_updated_at ON runs (status, updated_at)")
+    store.db.execute_sql("CREATE INDEX runs_created_at ON runs (created_at)")
+    store.close()
+    reopened = open_state(home_env.home, database_url)
+    try:
+        assert not set(DROPPED_INDEXES) & index_names(reopened.db)
+    finally:
+        reopened.close()
+
+
 def test_the_index_names_read_at_once_include_those_peewee_finds_table_by_table(store):
     """Opening a store reads every index name in one query; peewee's per-table way (kept
     for other kinds of database) finds no index that one misses, and neither sees a

@@ -44,6 +44,7 @@ from .driver import run_sql
 from .models import (
     ADDED_INDEXES,
     ALL_MODELS,
+    DROPPED_INDEXES,
     TERMINAL_RUN_STATUSES,
     SchemaMeta,
     database_proxy,
@@ -526,8 +527,12 @@ def _initialize_schema(store: StateStore) -> None:
 
 def add_missing_indexes(db: peewee.Database) -> None:
     """Create the indexes added since the schema version was released that `db` lacks
-    (`CREATE INDEX IF NOT EXISTS`: two processes opening it at once both succeed)."""
+    (`CREATE INDEX IF NOT EXISTS`: two processes opening it at once both succeed), and
+    drop those that went (`DROP INDEX IF EXISTS`, likewise)."""
     existing = index_names(db)
+    for name in DROPPED_INDEXES:
+        if name in existing:
+            db.execute_sql(f"DROP INDEX IF EXISTS {name}")
     for model, index in ADDED_INDEXES:
         if index._name not in existing:  # type: ignore[attr-defined]  # not in stubs
             # Through the schema manager, as create_tables does: it spells a partial

@@ -139,7 +139,6 @@ class Run(BaseModel):
 
     class Meta:
         table_name = "runs"
-        indexes = ((("status", "updated_at"), False), (("created_at",), False))
 
 
 class RunQueue(BaseModel):
@@ -672,3 +671,11 @@ ADDED_INDEXES += (
 )
 for _model, _index in ADDED_INDEXES:
     _model.add_index(_index)
+
+# Indexes a database made before they went is rid of when it is opened for writing
+# (`database.add_missing_indexes`). Each cost every write of its table and served no
+# query: `runs (status, updated_at)` (a status is looked up with `runs_status_created`)
+# and `runs (created_at)` (`runs_created_run_id` begins with it). A run's every bump
+# moves `updated_at`, so the first was written at each; on PostgreSQL an update that
+# changes an indexed column writes an entry in each of the table's indexes.
+DROPPED_INDEXES = ("runs_status_updated_at", "runs_created_at")
