@@ -199,7 +199,7 @@ class Event(BaseModel):
     """Immutable: exactly one per run revision."""
 
     event_seq = peewee.AutoField()
-    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", index=False)
     run_id: str
     revision = peewee.IntegerField(constraints=[peewee.Check("revision > 0")])
     event_type = peewee.TextField()
@@ -298,7 +298,9 @@ class RunWorker(BaseModel):
 
 
 class WorkerMessage(BaseModel):
-    worker = peewee.ForeignKeyField(RunWorker, on_delete="CASCADE", column_name="worker_epoch")
+    worker = peewee.ForeignKeyField(
+        RunWorker, on_delete="CASCADE", column_name="worker_epoch", index=False
+    )
     worker_epoch: str
     message_id = peewee.CharField(max_length=256)
     request_fingerprint = peewee.CharField(max_length=64)
@@ -315,7 +317,7 @@ class WorkerMessage(BaseModel):
 
 class NodeAttempt(BaseModel):
     attempt_id = peewee.CharField(max_length=256, primary_key=True)
-    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", index=False)
     run_id: str
     node_id = peewee.TextField()
     attempt_number = peewee.IntegerField(constraints=[peewee.Check("attempt_number > 0")])
@@ -417,7 +419,7 @@ class InteractiveSubmission(BaseModel):
 
 class WorkflowMessage(BaseModel):
     workflow_message_id = peewee.CharField(max_length=256, primary_key=True)
-    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id")
+    run = peewee.ForeignKeyField(Run, on_delete="CASCADE", column_name="run_id", index=False)
     run_id: str
     target_session_id = peewee.CharField(max_length=256)
     kind = peewee.CharField(
@@ -674,8 +676,17 @@ for _model, _index in ADDED_INDEXES:
 
 # Indexes a database made before they went is rid of when it is opened for writing
 # (`database.add_missing_indexes`). Each cost every write of its table and served no
-# query: `runs (status, updated_at)` (a status is looked up with `runs_status_created`)
-# and `runs (created_at)` (`runs_created_run_id` begins with it). A run's every bump
+# lookup another index does not: `runs (status, updated_at)` (a status is looked up
+# with `runs_status_created`); `runs (created_at)`, and a foreign key's own index where
+# another index of its table begins with that column (`index=False` above): events,
+# node attempts, workflow messages by run, worker messages by worker. A run's every bump
 # moves `updated_at`, so the first was written at each; on PostgreSQL an update that
 # changes an indexed column writes an entry in each of the table's indexes.
-DROPPED_INDEXES = ("runs_status_updated_at", "runs_created_at")
+DROPPED_INDEXES = (
+    "runs_status_updated_at",
+    "runs_created_at",
+    "events_run_id",
+    "node_attempts_run_id",
+    "workflow_messages_run_id",
+    "worker_messages_worker_epoch",
+)
