@@ -64,8 +64,11 @@ def test_the_run_s_last_write_and_the_worker_s_goodbye_are_one_message():
     pipe = HostPipe(envelope, os.fdopen(from_host, "rb"), os.fdopen(to_host, "wb"))
     backend = HostRunBackend(pipe)
     node_finished = {"type": "node.finished", "nodeId": "c"}
-    backend.write_snapshot({"status": "running"}, node_finished)
-    backend.write_snapshot({"status": "completed"}, {"type": "run.completed"})
+    state = {"status": "running", "steps": [{"nodeId": "c"}]}
+    backend.write_snapshot(state, node_finished)
+    state["status"] = "completed"  # the engine changes its state in place
+    state["steps"].append({"nodeId": "d"})
+    backend.write_snapshot(state, {"type": "run.completed"})
     assert received == []  # both wait for the goodbye
     backend.finish("completed")
     # A worker with nothing held back says goodbye alone.
@@ -81,6 +84,9 @@ def test_the_run_s_last_write_and_the_worker_s_goodbye_are_one_message():
         "node.finished",
         "run.completed",
     ]
+    # Each held snapshot went as it was when written.
+    assert steps[0]["payload"]["snapshot"] == {"status": "running", "steps": [{"nodeId": "c"}]}
+    assert steps[1]["payload"]["snapshot"]["steps"] == [{"nodeId": "c"}, {"nodeId": "d"}]
     assert last_write["payload"]["exiting"] == {"status": "completed"}
     assert goodbye["operation"] == "worker.exiting"
     assert goodbye["payload"] == {"status": "completed"}
