@@ -233,6 +233,11 @@ INSERT_EVENT = (
 )
 
 
+@functools.lru_cache(maxsize=16)
+def _insert_events_sql(count: int) -> str:
+    return INSERT_EVENT + ", (?, ?, ?, ?, ?, ?, ?)" * (count - 1)
+
+
 Converters = tuple[Callable[[Any], Any], ...]
 
 
@@ -340,7 +345,7 @@ def bump_revision_later(
     sql, converters = _set_revision(tuple(updates))
     params = [revision, stamp, *map(_converted, converters, updates.values()), run_id]
     run_later(db, _in_style(db.param, sql), params, key=key, written=updates)
-    execute_later(INSERT_EVENT, (run_id, revision, *event, stamp))
+    _insert_event_later((run_id, revision, *event, stamp))
 
 
 def _converted(converter: Callable[[Any], Any], value: Any) -> Any:
@@ -357,10 +362,23 @@ def insert_event(
     stamp: int,
 ) -> None:
     """Append an event (whose revision the caller knows): a write nothing reads back."""
-    execute_later(
-        INSERT_EVENT,
-        (run_id, revision, event_type, actor, lease_generation, payload_hash, stamp),
+    _insert_event_later(
+        (run_id, revision, event_type, actor, lease_generation, payload_hash, stamp)
     )
+
+
+def _insert_event_later(row: tuple[Any, ...]) -> None:
+    """Insert the event `row` (its run first): held, it joins the insert of its run's
+    events held before it while only writes were held after that one (a worker's write
+    appends two), as one statement of several rows, in that insert's place. Only its
+    own run's: another run's row may be inserted after that place."""
+    db = database_proxy.obj
+    key = ("events", row[0])
+    deferred = DeferredStatements.on(db)
+    waiting = None if deferred is None else deferred.waiting_write(key)
+    rows = [row] if waiting is None else [*waiting, row]
+    params = [value for each in rows for value in each]
+    run_later(db, _in_style(db.param, _insert_events_sql(len(rows))), params, key=key, written=rows)
 
 
 # --- node attempts ---------------------------------------------------------------------
