@@ -501,12 +501,12 @@ def _initialize_schema(store: StateStore) -> None:
     db = store.db
     version = _existing_schema_version(store)
     if version == SCHEMA_VERSION:
-        add_missing_indexes(db)
+        reconcile_indexes(db)
         return
     if version is not None:
         with store.transaction():
             upgrade_schema(db, store.home, store.location, SCHEMA_VERSION)
-        add_missing_indexes(db)
+        reconcile_indexes(db)
         return
     with store.transaction():
         # Another process may have created the schema while this one waited for the
@@ -525,10 +525,10 @@ def _initialize_schema(store: StateStore) -> None:
         )
 
 
-def add_missing_indexes(db: peewee.Database) -> None:
-    """Create the indexes added since the schema version was released that `db` lacks
-    (`CREATE INDEX IF NOT EXISTS`: two processes opening it at once both succeed), and
-    drop those that went (`DROP INDEX IF EXISTS`, likewise)."""
+def reconcile_indexes(db: peewee.Database) -> None:
+    """Drop the indexes that went since the schema version was released (`DROP INDEX IF
+    EXISTS`) and create those added since that `db` lacks (`CREATE INDEX IF NOT EXISTS`):
+    two processes opening it at once both succeed."""
     existing = index_names(db)
     for name in DROPPED_INDEXES:
         if name in existing:

@@ -640,7 +640,7 @@ def _blob_column_indexes() -> list[tuple[type[BaseModel], peewee.ModelIndex]]:
 
 
 # Indexes added after schema v3 was released: a database of that version gets those it
-# lacks when it is opened for writing (`database.add_missing_indexes`), no upgrade step.
+# lacks when it is opened for writing (`database.reconcile_indexes`), no upgrade step.
 ADDED_INDEXES: tuple[tuple[type[BaseModel], peewee.ModelIndex], ...] = (
     # Pruning finds a lineage by its root and deletes each run's rows by run id.
     (Run, Run.index(Run.root_run_id, name="runs_root_run_id")),
@@ -675,7 +675,7 @@ for _model, _index in ADDED_INDEXES:
     _model.add_index(_index)
 
 # Indexes a database made before they went is rid of when it is opened for writing
-# (`database.add_missing_indexes`). Each cost every write of its table and served no
+# (`database.reconcile_indexes`). Each cost every write of its table and served no
 # lookup another index does not: `runs (status, updated_at)` (a status is looked up
 # with `runs_status_created`); `runs (created_at)`, and a foreign key's own index where
 # another index of its table begins with that column (`index=False` above): events,

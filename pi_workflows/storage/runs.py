@@ -112,8 +112,8 @@ def create_run(
         "error_code": None,
         "priority": priority,
     }
-    row = (*(fields[name] for name in _RECORD_FIELDS), input_content, options_content)
-    note_created_row(run_id, (*row, prompt_content))
+    blobs = (input_content, options_content, prompt_content)
+    note_created_row(run_id, (*(fields[name] for name in _RECORD_FIELDS), *blobs))
     return run
 
 

@@ -77,6 +77,13 @@ def _hold(
     return deferred.hold_write(sent, params, key=key, written=written)
 
 
+def _waiting_write(db: peewee.Database, key: Hashable) -> Any:
+    """What the write held with `key` that a write of that key would replace wrote
+    (`DeferredStatements.waiting_write`); None where nothing is held (SQLite)."""
+    deferred = DeferredStatements.on(db)
+    return None if deferred is None else deferred.waiting_write(key)
+
+
 def hold_check(sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
     """A check by key (``?`` placeholders) that travels with the transaction's next
     statement and makes it raise `check.failure()` when it fails (`HeldCheck`); False
@@ -338,8 +345,7 @@ def bump_revision_later(
     announced statuses after the commit's read."""
     db = database_proxy.obj
     key = ("runs", run_id)
-    deferred = DeferredStatements.on(db)
-    waiting = None if deferred is None else deferred.waiting_write(key)
+    waiting = _waiting_write(db, key)
     if waiting is not None:  # both set the revision outright: the later one's stands
         updates = {**waiting, **updates}
     sql, converters = _set_revision(tuple(updates))
@@ -374,8 +380,7 @@ def _insert_event_later(row: tuple[Any, ...]) -> None:
     own run's: another run's row may be inserted after that place."""
     db = database_proxy.obj
     key = ("events", row[0])
-    deferred = DeferredStatements.on(db)
-    waiting = None if deferred is None else deferred.waiting_write(key)
+    waiting = _waiting_write(db, key)
     rows = [row] if waiting is None else [*waiting, row]
     params = [value for each in rows for value in each]
     run_later(db, _in_style(db.param, _insert_events_sql(len(rows))), params, key=key, written=rows)
