@@ -29,11 +29,13 @@ from pi_workflows.storage import (
     run_poison,
     run_workers,
     statements,
+    table_statistics,
 )
 from pi_workflows.storage.blobs import put_json, read_json
 from pi_workflows.storage.deferred_statements import HeldCheck
 from pi_workflows.storage.models import Blob, HostCommand, HostState, Lease, Run, RunWorker
 from pi_workflows.storage.runs import run_record, run_status, statuses_from, statuses_read
+from pi_workflows.testing.polling import wait_until
 from tests.sent_statements import SentStatements
 
 
@@ -835,3 +837,51 @@ def test_a_claim_and_its_launch_are_one_round_trip_that_holds_the_claim_and_the_
         (1, "run.created"),
         (2, "lease.claimed"),
     ]
+
+
+def _manual_analyses(server, url: str) -> dict[str, int]:
+    database = url.rsplit("/", 1)[1]
+    found = server.execute(
+        "SELECT relname, analyze_count FROM pg_stat_user_tables "
+        "WHERE relname IN ('blobs', 'forwarded_commands')",
+        database,
+    )
+    return {str(name): int(str(count)) for name, count in found}
+
+
+def test_a_store_analyzes_the_tables_it_grew_on_a_schedule_of_its_commits(
+    store, postgres_server, postgres_url
+):
+    """A new database's tables are nearly empty when the store prepares its statements:
+    after its 64th commit, and its 256th, the store analyzes (on a connection of its
+    own) the tables that more than doubled since they were last analyzed, so that the
+    server plans their statements again for their size; a table that stayed empty is
+    left alone, and closing the store waits for a pass that runs."""
+    keeper = store.statistics
+    analyses = functools.partial(_manual_analyses, postgres_server, postgres_url)
+
+    def commit_blobs_until(commits: int) -> None:
+        while store.commits < commits:
+            with store.transaction():
+                put_json({"commit": store.commits, "padding": "x" * 1500})
+
+    commit_blobs_until(table_statistics.FIRST_ANALYZE_AT - 1)
+    assert keeper.passes == 0
+    commit_blobs_until(table_statistics.FIRST_ANALYZE_AT)
+    assert keeper.passes == 1
+    wait_until(lambda: analyses()["blobs"] == 1, what="an ANALYZE")
+    assert analyses()["forwarded_commands"] == 0
+
+    commit_blobs_until(table_statistics.FIRST_ANALYZE_AT * table_statistics.ANALYZE_GROWTH - 1)
+    assert keeper.passes == 1
+    commit_blobs_until(table_statistics.FIRST_ANALYZE_AT * table_statistics.ANALYZE_GROWTH)
+    assert keeper.passes == 2
+    store.close()
+    others = postgres_server.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid()",
+        postgres_url.rsplit("/", 1)[1],
+    )
+    assert others == [(0,)]  # the pass ended before close returned
+    wait_until(lambda: analyses()["blobs"] == 2, what="an ANALYZE")
+    assert analyses()["forwarded_commands"] == 0

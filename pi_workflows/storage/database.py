@@ -50,6 +50,7 @@ from .models import (
     database_proxy,
 )
 from .schema_upgrade import UPGRADES, upgrade_schema
+from .table_statistics import StatisticsKeeper
 
 if TYPE_CHECKING:
     from ..testing.kill_point import KillPoint
@@ -119,6 +120,8 @@ class StateStore:
         self.kill_point: KillPoint | None = None
         # Under the guard: a lost held statement is a lost statement.
         self.held_statements = DeferredStatements(db) if DeferredStatements.applies_to(db) else None
+        # A writing store's tables' statistics while they grow (set by open_state).
+        self.statistics: StatisticsKeeper | None = None
         self.connection_use = ConnectionUse(db)
         # A server database's connection can be lost and come back; a file's cannot.
         self.connection_guard = None if self.is_sqlite else ConnectionGuard(db)
@@ -256,6 +259,8 @@ class StateStore:
         if self.held_statements is not None:  # PostgreSQL through psycopg2
             # Between transactions: what ran often enough is planned once.
             server_plans.prepare_wanted(self.db)
+            if self.statistics is not None:
+                self.statistics.committed(self.commits)
         callbacks, tx.after_commit = tx.after_commit, []
         for callback in callbacks:
             callback()
@@ -347,6 +352,8 @@ class StateStore:
         self._tx.after_commit.append(callback)
 
     def close(self) -> None:
+        if self.statistics is not None:
+            self.statistics.close()
         if not self.db.is_closed():
             self.db.close()
 
@@ -628,6 +635,8 @@ def open_state(
         store.schema_version = existing_version
     else:
         _initialize_schema(store)
+        if store.held_statements is not None:  # PostgreSQL through psycopg2
+            store.statistics = StatisticsKeeper(db)
         if isinstance(db, peewee.SqliteDatabase):
             path = _durable_sqlite_path(db)
             file_watch.record_database(home, path)

@@ -26,7 +26,7 @@ plans a prepared statement anew for its first five calls and for every later cal
 own plan it estimates cheaper, which for the candidate query is every call), and a plan
 made without the values would do for a range only by chance. The candidate query's
 generic plan walks the same queue index as the per-call one (measured with 3,000
-queued runs).
+queued runs), once the server knows the tables' size (`table_statistics`).
 
 Outside a transaction the connection guard sends a statement again on a new connection
 when the old one was lost; the new one holds no prepared statement, and the statement
