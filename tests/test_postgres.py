@@ -243,6 +243,41 @@ def test_a_new_small_blob_travels_with_the_next_statement_and_is_read_back_befor
     assert read_json(large_hash) == large
 
 
+def test_blobs_held_with_only_writes_between_go_as_one_insert(store, make_run, monkeypatch):
+    """A worker's write stores its node's output and its new state, then the next
+    node's: blob inserts held with only writes between them go as one insert of all
+    their rows, in the first one's place (a blob row references nothing, so every
+    reference to it still comes after it). A check held between keeps them apart."""
+    with store.transaction():
+        make_run("pg-blobs")
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        first = put_json({"first": 1})
+        statements.set_announced_statuses({"pg-blobs": "queued"})  # a write between
+        second = put_json({"second": 2})
+        run_status("pg-blobs")
+        (carried,) = sent.take()
+    assert carried.count("INSERT INTO blobs") == 1, carried
+    (inserts,) = [text for text in carried.split("; ") if text.startswith("INSERT INTO blobs")]
+    assert first in inserts and second in inserts
+    assert carried.index("INSERT INTO blobs") < carried.index("UPDATE runs SET announced_status")
+    assert (read_json(first), read_json(second)) == ({"first": 1}, {"second": 2})
+
+    sent.take()
+    with store.transaction():
+        third = put_json({"third": 3})
+        assert statements.hold_check("SELECT 1 / 1", (), HeldCheck(HostLeaseLostError))
+        fourth = put_json({"fourth": 4})
+        run_status("pg-blobs")
+        (carried,) = sent.take()
+    # Two inserts (prepared by now: EXECUTE), one each side of the check.
+    parts = carried.split("; ")
+    (with_third,) = [index for index, text in enumerate(parts) if third in text]
+    (with_fourth,) = [index for index, text in enumerate(parts) if fourth in text]
+    assert with_third < parts.index("SELECT 1 / 1") < with_fourth, carried
+    assert (read_json(third), read_json(fourth)) == ({"third": 3}, {"fourth": 4})
+
+
 def test_a_commit_reads_the_blobs_it_took_up_with_what_it_announces_and_holds_them(
     store, make_run, monkeypatch, postgres_url
 ):
@@ -800,6 +835,52 @@ def test_a_workers_ready_bookkeeping_is_one_round_trip(store, make_run, monkeypa
     worker = RunWorker.get_by_id("worker-ready")
     assert (worker.status, worker.pid) == ("running", 4242)
     assert run_record("pg-ready").queue_status == "running"
+
+
+def test_the_replies_of_a_groups_workers_go_as_one_insert(store, make_run, monkeypatch):
+    """Each worker write's reply is stored with it: the replies of a group's writes,
+    applied as one block with only writes between them, go as one insert of several
+    rows, in the first one's place; a savepoint's edge (a group applied entry by entry)
+    keeps them apart."""
+    workers = {}
+    for number in (1, 2, 3, 4):
+        run_id = f"pg-replies-{number}"
+        _, claim = _a_claimed_run(store, make_run, run_id)
+        workers[run_id] = f"worker-replies-{number}"
+        with store.transaction():
+            run_workers.record_worker(workers[run_id], run_id, claim.generation, 1, "0" * 64, 1)
+    sent = SentStatements(store, monkeypatch)
+
+    def reply(number: int) -> None:
+        statements.insert_worker_message(
+            f"worker-replies-{number}", f"message-{number}", "f" * 64, "accepted", 1, None, None, 1
+        )
+
+    with store.transaction():
+        reply(1)
+        statements.set_announced_statuses({"pg-replies-1": "running"})  # a write between
+        reply(2)
+        run_status("pg-replies-1")
+        (carried,) = sent.take()
+    parts = carried.split("; ")
+    (together,) = [i for i, text in enumerate(parts) if "'message-1'" in text]
+    assert "'message-2'" in parts[together], carried  # one insert, in the first one's place
+    (between,) = [i for i, text in enumerate(parts) if "'running'" in text]
+    assert together < between, carried
+
+    with store.transaction():
+        with store.savepoint():
+            reply(3)
+        with store.savepoint():
+            reply(4)
+        run_status("pg-replies-1")
+    statements_sent = [part for text in sent.take() for part in text.split("; ")]
+    (with_3,) = [i for i, text in enumerate(statements_sent) if "'message-3'" in text]
+    (with_4,) = [i for i, text in enumerate(statements_sent) if "'message-4'" in text]
+    assert with_3 != with_4, statements_sent
+    for number in (1, 2, 3, 4):
+        stored = statements.worker_message(f"worker-replies-{number}", f"message-{number}")
+        assert stored == ("f" * 64, "accepted", 1, None, None)
 
 
 def test_a_claim_and_its_launch_are_one_round_trip_that_holds_the_claim_and_the_run(

@@ -84,6 +84,21 @@ def _waiting_write(db: peewee.Database, key: Hashable) -> Any:
     return None if deferred is None else deferred.waiting_write(key)
 
 
+def _insert_later(
+    key: Hashable, new_rows: list[tuple[Any, ...]], sql_for: Callable[[int], str]
+) -> bool:
+    """Hold the insert of `new_rows` (``?`` placeholders: `sql_for(count)` inserts that
+    many rows); it joins the held insert of `key` before it while only writes were held
+    after that one, as one statement of all their rows, in that insert's place. False
+    where it cannot be held (SQLite, or outside a transaction)."""
+    db = database_proxy.obj
+    waiting = _waiting_write(db, key)
+    all_rows = new_rows if waiting is None else [*waiting, *new_rows]
+    params = [value for row in all_rows for value in row]
+    sql = _in_style(db.param, sql_for(len(all_rows)))
+    return _hold(db, sql, params, planned=True, key=key, written=all_rows)
+
+
 def hold_check(sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
     """A check by key (``?`` placeholders) that travels with the transaction's next
     statement and makes it raise `check.failure()` when it fails (`HeldCheck`); False
@@ -132,26 +147,32 @@ def _insert_blobs_sql(count: int, returning: bool = True) -> str:
     return sql + " RETURNING blob_hash" if returning else sql
 
 
-def _blob_rows(blobs: list[tuple[str, str, bytes]], stamp: int) -> list[Any]:
-    params: list[Any] = []
-    for blob_hash, media_type, content in blobs:
-        params += [blob_hash, media_type, len(content), content, stamp]
-    return params
+def _blob_rows(blobs: list[tuple[str, str, bytes]], stamp: int) -> list[tuple[Any, ...]]:
+    return [
+        (blob_hash, media_type, len(content), content, stamp)
+        for blob_hash, media_type, content in blobs
+    ]
 
 
 def insert_blobs(blobs: list[tuple[str, str, bytes]], stamp: int) -> set[str]:
     """Insert (hash, media type, content) rows of distinct hashes in one statement;
     returns the hashes that are new (the others were stored already)."""
-    return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), _blob_rows(blobs, stamp))}
+    params = [value for row in _blob_rows(blobs, stamp) for value in row]
+    return {row[0] for row in rows(_insert_blobs_sql(len(blobs)), params)}
 
 
 def insert_blobs_later(blobs: list[tuple[str, str, bytes]], stamp: int) -> bool:
     """`insert_blobs`, held for the transaction's next statement (PostgreSQL, inside a
     transaction): nobody learns which rows were new, so the caller checks them with the
-    blobs it took up (`blobs.check_taken_up`). False where it cannot be held."""
-    db = database_proxy.obj
-    sql = _in_style(db.param, _insert_blobs_sql(len(blobs), returning=False))
-    return _hold(db, sql, _blob_rows(blobs, stamp), planned=True)
+    blobs it took up (`blobs.check_taken_up`). False where it cannot be held.
+
+    The rows join the held insert of blobs before them while only writes were held
+    after it (a worker's write stores its node's output and its new state, then the
+    next node's), as one statement, in that insert's place. A blob row references no
+    other row, so inserting it earlier keeps every reference to it after it; and no
+    transaction holds one address twice (`blobs` skips an address it wrote)."""
+    sql_for = functools.partial(_insert_blobs_sql, returning=False)
+    return _insert_later(("blobs",), _blob_rows(blobs, stamp), sql_for)
 
 
 @functools.lru_cache(maxsize=8)
@@ -378,12 +399,8 @@ def _insert_event_later(row: tuple[Any, ...]) -> None:
     events held before it while only writes were held after that one (a worker's write
     appends two), as one statement of several rows, in that insert's place. Only its
     own run's: another run's row may be inserted after that place."""
-    db = database_proxy.obj
-    key = ("events", row[0])
-    waiting = _waiting_write(db, key)
-    rows = [row] if waiting is None else [*waiting, row]
-    params = [value for each in rows for value in each]
-    run_later(db, _in_style(db.param, _insert_events_sql(len(rows))), params, key=key, written=rows)
+    if not _insert_later(("events", row[0]), [row], _insert_events_sql):
+        execute(_insert_events_sql(1), row)
 
 
 # --- node attempts ---------------------------------------------------------------------
@@ -402,11 +419,6 @@ def run_attempts(run_id: str) -> list[tuple[str, str, int, str, str, int]]:
 
 # --- worker messages -------------------------------------------------------------------
 
-INSERT_WORKER_MESSAGE = (
-    "INSERT INTO worker_messages (worker_epoch, message_id, request_fingerprint, outcome, "
-    "accepted_revision, result_hash, error_hash, completed_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (worker_epoch, message_id) DO NOTHING"
-)
 SELECT_WORKER_MESSAGE = (
     "SELECT request_fingerprint, outcome, accepted_revision, result_hash, error_hash "
     "FROM worker_messages WHERE worker_epoch = ? AND message_id = ?"
@@ -423,9 +435,23 @@ def insert_worker_message(
     error_hash: str | None,
     stamp: int,
 ) -> None:
-    execute_later(
-        INSERT_WORKER_MESSAGE,
-        (worker_epoch, message_id, fingerprint, outcome, revision, result_hash, error_hash, stamp),
+    """Store a worker message's reply: held, it joins the held insert of the replies
+    before it while only writes were held after that one (the writes of a group's
+    workers, applied as one block: `host.commit_group`), as one statement of several
+    rows, in that insert's place. A reply's worker was recorded before it wrote, by an
+    earlier commit, so the row's reference holds wherever it goes."""
+    row = (worker_epoch, message_id, fingerprint, outcome, revision, result_hash, error_hash, stamp)
+    if not _insert_later(("worker_messages",), [row], _insert_worker_messages_sql):
+        execute(_insert_worker_messages_sql(1), row)
+
+
+@functools.lru_cache(maxsize=16)
+def _insert_worker_messages_sql(count: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * count)
+    return (
+        "INSERT INTO worker_messages (worker_epoch, message_id, request_fingerprint, outcome, "
+        "accepted_revision, result_hash, error_hash, completed_at) "
+        f"VALUES {values} ON CONFLICT (worker_epoch, message_id) DO NOTHING"
     )
 
 
