@@ -243,11 +243,12 @@ def test_a_new_small_blob_travels_with_the_next_statement_and_is_read_back_befor
     assert read_json(large_hash) == large
 
 
-def test_blobs_held_with_only_writes_between_go_as_one_insert(store, make_run, monkeypatch):
+def test_blobs_held_with_writes_and_checks_between_go_as_one_insert(store, make_run, monkeypatch):
     """A worker's write stores its node's output and its new state, then the next
-    node's: blob inserts held with only writes between them go as one insert of all
-    their rows, in the first one's place (a blob row references nothing, so every
-    reference to it still comes after it). A check held between keeps them apart."""
+    node's: blob inserts held with only writes and checks between them go as one insert
+    of all their rows, in the first one's place (a blob row references nothing, so every
+    reference to it still comes after it, and no check reads blobs). A savepoint's edge
+    keeps them apart."""
     with store.transaction():
         make_run("pg-blobs")
     sent = SentStatements(store, monkeypatch)
@@ -270,12 +271,22 @@ def test_blobs_held_with_only_writes_between_go_as_one_insert(store, make_run, m
         fourth = put_json({"fourth": 4})
         run_status("pg-blobs")
         (carried,) = sent.take()
-    # Two inserts (prepared by now: EXECUTE), one each side of the check.
+    # One insert (prepared by now: EXECUTE), in front of the check.
     parts = carried.split("; ")
     (with_third,) = [index for index, text in enumerate(parts) if third in text]
-    (with_fourth,) = [index for index, text in enumerate(parts) if fourth in text]
-    assert with_third < parts.index("SELECT 1 / 1") < with_fourth, carried
+    assert fourth in parts[with_third] and with_third < parts.index("SELECT 1 / 1"), carried
     assert (read_json(third), read_json(fourth)) == ({"third": 3}, {"fourth": 4})
+
+    with store.transaction():
+        fifth = put_json({"fifth": 5})
+        with store.savepoint():
+            sixth = put_json({"sixth": 6})
+        run_status("pg-blobs")
+    parts = [part for text in sent.take() for part in text.split("; ")]
+    (with_fifth,) = [index for index, text in enumerate(parts) if fifth in text]
+    (with_sixth,) = [index for index, text in enumerate(parts) if sixth in text]
+    assert with_fifth < with_sixth, parts
+    assert (read_json(fifth), read_json(sixth)) == ({"fifth": 5}, {"sixth": 6})
 
 
 def test_a_commit_reads_the_blobs_it_took_up_with_what_it_announces_and_holds_them(
@@ -839,9 +850,9 @@ def test_a_workers_ready_bookkeeping_is_one_round_trip(store, make_run, monkeypa
 
 def test_the_replies_of_a_groups_workers_go_as_one_insert(store, make_run, monkeypatch):
     """Each worker write's reply is stored with it: the replies of a group's writes,
-    applied as one block with only writes between them, go as one insert of several
-    rows, in the first one's place; a savepoint's edge (a group applied entry by entry)
-    keeps them apart."""
+    applied as one block with only writes and each write's claim check between them, go
+    as one insert of several rows, in the first one's place; a savepoint's edge (a group
+    applied entry by entry) keeps them apart."""
     workers = {}
     for number in (1, 2, 3, 4):
         run_id = f"pg-replies-{number}"
@@ -859,6 +870,7 @@ def test_the_replies_of_a_groups_workers_go_as_one_insert(store, make_run, monke
     with store.transaction():
         reply(1)
         statements.set_announced_statuses({"pg-replies-1": "running"})  # a write between
+        assert statements.hold_check("SELECT 1 / 1", (), HeldCheck(HostLeaseLostError))
         reply(2)
         run_status("pg-replies-1")
         (carried,) = sent.take()

@@ -13,9 +13,10 @@ run them one by one; the cursor holds the last one's result):
 - writes whose outcome the caller does not look at (`hold_write`: a worker's stored
   reply, a node attempt's row, an announced status), sent with the next statement or
   with ``COMMIT``. A write held with a key takes the place of the last one of its key
-  while only writes were held after it (`waiting_write`): two bumps of one run go as
-  one ``UPDATE``. Their failure surfaces there instead of at the write, so a held write
-  never crosses a savepoint's edge unsent: the writes of a block go with its ``RELEASE``
+  while only writes (and, where no check reads what it writes, checks) were held after
+  it (`waiting_write`): two bumps of one run go as one ``UPDATE``. Their failure
+  surfaces there instead of at the write, so a held write never crosses a savepoint's
+  edge unsent: the writes of a block go with its ``RELEASE``
   (inside the block's failure handling, so a failure undoes that block alone), and a
   ``SAVEPOINT`` opened while writes wait is sent with them, at once. A rolled-back
   block drops the writes it held.
@@ -178,36 +179,47 @@ class DeferredStatements:
     # --- writes ------------------------------------------------------------------------
 
     def hold_write(
-        self, sql: str, params: Sequence[Any], *, key: Hashable = None, written: Any = None
+        self,
+        sql: str,
+        params: Sequence[Any],
+        *,
+        key: Hashable = None,
+        written: Any = None,
+        across_checks: bool = False,
     ) -> bool:
         """Hold `sql` with `params` for the next statement; False outside a transaction
         (the caller runs it at once). With a `key`, it takes the place of the write of
-        that key `waiting_write` finds (the caller built it on what that one `written`)."""
+        that key `waiting_write` finds (the caller built it on what that one `written`,
+        asking with the same `across_checks`)."""
         if not self.db.in_transaction():
             return False
         held = self._pending.held
         item = _Held(self._text(sql, params), is_write=True, key=key, written=written)
-        waiting = None if key is None else self._waiting(key)
+        waiting = None if key is None else self._waiting(key, across_checks)
         if waiting is None:
             held.append(item)
         else:
             held[waiting] = item
         return True
 
-    def waiting_write(self, key: Hashable) -> Any:
+    def waiting_write(self, key: Hashable, *, across_checks: bool = False) -> Any:
         """What the last write held with `key` wrote (its `written`), while it waits
-        and nothing but writes was held after it; else None. No check or savepoint edge
-        lies between them, so the two may go as one statement, in the first one's place:
-        the caller's business that none of the writes between touches what they write."""
-        waiting = self._waiting(key)
+        and nothing but writes was held after it (`across_checks`: writes and checks);
+        else None. No savepoint edge lies between them, so the two may go as one
+        statement, in the first one's place: the caller's business that none of the
+        writes between touches what they write, and, across checks, that no check reads
+        what they write (moved before a check, a write cannot change what it finds; and
+        what fails there fails the block or the transaction the write is in anyway)."""
+        waiting = self._waiting(key, across_checks)
         return None if waiting is None else self._pending.held[waiting].written
 
-    def _waiting(self, key: Hashable) -> int | None:
+    def _waiting(self, key: Hashable, across_checks: bool) -> int | None:
         held = self._pending.held
         for index in range(len(held) - 1, -1, -1):
-            if held[index].key == key:
+            item = held[index]
+            if item.key == key:
                 return index
-            if not held[index].is_write:
+            if not (item.is_write or (across_checks and item.check is not None)):
                 return None
         return None
 

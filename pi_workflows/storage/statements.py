@@ -64,6 +64,7 @@ def _hold(
     check: HeldCheck | None = None,
     key: Hashable = None,
     written: Any = None,
+    across_checks: bool = False,
 ) -> bool:
     """Hold `sql` for the transaction's next statement, a write or, with `check`, a
     check (`DeferredStatements.hold_check`); False where it cannot be held (SQLite, or
@@ -74,29 +75,32 @@ def _hold(
     sent = server_plans.to_send(db, sql) if planned else sql
     if check is not None:
         return deferred.hold_check(sent, params, check)
-    return deferred.hold_write(sent, params, key=key, written=written)
+    return deferred.hold_write(sent, params, key=key, written=written, across_checks=across_checks)
 
 
-def _waiting_write(db: peewee.Database, key: Hashable) -> Any:
+def _waiting_write(db: peewee.Database, key: Hashable, *, across_checks: bool = False) -> Any:
     """What the write held with `key` that a write of that key would replace wrote
     (`DeferredStatements.waiting_write`); None where nothing is held (SQLite)."""
     deferred = DeferredStatements.on(db)
-    return None if deferred is None else deferred.waiting_write(key)
+    return None if deferred is None else deferred.waiting_write(key, across_checks=across_checks)
 
 
 def _insert_later(
     key: Hashable, new_rows: list[tuple[Any, ...]], sql_for: Callable[[int], str]
 ) -> bool:
     """Hold the insert of `new_rows` (``?`` placeholders: `sql_for(count)` inserts that
-    many rows); it joins the held insert of `key` before it while only writes were held
-    after that one, as one statement of all their rows, in that insert's place. False
-    where it cannot be held (SQLite, or outside a transaction)."""
+    many rows); it joins the held insert of `key` before it while only writes and
+    checks were held after that one, as one statement of all their rows, in that
+    insert's place. No held check reads the tables these inserts write (blobs, events,
+    worker replies: the checks read the host's lease, a run's claim and revision, a
+    client's stored commands), so the rows may go before one. False where it cannot be
+    held (SQLite, or outside a transaction)."""
     db = database_proxy.obj
-    waiting = _waiting_write(db, key)
+    waiting = _waiting_write(db, key, across_checks=True)
     all_rows = new_rows if waiting is None else [*waiting, *new_rows]
     params = [value for row in all_rows for value in row]
     sql = _in_style(db.param, sql_for(len(all_rows)))
-    return _hold(db, sql, params, planned=True, key=key, written=all_rows)
+    return _hold(db, sql, params, planned=True, key=key, written=all_rows, across_checks=True)
 
 
 def hold_check(sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
@@ -396,9 +400,10 @@ def insert_event(
 
 def _insert_event_later(row: tuple[Any, ...]) -> None:
     """Insert the event `row` (its run first): held, it joins the insert of its run's
-    events held before it while only writes were held after that one (a worker's write
-    appends two), as one statement of several rows, in that insert's place. Only its
-    own run's: another run's row may be inserted after that place."""
+    events held before it (`_insert_later`: a worker's write appends two, and its
+    worker's ready bookkeeping one before its claim check), as one statement of several
+    rows, in that insert's place. Only its own run's: another run's row may be inserted
+    after that place."""
     if not _insert_later(("events", row[0]), [row], _insert_events_sql):
         execute(_insert_events_sql(1), row)
 
