@@ -29,20 +29,24 @@ from typing import Any
 
 import peewee
 
+from .models import ALL_MODELS
+
 log = logging.getLogger(__name__)
 
 FIRST_ANALYZE_AT = 64  # commits of one store
 ANALYZE_GROWTH = 4
 
-# The current schema's tables that have grown to more than twice the pages they had
-# when last analyzed or vacuumed (relpages; 0 for one never looked at): their size on
-# disk is current, unlike the server's counts of changed rows, which each session
-# reports when it gets round to it.
+# The state's tables that have grown to more than twice the pages they had when last
+# analyzed or vacuumed (relpages; 0 for one never looked at): their size on disk is
+# current, unlike the server's counts of changed rows, which each session reports when
+# it gets round to it. Other tables of the schema are not the store's to analyze.
 _GROWN_TABLES = (
     "SELECT c.relname FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace "
-    "AND c.relkind = 'r' AND pg_relation_size(c.oid) / current_setting('block_size')::int "
+    "AND c.relkind = 'r' AND c.relname = ANY(%s) "
+    "AND pg_relation_size(c.oid) / current_setting('block_size')::int "
     "> 2 * greatest(c.relpages, 0) ORDER BY c.relname"
 )
+_STATE_TABLES = sorted(model._meta.table_name for model in ALL_MODELS)
 
 
 class StatisticsKeeper:
@@ -83,7 +87,7 @@ class StatisticsKeeper:
         try:
             connection.autocommit = True
             with connection.cursor() as cursor:
-                cursor.execute(_GROWN_TABLES)
+                cursor.execute(_GROWN_TABLES, (_STATE_TABLES,))
                 tables = [name for (name,) in cursor.fetchall()]
                 for table in tables:
                     cursor.execute(f'ANALYZE "{table}"')
