@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import threading
 
 import peewee
 import psycopg2
@@ -974,12 +975,20 @@ def test_a_store_analyzes_the_tables_it_grew_on_a_schedule_of_its_commits(
     commit_blobs_until(table_statistics.FIRST_ANALYZE_AT * table_statistics.ANALYZE_GROWTH)
     assert keeper.passes == 2
     store.close()
-    others = postgres_server.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND pid <> pg_backend_pid()",
-        postgres_url.rsplit("/", 1)[1],
+    passes = [t for t in threading.enumerate() if t.name == table_statistics.THREAD_NAME]
+    assert passes == []  # close waited for the pass that ran
+    # Its session ends with it (the server lets a backend go a moment after its client).
+    wait_until(
+        lambda: (
+            postgres_server.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()",
+                postgres_url.rsplit("/", 1)[1],
+            )
+            == [(0,)]
+        ),
+        what="the store's sessions to end",
     )
-    assert others == [(0,)]  # the pass ended before close returned
     wait_until(lambda: analyses()["blobs"] == 2, what="an ANALYZE")
     # Both passes are over (close waited) and counted (their sessions ended).
     assert (analyses()["forwarded_commands"], analyses()["other_app"]) == (0, 0)

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 FIRST_ANALYZE_AT = 64  # commits of one store
 ANALYZE_GROWTH = 4
+THREAD_NAME = "piw-table-statistics"
 
 # The state's tables that have grown to more than twice the pages they had when last
 # analyzed or vacuumed (relpages; 0 for one never looked at): their size on disk is
@@ -67,9 +68,7 @@ class StatisticsKeeper:
             self._next_at *= ANALYZE_GROWTH
         if self._thread is not None and self._thread.is_alive():
             return
-        self._thread = threading.Thread(
-            target=self._analyze, name="piw-table-statistics", daemon=True
-        )
+        self._thread = threading.Thread(target=self._analyze, name=THREAD_NAME, daemon=True)
         self._thread.start()
         self.passes += 1
 
