@@ -16,10 +16,10 @@ run them one by one; the cursor holds the last one's result):
   while only writes (and, where no check reads what it writes, checks) were held after
   it (`waiting_write`): two bumps of one run go as one ``UPDATE``. Their failure
   surfaces there instead of at the write, so a held write never crosses a savepoint's
-  edge unsent: the writes of a block go with its ``RELEASE``
-  (inside the block's failure handling, so a failure undoes that block alone), and a
-  ``SAVEPOINT`` opened while writes wait is sent with them, at once. A rolled-back
-  block drops the writes it held.
+  edge unsent: the writes of a block go with its ``RELEASE`` (inside the block's
+  failure handling, so a failure undoes that block alone), and a ``SAVEPOINT`` opened
+  while writes wait is sent with them, at once. A rolled-back block drops the writes it
+  held.
 
 The server's transaction and each savepoint start before their first statement either
 way, so nothing the server sees or locks changes, only how many round trips carry it.

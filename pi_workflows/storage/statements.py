@@ -170,11 +170,12 @@ def insert_blobs_later(blobs: list[tuple[str, str, bytes]], stamp: int) -> bool:
     transaction): nobody learns which rows were new, so the caller checks them with the
     blobs it took up (`blobs.check_taken_up`). False where it cannot be held.
 
-    The rows join the held insert of blobs before them while only writes were held
-    after it (a worker's write stores its node's output and its new state, then the
-    next node's), as one statement, in that insert's place. A blob row references no
-    other row, so inserting it earlier keeps every reference to it after it; and no
-    transaction holds one address twice (`blobs` skips an address it wrote)."""
+    The rows join the held insert of blobs before them (`_insert_later`: a worker's
+    write stores its node's output and its new state, then the next node's; a group,
+    each of its writes'), as one statement, in that insert's place. A blob row
+    references no other row, so inserting it earlier keeps every reference to it after
+    it; and no transaction holds one address twice (`blobs` skips an address it
+    wrote)."""
     sql_for = functools.partial(_insert_blobs_sql, returning=False)
     return _insert_later(("blobs",), _blob_rows(blobs, stamp), sql_for)
 
@@ -441,9 +442,9 @@ def insert_worker_message(
     stamp: int,
 ) -> None:
     """Store a worker message's reply: held, it joins the held insert of the replies
-    before it while only writes were held after that one (the writes of a group's
-    workers, applied as one block: `host.commit_group`), as one statement of several
-    rows, in that insert's place. A reply's worker was recorded before it wrote, by an
+    before it (`_insert_later`: the writes of a group's workers, applied as one block,
+    each after its claim check: `host.commit_group`), as one statement of several rows,
+    in that insert's place. A reply's worker was recorded before it wrote, by an
     earlier commit, so the row's reference holds wherever it goes."""
     row = (worker_epoch, message_id, fingerprint, outcome, revision, result_hash, error_hash, stamp)
     if not _insert_later(("worker_messages",), [row], _insert_worker_messages_sql):
