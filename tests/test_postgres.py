@@ -613,6 +613,34 @@ def test_two_bumps_of_a_run_with_only_writes_between_go_as_one_update(store, mak
     assert [e.event_type for e in run_events("pg-second")] == ["run.created"]
 
 
+def test_the_events_of_runs_committed_before_go_as_one_insert(store, make_run, monkeypatch):
+    """A group's writes append events to several runs: those of runs committed before
+    the transaction go as one insert of several rows, in the first one's place, across
+    the checks and writes between; a run the transaction creates has its events inserted
+    after its row, never joined with the earlier ones."""
+    claims = {run_id: _a_claimed_run(store, make_run, run_id) for run_id in ("ev-1", "ev-2")}
+    sent = SentStatements(store, monkeypatch)
+    with store.transaction():
+        for run_id, (token, claim) in claims.items():
+            assert run_claims.claimed_run(run_id, token, claim.generation)  # holds the row
+        sent.take()
+        record_run_change("ev-1", event_type="node.started", actor="t")
+        assert statements.hold_check("SELECT 1 / 1", (), HeldCheck(HostLeaseLostError))
+        make_run("ev-new")
+        record_run_change("ev-2", event_type="node.started", actor="t")
+        run_status("ev-1")
+        (carried,) = sent.take()
+    parts = carried.split("; ")
+    (started,) = [index for index, text in enumerate(parts) if "'node.started'" in text]
+    assert "'ev-2'" in parts[started] and started < parts.index("SELECT 1 / 1"), carried
+    (created,) = [index for index, text in enumerate(parts) if "'run.created'" in text]
+    first_of_new = min(index for index, text in enumerate(parts) if "'ev-new'" in text)
+    assert started < first_of_new < created, carried  # the new run's row, then its event
+    assert [e.event_type for e in run_events("ev-new")] == ["run.created"]
+    for run_id in claims:
+        assert run_events(run_id)[-1].event_type == "node.started"
+
+
 class _RunElsewhere(Exception):
     """What the held claim check of the test below raises."""
 

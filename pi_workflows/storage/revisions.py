@@ -137,6 +137,13 @@ def note_held(run_id: str, revision: int) -> None:
     _note(run_id, revision)
 
 
+def _committed_before(run_id: str) -> bool:
+    """Whether the run's row was there before this transaction's held statements: not
+    created by it (since its last savepoint's rollback, which sent or dropped what was
+    held before). Its events may then join other runs' (`statements.insert_event`)."""
+    return run_id not in _bumped.created
+
+
 def create_run_row(*, actor: str, **fields: Any) -> Run:
     """Insert a run at revision 1 with its creation event (call inside a transaction)."""
     stamp = fields.pop("created_at", None) or now_ms()
@@ -149,7 +156,9 @@ def create_run_row(*, actor: str, **fields: Any) -> Run:
         new = NewRun(run.project_path, run.workflow_source, run.definition_digest, run.input_hash)
         _bumped.created[run.run_id] = (1, new)
     payload_hash = put_json({"status": run.status})
-    statements.insert_event(run.run_id, 1, EventType.RUN_CREATED, actor, None, payload_hash, stamp)
+    statements.insert_event(
+        run.run_id, 1, EventType.RUN_CREATED, actor, None, payload_hash, stamp, shared=False
+    )
     run_transitions.note(run.run_id, EventType.RUN_CREATED)
     return run
 
@@ -184,6 +193,7 @@ def record_run_change(
             lease_generation,
             payload_hash or put_json_in_parts(payload if payload is not None else {}),
             stamp,
+            shared=_committed_before(run_id),
         )
     else:
         # The event's payload is stored first (a refused bump leaves an unreferenced
@@ -195,7 +205,9 @@ def record_run_change(
             # and nothing needs to come back from the database.
             _check_expected(run_id, held, expected_revision)
             revision = held + 1
-            statements.bump_revision_later(run_id, revision, stamp, updates, event)
+            statements.bump_revision_later(
+                run_id, revision, stamp, updates, event, shared=_committed_before(run_id)
+            )
         else:  # one round trip: the bump and its event
             found = statements.bump_revision_with_event(
                 run_id, stamp, updates, expected_revision, event

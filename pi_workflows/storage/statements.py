@@ -355,6 +355,8 @@ def bump_revision_later(
     stamp: int,
     updates: dict[str, Any],
     event: tuple[str, str, int | None, str],
+    *,
+    shared: bool,
 ) -> None:
     """`bump_revision_with_event` to `revision`, which the caller knows the bump reaches
     (its transaction holds the run's row, `revisions.note_held`): held writes, nothing
@@ -377,7 +379,7 @@ def bump_revision_later(
     sql, converters = _set_revision(tuple(updates))
     params = [revision, stamp, *map(_converted, converters, updates.values()), run_id]
     run_later(db, _in_style(db.param, sql), params, key=key, written=updates)
-    _insert_event_later((run_id, revision, *event, stamp))
+    _insert_event_later((run_id, revision, *event, stamp), shared=shared)
 
 
 def _converted(converter: Callable[[Any], Any], value: Any) -> Any:
@@ -392,20 +394,27 @@ def insert_event(
     lease_generation: int | None,
     payload_hash: str,
     stamp: int,
+    *,
+    shared: bool,
 ) -> None:
-    """Append an event (whose revision the caller knows): a write nothing reads back."""
+    """Append an event (whose revision the caller knows): a write nothing reads back.
+    `shared`: the run's row was committed before this transaction, so its events may
+    join other runs' (`_insert_event_later`)."""
     _insert_event_later(
-        (run_id, revision, event_type, actor, lease_generation, payload_hash, stamp)
+        (run_id, revision, event_type, actor, lease_generation, payload_hash, stamp),
+        shared=shared,
     )
 
 
-def _insert_event_later(row: tuple[Any, ...]) -> None:
-    """Insert the event `row` (its run first): held, it joins the insert of its run's
-    events held before it (`_insert_later`: a worker's write appends two, and its
-    worker's ready bookkeeping one before its claim check), as one statement of several
-    rows, in that insert's place. Only its own run's: another run's row may be inserted
-    after that place."""
-    if not _insert_later(("events", row[0]), [row], _insert_events_sql):
+def _insert_event_later(row: tuple[Any, ...], *, shared: bool) -> None:
+    """Insert the event `row` (its run first): held, it joins the held insert of events
+    before it (`_insert_later`: a worker's write appends two, its worker's ready
+    bookkeeping one before its claim check, and a group's writes theirs), as one
+    statement of several rows, in that insert's place. A run created by this
+    transaction (not `shared`) has its events joined only with its own: its row is
+    inserted after that place, and an event must follow its run's row."""
+    key = ("events",) if shared else ("events", row[0])
+    if not _insert_later(key, [row], _insert_events_sql):
         execute(_insert_events_sql(1), row)
 
 
