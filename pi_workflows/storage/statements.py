@@ -86,21 +86,30 @@ def _waiting_write(db: peewee.Database, key: Hashable, *, across_checks: bool = 
 
 
 def _insert_later(
-    key: Hashable, new_rows: list[tuple[Any, ...]], sql_for: Callable[[int], str]
+    key: Hashable,
+    new_rows: list[tuple[Any, ...]],
+    sql_for: Callable[[int], str],
+    *,
+    or_now: bool = True,
 ) -> bool:
     """Hold the insert of `new_rows` (``?`` placeholders: `sql_for(count)` inserts that
     many rows); it joins the held insert of `key` before it while only writes and
     checks were held after that one, as one statement of all their rows, in that
     insert's place. No held check reads the tables these inserts write (blobs, events,
     worker replies: the checks read the host's lease, a run's claim and revision, a
-    client's stored commands), so the rows may go before one. False where it cannot be
-    held (SQLite, or outside a transaction)."""
+    client's stored commands), so the rows may go before one. Where it cannot be held
+    (SQLite, or outside a transaction) the rows are inserted at once, unless not
+    `or_now`; returns whether they were held."""
     db = database_proxy.obj
     waiting = _waiting_write(db, key, across_checks=True)
     all_rows = new_rows if waiting is None else [*waiting, *new_rows]
     params = [value for row in all_rows for value in row]
     sql = _in_style(db.param, sql_for(len(all_rows)))
-    return _hold(db, sql, params, planned=True, key=key, written=all_rows, across_checks=True)
+    if _hold(db, sql, params, planned=True, key=key, written=all_rows, across_checks=True):
+        return True
+    if or_now:
+        execute(sql, params)
+    return False
 
 
 def hold_check(sql: str, params: Sequence[Any], check: HeldCheck) -> bool:
@@ -177,7 +186,7 @@ def insert_blobs_later(blobs: list[tuple[str, str, bytes]], stamp: int) -> bool:
     it; and no transaction holds one address twice (`blobs` skips an address it
     wrote)."""
     sql_for = functools.partial(_insert_blobs_sql, returning=False)
-    return _insert_later(("blobs",), _blob_rows(blobs, stamp), sql_for)
+    return _insert_later(("blobs",), _blob_rows(blobs, stamp), sql_for, or_now=False)
 
 
 @functools.lru_cache(maxsize=8)
@@ -413,9 +422,7 @@ def _insert_event_later(row: tuple[Any, ...], *, shared: bool) -> None:
     statement of several rows, in that insert's place. A run created by this
     transaction (not `shared`) has its events joined only with its own: its row is
     inserted after that place, and an event must follow its run's row."""
-    key = ("events",) if shared else ("events", row[0])
-    if not _insert_later(key, [row], _insert_events_sql):
-        execute(_insert_events_sql(1), row)
+    _insert_later(("events",) if shared else ("events", row[0]), [row], _insert_events_sql)
 
 
 # --- node attempts ---------------------------------------------------------------------
@@ -456,8 +463,7 @@ def insert_worker_message(
     in that insert's place. A reply's worker was recorded before it wrote, by an
     earlier commit, so the row's reference holds wherever it goes."""
     row = (worker_epoch, message_id, fingerprint, outcome, revision, result_hash, error_hash, stamp)
-    if not _insert_later(("worker_messages",), [row], _insert_worker_messages_sql):
-        execute(_insert_worker_messages_sql(1), row)
+    _insert_later(("worker_messages",), [row], _insert_worker_messages_sql)
 
 
 @functools.lru_cache(maxsize=16)
